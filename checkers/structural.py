@@ -1,0 +1,86 @@
+"""State invariants that every correct engine state satisfies, whatever the policy.
+
+Each check is a plain function from an :class:`~kvmodel.engine.Engine` to a list of
+:class:`Violation` (empty when it holds). They read the engine through its public surface: the
+``view``, ``memory`` and the read-only ``contexts``/``index`` mappings.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from kvmodel.blocks import ROOT_KEY
+from kvmodel.engine import Engine
+from kvmodel.ids import BlockId, ContextId
+
+__all__ = [
+    "Violation",
+    "check_accounting",
+    "check_chains",
+    "check_no_zombie",
+    "check_prefix_closed",
+]
+
+
+@attrs.frozen(slots=True)
+class Violation:
+    """What broke, where, and why. A result, never raised (STYLE §6)."""
+
+    invariant: str
+    message: str
+    block: BlockId | None = None
+    ctx: ContextId | None = None
+
+
+def check_accounting(engine: Engine) -> list[Violation]:
+    """spec I-accounting: per tier free + used = capacity; slots and resident blocks agree."""
+    out = []
+    resident = set(engine.view.resident())
+    for tier, (free, used, cap) in engine.memory.accounting().items():
+        if free + used != cap:
+            out.append(Violation("accounting", f"tier {tier}: free {free} + used {used} != {cap}"))
+        in_tier = sum(1 for b in resident if engine.memory.tier_of(b) == tier)
+        if in_tier != used:
+            out.append(Violation("accounting", f"tier {tier}: {used} slots used but {in_tier} "
+                                 "resident blocks"))
+    for b in sorted(resident):
+        if not engine.memory.is_used(b):
+            out.append(Violation("accounting", "resident block on a free list", block=b))
+    return out
+
+
+def check_chains(engine: Engine) -> list[Violation]:
+    """Every open context's materialized chain is resident, indexed and prefix-linked (spec P3)."""
+    out = []
+    view = engine.view
+    for cid in view.open_contexts():
+        info = view.context(cid)
+        if info.valid_blocks > info.materialized_blocks:
+            out.append(Violation("chains", "valid prefix longer than the chain", ctx=cid))
+        chain = view.chain(cid)
+        if len(chain) != info.materialized_blocks:
+            out.append(Violation("chains", "a chain entry is not resident", ctx=cid))
+            continue
+        for depth, bid in enumerate(chain):
+            b = view.block(bid)
+            if b.depth != depth or cid not in b.holders or not b.indexed:
+                out.append(Violation("chains", f"chain entry {depth} inconsistent", bid, cid))
+    return out
+
+
+def check_no_zombie(engine: Engine) -> list[Violation]:
+    """spec I-no-zombie-kv: at a quiescent point no dead block is resident."""
+    return [Violation("no-zombie-kv", "dead block resident", block=b) for b in engine.view.dead()]
+
+
+def check_prefix_closed(engine: Engine) -> list[Violation]:
+    """spec I-prefix-closed-residency: every resident full block's parent is resident."""
+    keys = {b.key for b in (engine.view.block(x) for x in engine.view.resident())}
+    out = []
+    for bid in engine.view.resident():
+        b = engine.view.block(bid)
+        parent = engine.block_parent(bid)
+        if b.key is not None and parent != ROOT_KEY and parent not in keys:
+            out.append(Violation("prefix-closed-residency", "orphan: parent block not resident",
+                                 block=bid))
+    return out

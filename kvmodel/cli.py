@@ -1,0 +1,184 @@
+"""The ``kvmodel`` command line; the composition root (the only place that wires things together).
+
+Exit codes: 0 success, 2 bad input (trace, config, policy name, usage), 1 a failure inside a
+policy or kvmodel itself. Output files are written to a temporary name and renamed into place
+only on success, so a failed run leaves no partial file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from kvmodel.config import EngineConfig, default_config, load_config
+from kvmodel.errors import ConfigError, KVModelError, PolicyNotFoundError, TraceError
+from kvmodel.policy import registered_policies, resolve_policy
+from kvmodel.replay import Summary, replay
+from kvmodel.trace import Trace, iter_trace_lines, load_trace
+from kvmodel.workloads import AgenticParams, generate_agentic
+
+__all__ = ["main"]
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _config(path: str | None) -> EngineConfig:
+    return load_config(path) if path else default_config()
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    trace = load_trace(args.trace)
+    result = replay(trace, args.policy, _config(args.config))
+    if args.observations:
+        _atomic_write(Path(args.observations), result.engine.log.to_jsonl())
+    _print_summary(result.summary, as_json=args.json)
+    return 0
+
+
+def _print_summary(s: Summary, *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(s.to_json(), indent=2))
+        return
+    print(f"policy {s.policy}: {s.ops} ops, {s.infers} inferences, {s.rejected} rejected")
+    print(
+        f"  tokens: prompt {s.prompt_tokens}, hit {s.hit_tokens} "
+        f"({s.token_hit_rate:.1%}), recomputed {s.miss_tokens}, output {s.output_tokens}"
+    )
+    for tier, w in s.writes.items():
+        years = s.device_years.get(tier)
+        wear = f", {years:.3g} device-years" if years is not None else ""
+        print(
+            f"  tier {tier}: {w} block writes, {s.evictions[tier]} evictions, "
+            f"{s.frees[tier]} frees{wear}"
+        )
+    print(
+        f"  dead resident: final {s.dead_resident_final}, max {s.dead_resident_max}; "
+        f"zombie block-seconds {s.zombie_block_seconds:.1f}"
+    )
+
+
+def _cmd_policies(args: argparse.Namespace) -> int:
+    rows = []
+    for name, path in registered_policies().items():
+        try:
+            p = resolve_policy(name)
+            claims = sorted(getattr(p, "claims", ()))
+        except PolicyNotFoundError as e:
+            claims = [f"(unavailable: {e})"]
+        rows.append({"name": name, "path": path, "claims": claims})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            print(f"{r['name']:<12} {r['path']}")
+            print(f"{'':<12} claims: {', '.join(r['claims']) or '-'}")
+    return 0
+
+
+def _agentic_from(args: argparse.Namespace) -> Trace:
+    return generate_agentic(AgenticParams(seed=args.seed, sessions=args.sessions, turns=args.turns))
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    trace = _agentic_from(args)
+    text = "".join(line + "\n" for line in iter_trace_lines(trace))
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        _atomic_write(Path(args.output), text)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    """The built-in default job: one generated agent workload, every built-in policy."""
+    trace = _agentic_from(args)
+    config = (
+        _config(args.config) if args.config else default_config(hbm_blocks=256, hbf_blocks=1024)
+    )
+    names = args.policies.split(",") if args.policies else list(registered_policies())
+    rows = [replay(trace, n, config).summary for n in names]
+    if args.json:
+        print(json.dumps([r.to_json() for r in rows], indent=2))
+        return 0
+    print(
+        f"workload: agentic seed={args.seed} sessions={args.sessions} turns={args.turns} "
+        f"({len(trace.ops)} ops); tiers: "
+        + ", ".join(f"{t.name}={t.blocks} blocks" for t in config.tiers)
+    )
+    head = (
+        f"{'policy':<11}{'hit rate':>9}{'recomputed':>12}{'rejected':>9}"
+        f"{'zombie blk-s':>14}{'dead max':>9}"
+        + "".join(f"{'writes ' + n:>13}" for n in rows[0].writes)
+    )
+    print(head)
+    for r in rows:
+        print(
+            f"{r.policy:<11}{r.token_hit_rate:>9.1%}{r.miss_tokens:>12}{r.rejected:>9}"
+            f"{r.zombie_block_seconds:>14.0f}{r.dead_resident_max:>9}"
+            + "".join(f"{w:>13}" for w in r.writes.values())
+        )
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kvmodel", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("replay", help="replay a trace under a policy")
+    r.add_argument("trace", help="trace file (JSONL, spec/trace-format.md)")
+    r.add_argument("--policy", default="lru", help="policy name or package.module:Name")
+    r.add_argument("--config", help="engine config TOML (default: hbm 512 + hbf 4096 blocks)")
+    r.add_argument("--observations", metavar="OUT.jsonl", help="write the observation log")
+    r.add_argument("--json", action="store_true", help="print the summary as JSON")
+    r.set_defaults(func=_cmd_replay)
+
+    pol = sub.add_parser("policies", help="list registered policies and their claims")
+    pol.add_argument("--json", action="store_true")
+    pol.set_defaults(func=_cmd_policies)
+
+    def workload_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--seed", type=int, default=0)
+        sp.add_argument("--sessions", type=int, default=4)
+        sp.add_argument("--turns", type=int, default=3)
+
+    g = sub.add_parser("generate", help="write a generated agent workload trace")
+    workload_args(g)
+    g.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
+    g.set_defaults(func=_cmd_generate)
+
+    d = sub.add_parser("demo", help="compare built-in policies on a generated agent workload")
+    workload_args(d)
+    d.add_argument("--policies", help="comma-separated policy names (default: all registered)")
+    d.add_argument("--config", help="engine config TOML (default: hbm 256 + hbf 1024 blocks)")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=_cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except (TraceError, ConfigError, PolicyNotFoundError) as e:
+        print(f"kvmodel: error: {e}", file=sys.stderr)
+        return 2
+    except KVModelError as e:
+        print(f"kvmodel: failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

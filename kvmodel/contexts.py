@@ -1,0 +1,362 @@
+"""Contexts: the logical message sequence, per-message lifecycle, and the materialized chain.
+
+A context keeps two views of itself (spec P3, deferred application):
+
+* the **logical** sequence -- what the harness will send next; edits change it at once;
+* the **materialized** chain -- the full blocks whose KV currently represents a prefix of it; it
+  changes only at the context's next ``infer`` (or at close). ``valid`` counts the leading entries
+  of the chain that are still a prefix of the logical sequence; an edit at token offset ``o`` sets
+  ``valid = min(valid, o // block_size)`` (suffix invalidation, spec B5).
+
+Lifecycle states are stored sparsely: a live message that is neither pinned nor temporary takes the
+context's *phase* (Active while runnable or running, Suspended while waiting). Phase events (RUN,
+INFER_START, INFER_END) therefore cost O(1) instead of O(context length); the transition table is
+applied to the phase and, message by message, to the explicitly stored states (spec L4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from kvmodel.blocks import ROOT_KEY, BlockSpec, pack
+from kvmodel.errors import InternalError, TraceError
+from kvmodel.ids import BlockKey, ContextId, MessageId, SessionId
+from kvmodel.lifecycle import BlockClass, Event, MsgState, aggregate_within_context, transition
+from kvmodel.messages import AgentKind, Message, MessageKind, SpawnRecord
+
+__all__ = ["Context"]
+
+_PHASES = frozenset({MsgState.ACTIVE, MsgState.SUSPENDED})
+
+
+class Context:
+    """One agent context. Mutated only by the engine; policies see :class:`ContextInfo`."""
+
+    __slots__ = (
+        "_next_uid",
+        "agent",
+        "block_size",
+        "closed_at",
+        "entries",
+        "id",
+        "is_open",
+        "last_infer",
+        "live_ids",
+        "materialized",
+        "messages_by_uid",
+        "one_shot",
+        "opened_at",
+        "parent",
+        "phase",
+        "pin_deadline",
+        "session",
+        "spawn",
+        "starts",
+        "stored",
+        "suspended_at",
+        "temporaries",
+        "valid",
+    )
+
+    def __init__(
+        self,
+        ctx: ContextId,
+        session: SessionId,
+        agent: AgentKind,
+        *,
+        block_size: int,
+        t: float,
+        parent: ContextId | None = None,
+        spawn: SpawnRecord | None = None,
+        one_shot: bool = False,
+    ) -> None:
+        self.id = ctx
+        self.session = session
+        self.agent = agent
+        self.parent = parent
+        self.spawn = spawn
+        self.one_shot = one_shot
+        self.block_size = block_size
+        self.is_open = True
+        self.opened_at = t
+        self.closed_at: float | None = None
+        self.phase = MsgState.ACTIVE
+        self.entries: list[tuple[Message, int]] = []
+        self.starts: list[int] = []
+        self.stored: dict[int, MsgState] = {}
+        self.messages_by_uid: dict[int, Message] = {}
+        self.live_ids: dict[MessageId, int] = {}
+        self.temporaries: set[int] = set()
+        self.pin_deadline: dict[int, float | None] = {}
+        self.materialized: list[BlockSpec] = []
+        self.valid = 0
+        self.last_infer: float | None = None
+        self.suspended_at: float | None = None
+        self._next_uid = 0
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def total_tokens(self) -> int:
+        return self.starts[-1] + self.entries[-1][0].tokens if self.entries else 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def state(self, uid: int) -> MsgState | None:
+        """The lifecycle state of message instance ``uid`` (spec L1); ``None`` if unknown."""
+        if uid not in self.messages_by_uid:
+            return None
+        return self.stored.get(uid, self.phase)
+
+    def message_states(self) -> Iterator[tuple[Message, MsgState]]:
+        """Every message of the logical sequence with its state, in order."""
+        for m, uid in self.entries:
+            yield m, self.stored.get(uid, self.phase)
+
+    def block_class(self, depth: int) -> BlockClass:
+        """The class of the materialized block at ``depth`` in this context (spec L5.1)."""
+        if depth >= self.valid:
+            return BlockClass.EXPIRED
+        spec = self.materialized[depth]
+        return aggregate_within_context(self.stored.get(u, self.phase) for u in spec.uids)
+
+    def first_temporary_index(self) -> int | None:
+        if not self.temporaries:
+            return None
+        return min(i for i, (_, uid) in enumerate(self.entries) if uid in self.temporaries)
+
+    def pack_from(self, first_block: int) -> list[BlockSpec]:
+        """Packed blocks of the logical sequence from ``first_block`` on (tail may be partial)."""
+        parent = self.materialized[first_block - 1].key if first_block else ROOT_KEY
+        if parent is None:
+            raise InternalError("a materialized chain entry has no key")
+        return pack(
+            self.entries,
+            self.starts,
+            first_block=first_block,
+            parent=parent,
+            block_size=self.block_size,
+        )
+
+    def chain_keys(self) -> list[BlockKey]:
+        return [s.key for s in self.materialized if s.key is not None]
+
+    # ------------------------------------------------------------------ lifecycle plumbing
+
+    def _apply(self, uid: int, event: Event, *, new: bool = False) -> MsgState:
+        before = None if new else self.state(uid)
+        after = transition(before, event, message=self._mid(uid), context=self.id)
+        if after in _PHASES:
+            if after is not self.phase:
+                raise InternalError(
+                    f"message {self._mid(uid)!r} of {self.id!r} would be {after.value} while "
+                    f"its context is {self.phase.value}"
+                )
+            self.stored.pop(uid, None)
+        else:
+            self.stored[uid] = after
+        if after is MsgState.TEMPORARY:
+            self.temporaries.add(uid)
+        else:
+            self.temporaries.discard(uid)
+        if after is not MsgState.PINNED:
+            self.pin_deadline.pop(uid, None)
+        return after
+
+    def _mid(self, uid: int) -> str:
+        m = self.messages_by_uid.get(uid)
+        return m.id if m is not None else f"#{uid}"
+
+    def phase_event(self, event: Event) -> None:
+        """RUN / INFER_START / INFER_END for every phase-following message at once (spec L4)."""
+        self.phase = transition(self.phase, event, message="*", context=self.id)
+
+    def _new_uid(self, m: Message) -> int:
+        if m.id in self.live_ids:
+            raise TraceError(
+                f"message id {m.id!r} is already live in context {self.id!r}; ids must be unique "
+                "within a context's sequence (use 'hash' to give two messages one KV identity)",
+                field="id",
+            )
+        uid = self._next_uid
+        self._next_uid += 1
+        self.messages_by_uid[uid] = m
+        return uid
+
+    def _invalidate_from(self, index: int) -> None:
+        """Suffix invalidation from message ``index`` (spec B5)."""
+        if index < len(self.starts):
+            self.valid = min(self.valid, self.starts[index] // self.block_size)
+
+    def _restart(self, index: int) -> None:
+        """Recompute token offsets from message ``index`` on."""
+        del self.starts[index:]
+        pos = self.starts[-1] + self.entries[len(self.starts) - 1][0].tokens if self.starts else 0
+        for m, _ in self.entries[index:]:
+            self.starts.append(pos)
+            pos += m.tokens
+
+    # ------------------------------------------------------------------ edits (spec P5-P9)
+
+    def admit(self, messages: Sequence[Message], *, temporary: bool) -> None:
+        """Append messages (the caller raises RUN first)."""
+        event = Event.ADMIT_TEMPORARY if (temporary or self.one_shot) else Event.ADMIT
+        for m in messages:
+            uid = self._new_uid(m)
+            self._apply(uid, event, new=True)
+            self.starts.append(self.total_tokens)
+            self.entries.append((m, uid))
+            self.live_ids[m.id] = uid
+
+    def _check_index(self, index: int, field: str, *, allow_end: bool = False) -> None:
+        hi = len(self.entries) + (1 if allow_end else 0)
+        if not 0 <= index < hi:
+            raise TraceError(
+                f"expected an index in [0, {hi}) for context {self.id!r} of "
+                f"{len(self.entries)} messages (got {index})",
+                field=field,
+            )
+
+    def _expire(self, uid: int, event: Event) -> None:
+        self._apply(uid, event)
+        m = self.messages_by_uid[uid]
+        if self.live_ids.get(m.id) == uid:
+            del self.live_ids[m.id]
+
+    def replace(self, index: int, message: Message) -> None:
+        self._check_index(index, "index")
+        old_m, old_uid = self.entries[index]
+        self._expire(old_uid, Event.INVALIDATE)
+        uid = self._new_uid(message)
+        self._apply(uid, Event.ADMIT_TEMPORARY if self.one_shot else Event.ADMIT, new=True)
+        self.entries[index] = (message, uid)
+        self.live_ids[message.id] = uid
+        self._invalidate_from(index)
+        if message.tokens != old_m.tokens:
+            self._restart(index)
+
+    def remove(self, index: int, count: int) -> None:
+        self._check_index(index, "index")
+        if index + count > len(self.entries):
+            raise TraceError(
+                f"expected index + count <= {len(self.entries)} for context {self.id!r} "
+                f"(got {index} + {count})",
+                field="count",
+            )
+        for _, uid in self.entries[index : index + count]:
+            self._expire(uid, Event.INVALIDATE)
+        self._invalidate_from(index)
+        del self.entries[index : index + count]
+        self._restart(index)
+
+    def strip_reasoning(self) -> int:
+        """``turn_end``: remove every reasoning message (spec P9). Returns how many."""
+        first = next(
+            (i for i, (m, _) in enumerate(self.entries) if m.kind is MessageKind.REASONING), None
+        )
+        if first is None:
+            return 0
+        kept: list[tuple[Message, int]] = []
+        n = 0
+        for m, uid in self.entries:
+            if m.kind is MessageKind.REASONING:
+                self._expire(uid, Event.INVALIDATE)
+                n += 1
+            else:
+                kept.append((m, uid))
+        self._invalidate_from(first)
+        self.entries = kept
+        self._restart(first)
+        return n
+
+    def drop_temporaries(self) -> None:
+        """After an inference: temporaries expire and leave the sequence (spec P8)."""
+        first = self.first_temporary_index()
+        if first is None:
+            return
+        self._invalidate_from(first)
+        kept: list[tuple[Message, int]] = []
+        for m, uid in self.entries:
+            if uid in self.temporaries:
+                self._expire(uid, Event.INFER_END)
+            else:
+                kept.append((m, uid))
+        self.entries = kept
+        self._restart(first)
+
+    def _range(self, start: int | None, stop: int | None) -> range:
+        n = len(self.entries)
+        lo = 0 if start is None else start
+        hi = n if stop is None else stop
+        if not 0 <= lo <= hi <= n:
+            raise TraceError(
+                f"expected 0 <= start <= stop <= {n} for context {self.id!r} (got start={lo}, "
+                f"stop={hi})",
+                field="stop" if stop is not None and hi > n else "start",
+            )
+        return range(lo, hi)
+
+    def pin(self, start: int | None, stop: int | None, deadline: float | None) -> list[int]:
+        """Pin a range; returns the uids now pinned (for TTL bookkeeping)."""
+        pinned: list[int] = []
+        for i in self._range(start, stop):
+            uid = self.entries[i][1]
+            if self._apply(uid, Event.PIN) is MsgState.PINNED:
+                if uid in self.pin_deadline:
+                    # overlapping pins: the longer protection wins; None (no TTL) is the longest
+                    old = self.pin_deadline[uid]
+                    deadline_now = None if old is None or deadline is None else max(old, deadline)
+                else:
+                    deadline_now = deadline
+                self.pin_deadline[uid] = deadline_now
+                pinned.append(uid)
+        return pinned
+
+    def unpin(self, start: int | None, stop: int | None) -> None:
+        for i in self._range(start, stop):
+            self.unpin_uid(self.entries[i][1])
+
+    def unpin_uid(self, uid: int) -> None:
+        ev = Event.UNPIN_RUNNABLE if self.phase is MsgState.ACTIVE else Event.UNPIN_WAITING
+        self._apply(uid, ev)
+
+    def close(self, t: float) -> None:
+        """Every message Expired; the context can no longer be named by live ops (spec P11)."""
+        for _, uid in self.entries:
+            self._expire(uid, Event.CLOSE)
+        self.entries = []
+        self.starts = []
+        self.is_open = False
+        self.closed_at = t
+
+    def fork(self, ctx: ContextId, upto: int, t: float) -> Context:
+        """A new branch sharing the first ``upto`` messages (spec P4).
+
+        States are copied per branch (pins are not inherited; temporaries stay temporary); the
+        branch inherits the valid materialized blocks that lie wholly inside the shared messages.
+        """
+        child = Context(
+            ctx,
+            self.session,
+            self.agent,
+            block_size=self.block_size,
+            t=t,
+            parent=self.id,
+            spawn=self.spawn,
+            one_shot=self.one_shot,
+        )
+        child._next_uid = self._next_uid
+        shared_tokens = self.starts[upto] if upto < len(self.entries) else self.total_tokens
+        for m, uid in self.entries[:upto]:
+            child.messages_by_uid[uid] = m
+            child.entries.append((m, uid))
+            child.live_ids[m.id] = uid
+            if uid in self.temporaries:
+                child.stored[uid] = MsgState.TEMPORARY
+                child.temporaries.add(uid)
+        child.starts = list(self.starts[:upto])
+        keep = min(self.valid, shared_tokens // self.block_size)
+        child.materialized = list(self.materialized[:keep])
+        child.valid = keep
+        return child

@@ -1,0 +1,836 @@
+"""The reference engine: applies trace ops to contexts and memory under a policy (spec §primitives).
+
+The engine is the only mutator of the model. Per op it (1) integrates zombie block-seconds up to
+the op's time, (2) expires pins whose TTL ran out, (3) applies the op, (4) lets the policy reclaim
+(``on_op``). Policies and checkers see it through :attr:`Engine.view`.
+
+An ``infer`` is the heart (spec P7)::
+
+    materialized chain  [ kept: 0 .. v-1 ][ old tail v .. (invalid, dropped) ]
+    logical sequence    [ prompt .............................. ][ output ....... ]
+    packed from v       [ lookup hits ][ misses: allocate through the policy ][ partial ]
+                          contiguous     evict by the policy's order when full   freed after
+                          from v only
+
+Work per inference is proportional to the blocks packed from ``v`` (new blocks), not to the
+context's length: the kept prefix is reused by count, and block recency for it is derived from
+the context's ``last_infer`` (see :meth:`_EngineView.block`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from kvmodel.blocks import BlockSpec
+from kvmodel.config import EngineConfig
+from kvmodel.contexts import Context
+from kvmodel.errors import InternalError, PolicyError, TraceError
+from kvmodel.ids import BlockId, BlockKey, ContextId, SessionId, TierName
+from kvmodel.lifecycle import (
+    BlockClass,
+    Event,
+    MsgState,
+    aggregate_across_contexts,
+    aggregate_within_context,
+)
+from kvmodel.messages import AgentKind
+from kvmodel.observations import (
+    AllocObs,
+    BypassObs,
+    EvictObs,
+    FreeObs,
+    FreeReason,
+    HitObs,
+    InferObs,
+    ObservationLog,
+    RejectObs,
+)
+from kvmodel.policy import Placement, Policy
+from kvmodel.trace import (
+    Append,
+    Close,
+    EndSession,
+    Fork,
+    Infer,
+    Op,
+    Open,
+    Pin,
+    Remove,
+    Replace,
+    Return,
+    TurnEnd,
+    Unpin,
+)
+from kvmodel.view import BlockInfo, ContextInfo, ModelView, NewBlock, TierInfo
+
+__all__ = ["Engine", "EngineStats"]
+
+
+class _Block:
+    """A resident block slot (internal, mutable)."""
+
+    __slots__ = (
+        "alloc_time",
+        "birth_state",
+        "depth",
+        "holders",
+        "id",
+        "indexed",
+        "spec",
+        "tier",
+        "touch",
+        "writer",
+        "writer_agent",
+    )
+
+    def __init__(self, bid: BlockId, spec: BlockSpec, tier: TierName, t: float, writer: Context):
+        self.id = bid
+        self.spec = spec
+        self.depth = spec.depth
+        self.tier = tier
+        self.indexed = False
+        self.holders: set[ContextId] = set()
+        self.touch = t
+        self.alloc_time = t
+        self.writer = writer.id
+        self.writer_agent = writer.agent
+        #: class in the writing context at allocation; the class while it has no holder in flight
+        self.birth_state = BlockClass.ACTIVE
+
+
+@attrs.frozen(slots=True)
+class _Placed:
+    spec: BlockSpec
+    block: _Block
+    bypass: bool
+    fresh: bool  # newly allocated (False: an orphan rewritten in place)
+
+
+@attrs.define
+class EngineStats:
+    """Running totals (spec §metrics of replay)."""
+
+    infers: int = 0
+    rejected: int = 0
+    prompt_tokens: int = 0
+    hit_tokens: int = 0
+    miss_tokens: int = 0
+    output_tokens: int = 0
+    evictions: dict[str, int] = attrs.field(factory=dict)
+    frees: dict[str, int] = attrs.field(factory=dict)
+    dead_resident_max: int = 0
+    zombie_block_seconds: float = 0.0
+    t_first: float | None = None
+    t_last: float | None = None
+
+
+class Engine:
+    """The executable model. ``apply(op)`` one op at a time; read it through :attr:`view`."""
+
+    def __init__(self, config: EngineConfig, policy: Policy) -> None:
+        from kvmodel.memory import Memory
+
+        self.config = config
+        self.block_size = config.block_size
+        self.policy = policy
+        self.memory = Memory(config.tiers)
+        self._tier_index = {t.name: i for i, t in enumerate(config.tiers)}
+        self.contexts: dict[ContextId, Context] = {}
+        self.sessions: dict[SessionId, list[ContextId]] = {}
+        self.ended_sessions: set[SessionId] = set()
+        #: Derivation edges of the fork DAG: (from, to, kind) with kind in
+        #: fork | spawn | compaction | return.
+        self.edges: list[tuple[ContextId, ContextId, str]] = []
+        self.blocks: dict[BlockId, _Block] = {}
+        self.index: dict[BlockKey, BlockId] = {}
+        self.dead: set[BlockId] = set()
+        self.log = ObservationLog()
+        self.stats = EngineStats(
+            evictions={t.name: 0 for t in config.tiers}, frees={t.name: 0 for t in config.tiers}
+        )
+        self.now = 0.0
+        self.op_index = -1
+        self._pins: list[tuple[float, int, ContextId, int]] = []
+        self._pin_seq = 0
+        # in-flight request (spec M4: never evicted)
+        self._fl_ctx: Context | None = None
+        self._fl_valid = 0
+        self._fl: set[BlockId] = set()
+        self._order: list[BlockId] | None = None
+        self._order_pos = 0
+        self.view: ModelView = _EngineView(self)
+
+    # ------------------------------------------------------------------ driving
+
+    def apply(self, op: Op) -> None:
+        """Apply one op (spec P). Bad input raises :class:`TraceError` without a location."""
+        if self.stats.t_first is None:
+            self.stats.t_first = op.t
+            self.now = op.t
+        if op.t < self.now:
+            raise TraceError(
+                f"time went backwards: expected t >= {self.now:g} (got {op.t:g})", field="t"
+            )
+        self.stats.zombie_block_seconds += len(self.dead) * (op.t - self.now)
+        self.now = op.t
+        self.stats.t_last = op.t
+        self.op_index += 1
+        self._expire_pins(op.t)
+        match op:
+            case Open():
+                self._open(op)
+            case Fork():
+                self._fork(op)
+            case Append():
+                c = self._ctx(op.ctx)
+                c.phase_event(Event.RUN)
+                c.admit(op.messages, temporary=op.temporary)
+            case Replace():
+                c = self._ctx(op.ctx)
+                c.phase_event(Event.RUN)
+                c.replace(op.index, op.message)
+            case Remove():
+                self._ctx(op.ctx).remove(op.index, op.count)
+            case Pin():
+                self._pin(op)
+            case Unpin():
+                self._ctx(op.ctx).unpin(op.start, op.stop)
+            case Infer():
+                self._infer(op)
+            case TurnEnd():
+                self._ctx(op.ctx).strip_reasoning()
+            case Return():
+                self._return(op)
+            case Close():
+                self._close(self._ctx(op.ctx))
+            case EndSession():
+                self._end_session(op)
+        for bid in list(self.policy.on_op(self.view, op)):
+            self._policy_free(bid)
+        self.stats.dead_resident_max = max(self.stats.dead_resident_max, len(self.dead))
+
+    # ------------------------------------------------------------------ contexts
+
+    def _ctx(self, ctx: ContextId, field: str = "ctx") -> Context:
+        c = self.contexts.get(ctx)
+        if c is None:
+            raise TraceError(f"expected an open context (got unknown context {ctx!r})", field=field)
+        if not c.is_open:
+            raise TraceError(f"expected an open context (context {ctx!r} is closed)", field=field)
+        return c
+
+    def _new_ctx_id(self, ctx: ContextId) -> None:
+        if ctx in self.contexts:
+            raise TraceError(f"expected a new context id ({ctx!r} already exists)", field="ctx")
+
+    def _register(self, c: Context) -> None:
+        if c.session in self.ended_sessions:
+            raise TraceError(f"session {c.session!r} has ended", field="session")
+        self.contexts[c.id] = c
+        self.sessions.setdefault(c.session, []).append(c.id)
+
+    def _open(self, op: Open) -> None:
+        self._new_ctx_id(op.ctx)
+        if op.parent is not None:
+            self._ctx(op.parent, "parent")
+        c = Context(
+            op.ctx,
+            op.session,
+            op.agent,
+            block_size=self.block_size,
+            t=op.t,
+            parent=op.parent,
+            spawn=op.spawn,
+            one_shot=op.one_shot,
+        )
+        self._register(c)
+        if op.parent is not None:
+            kind = "compaction" if op.agent is AgentKind.COMPACTOR else "spawn"
+            self.edges.append((op.parent, op.ctx, kind))
+
+    def _fork(self, op: Fork) -> None:
+        src = self._ctx(op.src, "src")
+        self._new_ctx_id(op.ctx)
+        upto = len(src) if op.upto is None else op.upto
+        if upto > len(src):
+            raise TraceError(
+                f"expected upto <= {len(src)}, the length of {src.id!r} (got {upto})", field="upto"
+            )
+        child = src.fork(op.ctx, upto, op.t)
+        self._register(child)
+        for spec in child.materialized:
+            self._attach(child, spec)
+        self.edges.append((src.id, child.id, "fork"))
+
+    def _pin(self, op: Pin) -> None:
+        c = self._ctx(op.ctx)
+        deadline = op.t + op.ttl if op.ttl is not None else None
+        for uid in c.pin(op.start, op.stop, deadline):
+            d = c.pin_deadline.get(uid)
+            if d is not None:
+                heapq.heappush(self._pins, (d, self._pin_seq, c.id, uid))
+                self._pin_seq += 1
+
+    def _expire_pins(self, t: float) -> None:
+        """TTL pins whose deadline is at or before ``t`` end before the op at ``t`` (spec P6)."""
+        while self._pins and self._pins[0][0] <= t:
+            deadline, _, cid, uid = heapq.heappop(self._pins)
+            c = self.contexts[cid]
+            if c.is_open and uid in c.pin_deadline and c.pin_deadline[uid] == deadline:
+                c.unpin_uid(uid)
+
+    def _return(self, op: Return) -> None:
+        c = self._ctx(op.ctx)
+        into = self._ctx(op.into, "into")
+        if into is c:
+            raise TraceError("expected 'into' to name another context", field="into")
+        into.phase_event(Event.RUN)
+        try:
+            into.admit([op.result], temporary=False)
+        except TraceError as e:
+            raise TraceError(e.problem, field="result.id") from None
+        self.edges.append((c.id, into.id, "return"))
+        self._close(c)
+
+    def _end_session(self, op: EndSession) -> None:
+        if op.session not in self.sessions:
+            raise TraceError(f"expected a known session (got {op.session!r})", field="session")
+        if op.session in self.ended_sessions:
+            raise TraceError(f"session {op.session!r} has already ended", field="session")
+        for cid in self.sessions[op.session]:
+            c = self.contexts[cid]
+            if c.is_open:
+                self._close(c)
+        self.ended_sessions.add(op.session)
+
+    def _close(self, c: Context) -> None:
+        """Closing takes effect at once: the chain is dropped, every message Expired (P11)."""
+        for spec in c.materialized:
+            self._detach(c, spec)
+        c.materialized = []
+        c.valid = 0
+        c.close(self.now)
+
+    # ------------------------------------------------------------------ chain bookkeeping
+
+    def _block_of(self, spec: BlockSpec) -> _Block:
+        bid = self.index.get(spec.key) if spec.key is not None else None
+        if bid is None:
+            raise InternalError(f"chain entry {spec.key!r} at depth {spec.depth} is not resident")
+        return self.blocks[bid]
+
+    def _attach(self, c: Context, spec: BlockSpec) -> None:
+        b = self._block_of(spec)
+        b.holders.add(c.id)
+        self.dead.discard(b.id)
+
+    def _detach(self, c: Context, spec: BlockSpec) -> None:
+        b = self._block_of(spec)
+        if c.last_infer is not None and c.last_infer > b.touch:
+            b.touch = c.last_infer  # fold the holder's recency in before it stops holding
+        b.holders.discard(c.id)
+        self._refresh_dead(b)
+
+    def _in_flight(self, b: _Block) -> bool:
+        if b.id in self._fl:
+            return True
+        c = self._fl_ctx
+        return c is not None and b.depth < self._fl_valid and c.id in b.holders
+
+    def _refresh_dead(self, b: _Block) -> None:
+        if not b.holders and not self._in_flight(b) and b.id in self.blocks:
+            self.dead.add(b.id)
+        else:
+            self.dead.discard(b.id)
+
+    def _drop(self, b: _Block) -> None:
+        """Remove a block from memory; every chain holding it is cut there (spec M4.3)."""
+        if b.indexed and b.spec.key is not None:
+            del self.index[b.spec.key]
+        for h in sorted(b.holders):
+            c = self.contexts[h]
+            cut = c.materialized[b.depth :]
+            if len(cut) > 1:
+                self._order = None  # classes of the blocks below changed: re-rank
+            for spec in cut[1:]:
+                self._detach(c, spec)
+            del c.materialized[b.depth :]
+            c.valid = min(c.valid, b.depth)
+        b.holders.clear()
+        del self.blocks[b.id]
+        self.dead.discard(b.id)
+        self._fl.discard(b.id)
+        self.memory.free(b.id)
+
+    def _policy_free(self, bid: BlockId) -> None:
+        b = self.blocks.get(bid)
+        if b is None:
+            raise PolicyError(
+                f"policy {self.policy.name!r} freed block {bid}, which is not resident"
+            )
+        self._free(b, FreeReason.RECLAIM)
+
+    def _free(self, b: _Block, reason: str) -> None:
+        self.log.add(
+            FreeObs(
+                self.log.next_seq,
+                self.now,
+                self.op_index,
+                b.id,
+                b.spec.key,
+                b.tier,
+                b.depth,
+                self.block_class(b),
+                reason,
+            )
+        )
+        self.stats.frees[b.tier] += 1
+        self._drop(b)
+
+    # ------------------------------------------------------------------ classes and candidates
+
+    def graph(self) -> Any:
+        """The fork DAG of contexts as a ``networkx.DiGraph`` (see :mod:`kvmodel.graphs`)."""
+        from kvmodel.graphs import fork_dag
+
+        return fork_dag(self)
+
+    def prefix_tree(self) -> Any:
+        """Resident KV as a prefix tree of block keys (see :mod:`kvmodel.graphs`)."""
+        from kvmodel.graphs import prefix_tree
+
+        return prefix_tree(self)
+
+    def message_states(self) -> dict[tuple[ContextId, int], MsgState]:
+        """Every (context, message instance) ever admitted and its current state (spec L1)."""
+        out: dict[tuple[ContextId, int], MsgState] = {}
+        for cid, c in self.contexts.items():
+            for uid in c.messages_by_uid:
+                st = c.state(uid)
+                if st is not None:
+                    out[(cid, uid)] = st
+        return out
+
+    def block_parent(self, block: BlockId) -> BlockKey:
+        """The hash-chain key of a resident block's parent (``ROOT_KEY`` at depth 0)."""
+        return self.blocks[block].spec.parent
+
+    def block_class(self, b: _Block) -> BlockClass:
+        """Spec L5.2; a block written by the in-flight request and not yet on a chain keeps the
+        class it had in the writing context."""
+        if not b.holders and b.id in self._fl:
+            return b.birth_state
+        return aggregate_across_contexts(self.contexts[h].block_class(b.depth) for h in b.holders)
+
+    def _candidates(self) -> list[BlockInfo]:
+        """Evictable blocks: resident, not in flight, not Pinned (spec M4.1)."""
+        out = []
+        for b in self.blocks.values():
+            if self._in_flight(b):
+                continue
+            info = self.view.block(b.id)
+            if info.state is not BlockClass.PINNED:
+                out.append(info)
+        return out
+
+    def _rank(self) -> list[BlockId]:
+        cands = self._candidates()
+        order = list(self.policy.eviction_order(self.view, cands))
+        allowed = {c.id for c in cands}
+        bad = [b for b in order if b not in allowed]
+        if bad or len(set(order)) != len(order):
+            raise PolicyError(
+                f"policy {self.policy.name!r} eviction_order returned "
+                + (f"non-candidate block {bad[0]}" if bad else "a block twice")
+            )
+        return order
+
+    def _next_victim(self, tiers: Sequence[TierName]) -> _Block | None:
+        """The first block of the policy's order that is still evictable and in ``tiers``.
+
+        The order is computed once per inference and reused while it stays valid (an eviction
+        that cuts other blocks off a chain changes their classes and forces a re-rank).
+        """
+        if self._order is None:
+            self._order = self._rank()
+            self._order_pos = 0
+        order = self._order
+        while self._order_pos < len(order) and order[self._order_pos] not in self.blocks:
+            self._order_pos += 1
+        for bid in order[self._order_pos :]:
+            b = self.blocks.get(bid)
+            if b is not None and b.tier in tiers and not self._in_flight(b):
+                return b
+        return None
+
+    def _allocate(self, tiers: Sequence[TierName], ctx: Context) -> BlockId | None:
+        """A free slot in the first preferred tier that has one, else evict (spec M4)."""
+        for tn in tiers:
+            if self.memory.free_count(tn):
+                return self.memory.alloc(tn)
+        victim = self._next_victim(tiers)
+        if victim is None:
+            return None
+        tier = victim.tier
+        self.log.add(
+            EvictObs(
+                self.log.next_seq,
+                self.now,
+                self.op_index,
+                ctx.id,
+                victim.id,
+                victim.spec.key,
+                tier,
+                victim.depth,
+                self.block_class(victim),
+            )
+        )
+        self.stats.evictions[tier] += 1
+        self._drop(victim)
+        return self.memory.alloc(tier)
+
+    # ------------------------------------------------------------------ inference (spec P7)
+
+    def _infer(self, op: Infer) -> None:
+        c = self._ctx(op.ctx)
+        if not len(c):
+            raise TraceError(f"context {c.id!r} has no messages to infer on", field="ctx")
+        bs = self.block_size
+        c.phase_event(Event.INFER_START)
+        prompt_tokens = c.total_tokens
+        prompt_full = prompt_tokens // bs
+        first_temp = c.first_temporary_index()
+        cut = c.starts[first_temp] // bs if first_temp is not None else None
+        try:
+            c.admit(op.output, temporary=False)
+        except TraceError as e:
+            raise TraceError(e.problem, field="output.id") from None
+        output_tokens = sum(m.tokens for m in op.output)
+
+        # the minimal invalidation first: the chain's invalid tail is dropped (spec P7.2)
+        v = c.valid
+        for s in c.materialized[v:]:
+            self._detach(c, s)
+        del c.materialized[v:]
+        specs = c.pack_from(v)
+        hits: list[_Block] = []
+        for s in specs:
+            if s.depth >= prompt_full or s.key is None or s.key not in self.index:
+                break
+            hits.append(self.blocks[self.index[s.key]])
+        misses = specs[len(hits) :]
+        self._fl_ctx, self._fl_valid = c, v
+        self._fl = {b.id for b in hits}
+        for b in hits:
+            self.dead.discard(b.id)
+        self._order = None
+
+        hit_tokens = (v + len(hits)) * bs
+        self.log.add(
+            InferObs(
+                self.log.next_seq,
+                self.now,
+                self.op_index,
+                c.id,
+                prompt_tokens,
+                hit_tokens,
+                prompt_tokens - hit_tokens,
+                output_tokens,
+                v,
+            )
+        )
+        for b in hits:
+            self.log.add(
+                HitObs(
+                    self.log.next_seq,
+                    self.now,
+                    self.op_index,
+                    c.id,
+                    b.id,
+                    BlockKey(b.spec.key or ""),
+                    b.tier,
+                    b.depth,
+                )
+            )
+
+        needed = sum(1 for s in misses if s.key is None or s.key not in self.index)
+        free = self.memory.total_free()
+        placed: list[_Placed] = []
+        ok = True
+        if needed > free:
+            available = free + len(self._candidates())
+            if needed > available:
+                self._reject(
+                    c,
+                    f"needs {needed} blocks; {free} free and {available - free} evictable",
+                    needed,
+                    available,
+                )
+                ok = False
+        if ok:
+            ok = self._write_misses(c, misses, placed, needed, prompt_full)
+        if ok:
+            self._commit(c, v, hits, placed, cut)
+            st = self.stats
+            st.infers += 1
+            st.prompt_tokens += prompt_tokens
+            st.hit_tokens += hit_tokens
+            st.miss_tokens += prompt_tokens - hit_tokens
+            st.output_tokens += output_tokens
+        self._end_flight()
+        c.phase_event(Event.INFER_END)
+        c.suspended_at = op.t + op.duration
+        c.drop_temporaries()
+        if c.one_shot:
+            self._close(c)
+
+    def _write_misses(
+        self,
+        c: Context,
+        misses: Sequence[BlockSpec],
+        placed: list[_Placed],
+        needed: int,
+        prompt_full: int,
+    ) -> bool:
+        view = self.view
+        for s in misses:
+            if s.key is not None and s.key in self.index:
+                # an orphan: resident, but its chain broke above it; recomputed in place (B6.3)
+                b = self.blocks[self.index[s.key]]
+                self.memory.rewrite(b.id)
+                b.touch = self.now
+                self._fl.add(b.id)
+                self.dead.discard(b.id)
+                self.log.add(
+                    AllocObs(
+                        self.log.next_seq,
+                        self.now,
+                        self.op_index,
+                        c.id,
+                        b.id,
+                        s.key,
+                        b.tier,
+                        b.depth,
+                        self.block_class(b),
+                        rewrite=True,
+                    )
+                )
+                placed.append(_Placed(s, b, bypass=False, fresh=False))
+                continue
+            state = aggregate_within_context(st for u in s.uids if (st := c.state(u)) is not None)
+            nb = NewBlock(
+                s.key,
+                s.depth,
+                c.id,
+                c.session,
+                c.agent,
+                state,
+                s.kinds,
+                in_prompt=s.key is not None and s.depth < prompt_full,
+                partial=s.key is None,
+            )
+            pl = self.policy.place(view, nb)
+            self._check_placement(pl)
+            bid = self._allocate(pl.tiers, c)
+            if bid is None:
+                self._rollback(placed)
+                self._reject(
+                    c,
+                    f"no free or evictable block in tiers {list(pl.tiers)}",
+                    needed,
+                    self.memory.total_free(),
+                )
+                return False
+            b = _Block(bid, s, self.memory.tier_of(bid), self.now, c)
+            b.birth_state = state
+            self.blocks[bid] = b
+            self._fl.add(bid)
+            self.log.add(
+                AllocObs(
+                    self.log.next_seq,
+                    self.now,
+                    self.op_index,
+                    c.id,
+                    bid,
+                    s.key,
+                    b.tier,
+                    s.depth,
+                    state,
+                )
+            )
+            bypass = pl.bypass and s.key is not None
+            if bypass:
+                self.log.add(
+                    BypassObs(
+                        self.log.next_seq,
+                        self.now,
+                        self.op_index,
+                        c.id,
+                        bid,
+                        s.key,
+                        b.tier,
+                        s.depth,
+                    )
+                )
+            elif s.key is not None:
+                self.index[s.key] = bid
+                b.indexed = True
+            placed.append(_Placed(s, b, bypass=bypass, fresh=True))
+        return True
+
+    def _check_placement(self, pl: Placement) -> None:
+        if not isinstance(pl, Placement) or not pl.tiers:
+            raise PolicyError(
+                f"policy {self.policy.name!r} place() must return a Placement "
+                f"with at least one tier (got {pl!r})"
+            )
+        for tn in pl.tiers:
+            if not self.memory.has_tier(tn):
+                raise PolicyError(
+                    f"policy {self.policy.name!r} placed a block in unknown tier "
+                    f"{tn!r}; tiers: {list(self.memory.names)}"
+                )
+
+    def _rollback(self, placed: list[_Placed]) -> None:
+        """Free what a request wrote before it was rejected mid-allocation (spec M4.4)."""
+        for p in reversed(placed):
+            if p.fresh and p.block.id in self.blocks:
+                self._free(p.block, FreeReason.REJECT)
+
+    def _reject(self, c: Context, reason: str, needed: int, available: int) -> None:
+        self.log.add(
+            RejectObs(self.log.next_seq, self.now, self.op_index, c.id, reason, needed, available)
+        )
+        self.stats.rejected += 1
+
+    def _commit(
+        self, c: Context, v: int, hits: list[_Block], placed: list[_Placed], cut: int | None
+    ) -> None:
+        """Attach the new chain tail, release what is not kept, update recency (spec P7.5)."""
+        tail: list[BlockSpec] = [b.spec for b in hits]
+        for p in placed:
+            if p.spec.key is None or p.bypass:
+                break
+            tail.append(p.spec)
+        for s in tail:
+            self._attach(c, s)
+        c.materialized.extend(tail)
+        if cut is not None and len(c.materialized) > cut:
+            # a temporary leaves after this inference: what follows it is not kept (spec P8)
+            for s in c.materialized[cut:]:
+                self._detach(c, s)
+            del c.materialized[cut:]
+        c.valid = len(c.materialized)
+        c.last_infer = self.now
+        for b in hits:
+            b.touch = self.now
+        for p in placed:
+            if p.spec.key is None:
+                self._free(p.block, FreeReason.PARTIAL)
+            elif p.bypass:
+                self._free(p.block, FreeReason.BYPASS)
+
+    def _end_flight(self) -> None:
+        fl = self._fl
+        self._fl_ctx, self._fl_valid, self._fl = None, 0, set()
+        self._order = None
+        for bid in sorted(fl):
+            b = self.blocks.get(bid)
+            if b is not None:
+                self._refresh_dead(b)
+
+
+class _EngineView:
+    """:class:`ModelView` over an :class:`Engine` (read-only by construction: it copies)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._e = engine
+
+    @property
+    def now(self) -> float:
+        return self._e.now
+
+    @property
+    def block_size(self) -> int:
+        return self._e.block_size
+
+    def tiers(self) -> Sequence[TierInfo]:
+        m = self._e.memory
+        return [
+            TierInfo(t.name, i, t.blocks, m.free_count(t.name), m.writes[t.name], t.pe_cycles)
+            for i, t in enumerate(m.tiers)
+        ]
+
+    def block(self, block: BlockId) -> BlockInfo:
+        e = self._e
+        b = e.blocks[block]
+        classes = []
+        suspend: float | None = None
+        last = b.touch
+        for h in b.holders:
+            c = e.contexts[h]
+            cls = c.block_class(b.depth)
+            classes.append(cls)
+            if (
+                cls is BlockClass.SUSPENDED
+                and c.suspended_at is not None
+                and (suspend is None or c.suspended_at < suspend)
+            ):
+                suspend = c.suspended_at
+            if c.last_infer is not None and c.last_infer > last:
+                last = c.last_infer
+        state = aggregate_across_contexts(classes) if classes else e.block_class(b)
+        return BlockInfo(
+            b.id,
+            b.spec.key,
+            b.tier,
+            e._tier_index[b.tier],
+            b.depth,
+            state,
+            last,
+            suspend,
+            b.alloc_time,
+            tuple(sorted(b.holders)),
+            b.writer,
+            b.writer_agent,
+            b.spec.kinds,
+            b.indexed,
+        )
+
+    def resident(self) -> Sequence[BlockId]:
+        return sorted(self._e.blocks)
+
+    def dead(self) -> Sequence[BlockId]:
+        return sorted(self._e.dead)
+
+    def context(self, ctx: ContextId) -> ContextInfo:
+        c = self._e.contexts[ctx]
+        return ContextInfo(
+            c.id,
+            c.session,
+            c.agent,
+            c.parent,
+            c.spawn,
+            c.one_shot,
+            c.is_open,
+            c.phase,
+            len(c),
+            c.total_tokens,
+            len(c.materialized),
+            c.valid,
+            c.opened_at,
+            c.closed_at,
+            c.last_infer,
+            c.suspended_at,
+        )
+
+    def open_contexts(self) -> Sequence[ContextId]:
+        return [cid for cid, c in self._e.contexts.items() if c.is_open]
+
+    def chain(self, ctx: ContextId) -> Sequence[BlockId]:
+        e = self._e
+        return [e.index[s.key] for s in e.contexts[ctx].materialized if s.key is not None]

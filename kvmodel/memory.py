@@ -1,0 +1,185 @@
+"""N-tier memory: free lists, write accounting and endurance (spec §memory M1-M7).
+
+Each tier is a pool of equal-size block slots with its own free list. ``alloc(tier)`` takes a slot
+and counts one block write to that tier (every allocation writes the block's KV, spec M3);
+``free(block)`` returns it. A tier may declare endurance (P/E cycles and write amplification), in
+which case its projected lifetime under the observed write rate is (spec M6)::
+
+                     pe_cycles * capacity_bytes / write_amplification
+    device_years = -----------------------------------------------------
+                    (bytes written / seconds observed) * SECONDS_PER_YEAR
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from kvmodel.errors import ConfigError, InternalError
+from kvmodel.ids import BlockId, TierName
+
+__all__ = ["SECONDS_PER_YEAR", "Memory", "ModelShape", "TierConfig", "device_years"]
+
+SECONDS_PER_YEAR = 365.25 * 24 * 3600
+
+
+@attrs.frozen(slots=True)
+class ModelShape:
+    """The numbers that fix the size of one token's KV (spec M2).
+
+    ``bytes_per_block = layers * kv_heads * head_dim * dtype_bytes * 2 (K and V) * block_size``.
+    """
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    dtype_bytes: int = 2
+
+    def bytes_per_token(self) -> int:
+        return self.layers * self.kv_heads * self.head_dim * self.dtype_bytes * 2
+
+    def bytes_per_block(self, block_size: int) -> int:
+        return self.bytes_per_token() * block_size
+
+
+def _positive(_inst: object, attr: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"tier field {attr.name!r} must be an integer >= 1 (got {value!r})")
+
+
+@attrs.frozen(slots=True)
+class TierConfig:
+    """One memory tier. ``pe_cycles`` set means the tier wears out (flash, spec M5)."""
+
+    name: TierName
+    blocks: int = attrs.field(validator=_positive)
+    bytes_per_block: int | None = None
+    pe_cycles: int | None = None
+    write_amplification: float = 1.0
+    read_gbps: float | None = None
+    write_gbps: float | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.pe_cycles is not None and self.pe_cycles < 1:
+            raise ConfigError(f"tier {self.name!r}: pe_cycles must be >= 1 (got {self.pe_cycles})")
+        if self.write_amplification < 1.0:
+            raise ConfigError(
+                f"tier {self.name!r}: write_amplification must be >= 1.0 "
+                f"(got {self.write_amplification})"
+            )
+        if self.bytes_per_block is not None and self.bytes_per_block < 1:
+            raise ConfigError(
+                f"tier {self.name!r}: bytes_per_block must be >= 1 (got {self.bytes_per_block})"
+            )
+
+
+def device_years(
+    *,
+    pe_cycles: int,
+    capacity_bytes: int,
+    write_amplification: float,
+    bytes_written: int,
+    seconds: float,
+) -> float | None:
+    """Projected lifetime in years; ``None`` when no write (or no time) was observed (spec M6)."""
+    if bytes_written <= 0 or seconds <= 0:
+        return None
+    budget = pe_cycles * capacity_bytes / write_amplification
+    rate = bytes_written / seconds
+    return budget / rate / SECONDS_PER_YEAR
+
+
+class Memory:
+    """Free lists and counters for every tier. Slot ids are global: tier i owns a contiguous range.
+
+    Allocation takes the lowest free slot id first is *not* promised; it takes the front of a FIFO
+    free list, which is deterministic and what paged engines do.
+    """
+
+    def __init__(self, tiers: Sequence[TierConfig]) -> None:
+        if not tiers:
+            raise ConfigError("at least one memory tier is required")
+        names = [t.name for t in tiers]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"tier names must be unique (got {names})")
+        self.tiers: tuple[TierConfig, ...] = tuple(tiers)
+        self._by_name: dict[TierName, TierConfig] = {t.name: t for t in tiers}
+        self._free: dict[TierName, deque[BlockId]] = {}
+        self._tier_of: list[TierName] = []
+        base = 0
+        for t in tiers:
+            self._free[t.name] = deque(BlockId(base + i) for i in range(t.blocks))
+            self._tier_of.extend([t.name] * t.blocks)
+            base += t.blocks
+        self._used: set[BlockId] = set()
+        self.writes: dict[TierName, int] = {t.name: 0 for t in tiers}
+
+    @property
+    def names(self) -> tuple[TierName, ...]:
+        return tuple(t.name for t in self.tiers)
+
+    def config(self, tier: TierName) -> TierConfig:
+        return self._by_name[tier]
+
+    def has_tier(self, tier: str) -> bool:
+        return tier in self._by_name
+
+    def tier_of(self, block: BlockId) -> TierName:
+        return self._tier_of[block]
+
+    def free_count(self, tier: TierName) -> int:
+        return len(self._free[tier])
+
+    def used_count(self, tier: TierName) -> int:
+        return self.config(tier).blocks - len(self._free[tier])
+
+    def total_free(self) -> int:
+        return sum(len(f) for f in self._free.values())
+
+    def alloc(self, tier: TierName) -> BlockId:
+        """Take a free slot of ``tier`` and count one block write (spec M3)."""
+        free = self._free[tier]
+        if not free:
+            raise InternalError(f"alloc on full tier {tier!r}")
+        b = free.popleft()
+        if b in self._used:
+            raise InternalError(f"double allocation of block {b}")
+        self._used.add(b)
+        self.writes[tier] += 1
+        return b
+
+    def rewrite(self, block: BlockId) -> None:
+        """Write a resident block again in place (a recomputed orphan, spec B6.3)."""
+        if block not in self._used:
+            raise InternalError(f"rewrite of free block {block}")
+        self.writes[self.tier_of(block)] += 1
+
+    def free(self, block: BlockId) -> None:
+        if block not in self._used:
+            raise InternalError(f"double free of block {block}")
+        self._used.discard(block)
+        self._free[self.tier_of(block)].append(block)
+
+    def is_used(self, block: BlockId) -> bool:
+        return block in self._used
+
+    def accounting(self) -> Mapping[TierName, tuple[int, int, int]]:
+        """Per tier (free, used, capacity), recomputed from the slots for checkers (spec I-acct)."""
+        used: dict[TierName, int] = {t.name: 0 for t in self.tiers}
+        for b in self._used:
+            used[self.tier_of(b)] += 1
+        return {t.name: (len(self._free[t.name]), used[t.name], t.blocks) for t in self.tiers}
+
+    def device_years(self, tier: TierName, seconds: float) -> float | None:
+        c = self.config(tier)
+        if c.pe_cycles is None or c.bytes_per_block is None:
+            return None
+        return device_years(
+            pe_cycles=c.pe_cycles,
+            capacity_bytes=c.blocks * c.bytes_per_block,
+            write_amplification=c.write_amplification,
+            bytes_written=self.writes[tier] * c.bytes_per_block,
+            seconds=seconds,
+        )

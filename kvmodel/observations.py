@@ -1,0 +1,191 @@
+"""The observation log: one JSON record per engine action (spec §trace-format T4).
+
+Every record has ``seq`` (0-based, dense), ``t`` (the time of the op that caused it), ``op`` (the
+0-based index of that op in the trace) and ``kind``. The log is the engine's externally visible
+behaviour: replay determinism, the invariant checkers and the oracle all work on it.
+
+``state`` on ``alloc``/``evict``/``free`` is the block's lifecycle class at that moment (spec L5).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any, ClassVar, TypeAlias
+
+import attrs
+
+from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
+from kvmodel.lifecycle import BlockClass
+
+__all__ = [
+    "AllocObs",
+    "BypassObs",
+    "EvictObs",
+    "FreeObs",
+    "FreeReason",
+    "HitObs",
+    "InferObs",
+    "Observation",
+    "ObservationLog",
+    "RejectObs",
+    "observation_to_json",
+]
+
+
+class FreeReason:
+    """Why a block left memory other than by eviction (spec M4)."""
+
+    PARTIAL = "partial"  # the partial tail block after its inference (never reusable, B4)
+    BYPASS = "bypass"  # a bypassed block after its inference
+    RECLAIM = "reclaim"  # a policy's reclaim at a boundary
+    REJECT = "reject"  # rolled back when a request was rejected mid-allocation
+    ALL = frozenset({"partial", "bypass", "reclaim", "reject"})
+
+
+@attrs.frozen(slots=True)
+class InferObs:
+    kind: ClassVar[str] = "infer"
+    seq: int
+    t: float
+    op: int
+    ctx: ContextId
+    prompt_tokens: int
+    hit_tokens: int
+    miss_tokens: int
+    output_tokens: int
+    #: leading blocks reused from the context's own valid chain without a lookup (no hit records)
+    own_blocks: int
+
+
+@attrs.frozen(slots=True)
+class HitObs:
+    kind: ClassVar[str] = "hit"
+    seq: int
+    t: float
+    op: int
+    ctx: ContextId
+    block: BlockId
+    key: BlockKey
+    tier: TierName
+    depth: int
+
+
+@attrs.frozen(slots=True)
+class AllocObs:
+    """A block written. ``rewrite`` marks an orphan recomputed into its own slot (spec B6.3)."""
+
+    kind: ClassVar[str] = "alloc"
+    seq: int
+    t: float
+    op: int
+    ctx: ContextId
+    block: BlockId
+    key: BlockKey | None
+    tier: TierName
+    depth: int
+    state: BlockClass
+    rewrite: bool = False
+
+
+@attrs.frozen(slots=True)
+class EvictObs:
+    kind: ClassVar[str] = "evict"
+    seq: int
+    t: float
+    op: int
+    ctx: ContextId
+    block: BlockId
+    key: BlockKey | None
+    tier: TierName
+    depth: int
+    state: BlockClass
+
+
+@attrs.frozen(slots=True)
+class FreeObs:
+    kind: ClassVar[str] = "free"
+    seq: int
+    t: float
+    op: int
+    block: BlockId
+    key: BlockKey | None
+    tier: TierName
+    depth: int
+    state: BlockClass
+    reason: str
+
+
+@attrs.frozen(slots=True)
+class BypassObs:
+    """A block placed for one inference only: never indexed, freed after it (spec P8)."""
+
+    kind: ClassVar[str] = "bypass"
+    seq: int
+    t: float
+    op: int
+    ctx: ContextId
+    block: BlockId
+    key: BlockKey | None
+    tier: TierName
+    depth: int
+
+
+@attrs.frozen(slots=True)
+class RejectObs:
+    kind: ClassVar[str] = "reject"
+    seq: int
+    t: float
+    op: int
+    ctx: ContextId
+    reason: str
+    needed: int
+    available: int
+
+
+Observation: TypeAlias = InferObs | HitObs | AllocObs | EvictObs | FreeObs | BypassObs | RejectObs
+
+
+def _jsonable(v: object) -> Any:
+    if isinstance(v, BlockClass):
+        return v.value
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+def observation_to_json(o: Observation) -> dict[str, Any]:
+    """``{seq, t, op, kind, ...fields}`` in a fixed key order."""
+    d: dict[str, Any] = {"seq": o.seq, "t": _jsonable(o.t), "op": o.op, "kind": o.kind}
+    for a in attrs.fields(type(o)):
+        if a.name not in d:
+            d[a.name] = _jsonable(getattr(o, a.name))
+    return d
+
+
+class ObservationLog:
+    """Append-only list of observations with a dense ``seq``."""
+
+    def __init__(self) -> None:
+        self.records: list[Observation] = []
+
+    @property
+    def next_seq(self) -> int:
+        return len(self.records)
+
+    def add(self, record: Observation) -> None:
+        self.records.append(record)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self) -> Iterator[Observation]:
+        return iter(self.records)
+
+    def since(self, seq: int) -> list[Observation]:
+        return self.records[seq:]
+
+    def to_jsonl(self) -> str:
+        return "".join(
+            json.dumps(observation_to_json(o), separators=(",", ":")) + "\n" for o in self.records
+        )

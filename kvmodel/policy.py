@@ -1,0 +1,204 @@
+"""The policy protocol, declarative rank keys, and policy resolution (spec §policies P-protocol).
+
+A policy answers three questions, each from a read-only :class:`~kvmodel.view.ModelView`:
+
+* ``place(view, block)`` -- where may this new block go? A :class:`Placement`: an ordered tuple of
+  tiers, and whether to *bypass* the reuse store (the block serves its inference, is never
+  indexed, and is freed after it);
+* ``eviction_order(view, candidates)`` -- the evictable blocks, victims first;
+* ``on_op(view, op)`` -- after each trace op: blocks to free now (boundary reclaim).
+
+Most policies state eviction as a **declarative rank**: a lexicographic key over named block
+features (:class:`RankTerm`). The engine sorts by it, and the same data can be translated to Z3,
+so one definition is both run and proved. Ties are broken by ascending block id, always.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from importlib.metadata import entry_points
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import attrs
+
+from kvmodel.errors import PolicyNotFoundError
+from kvmodel.ids import BlockId, TierName
+from kvmodel.lifecycle import BlockClass
+from kvmodel.trace import Op
+from kvmodel.view import BlockInfo, ModelView, NewBlock
+
+__all__ = [
+    "BUILTIN_POLICIES",
+    "ENTRY_POINT_GROUP",
+    "FEATURES",
+    "BasePolicy",
+    "Placement",
+    "Policy",
+    "RankTerm",
+    "rank_key",
+    "registered_policies",
+    "resolve_policy",
+]
+
+ENTRY_POINT_GROUP = "kvmodel.policies"
+
+#: Built-in names and the import paths they resolve to. ``kvmodel`` does not import ``policies``:
+#: they are found exactly as a third-party ``package.module:Name`` would be.
+BUILTIN_POLICIES: Mapping[str, str] = {
+    "lru": "policies.lru:LRU",
+    "kvtether": "policies.kvtether:KVTether",
+    "hbm-first": "policies.hbm_first:HBMFirst",
+}
+
+
+@attrs.frozen(slots=True)
+class Placement:
+    tiers: tuple[TierName, ...]
+    bypass: bool = False
+
+
+@runtime_checkable
+class Policy(Protocol):
+    name: str
+
+    def place(self, view: ModelView, block: NewBlock) -> Placement: ...
+
+    def eviction_order(
+        self, view: ModelView, candidates: Sequence[BlockInfo]
+    ) -> Sequence[BlockId]: ...
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]: ...
+
+
+#: Numeric block features a rank term may name. ``None`` sorts as -inf.
+FEATURES: Mapping[str, Callable[[BlockInfo], float | None]] = {
+    "last_access": lambda b: b.last_access,
+    "suspend_time": lambda b: b.suspend_time,
+    "alloc_time": lambda b: b.alloc_time,
+    "depth": lambda b: float(b.depth),
+    "tier": lambda b: float(b.tier_index),
+    "holders": lambda b: float(len(b.holders)),
+}
+
+
+@attrs.frozen(slots=True)
+class RankTerm:
+    """One component of a lexicographic eviction key; smaller keys are evicted first.
+
+    * ``feature`` -- a name in :data:`FEATURES`, or ``"state"`` with an explicit ``order`` (the
+      classes listed first are evicted first; a class not listed sorts last);
+    * ``descending`` -- larger values first (e.g. MRU on ``suspend_time``);
+    * ``only`` -- the term applies only to blocks in these classes and is 0 for the others, so
+      one key can say "MRU within Suspended, LRU within Active".
+    """
+
+    feature: str
+    descending: bool = False
+    order: tuple[BlockClass, ...] = ()
+    only: frozenset[BlockClass] | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.feature == "state":
+            if not self.order:
+                raise ValueError("RankTerm('state') needs an order of BlockClass values")
+        elif self.feature not in FEATURES:
+            raise ValueError(
+                f"unknown rank feature {self.feature!r}; known: state, "
+                + ", ".join(sorted(FEATURES))
+            )
+
+    def value(self, b: BlockInfo) -> float:
+        if self.only is not None and b.state not in self.only:
+            return 0.0
+        if self.feature == "state":
+            v: float | None = (
+                float(self.order.index(b.state))
+                if b.state in self.order
+                else float(len(self.order))
+            )
+        else:
+            v = FEATURES[self.feature](b)
+        x = -math.inf if v is None else v
+        return -x if self.descending else x
+
+
+def rank_key(terms: Sequence[RankTerm], b: BlockInfo) -> tuple[float, ...]:
+    """The full sort key: the terms, then the block id (the universal tie-break)."""
+    return (*(t.value(b) for t in terms), float(b.id))
+
+
+class BasePolicy:
+    """Defaults: place in configuration order, rank by :attr:`rank`, reclaim nothing.
+
+    Subclass and set ``name`` and ``rank``; override a method only where a rule is not a rank.
+    """
+
+    name: ClassVar[str] = "base"
+    rank: ClassVar[tuple[RankTerm, ...]] = ()
+    #: Invariants (spec names) the policy claims to satisfy; checked by ``checkers``.
+    claims: ClassVar[frozenset[str]] = frozenset()
+
+    def place(self, view: ModelView, block: NewBlock) -> Placement:
+        return Placement(tuple(t.name for t in view.tiers()))
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Sequence[BlockId]:
+        terms = self.rank
+        return [b.id for b in sorted(candidates, key=lambda b: rank_key(terms, b))]
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        return ()
+
+
+def _load(path: str) -> Any:
+    mod_name, _, attr = path.partition(":")
+    if not mod_name or not attr:
+        raise PolicyNotFoundError(f"expected 'package.module:Name' (got {path!r})")
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise PolicyNotFoundError(
+            f"cannot import module {mod_name!r} for policy {path!r}: {e}"
+        ) from e
+    obj: Any = mod
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise PolicyNotFoundError(f"module {mod_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _registered() -> dict[str, str]:
+    found = dict(BUILTIN_POLICIES)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, ep.value)
+    return found
+
+
+def registered_policies() -> Mapping[str, str]:
+    """Every policy name known by built-in table or entry point, with its import path."""
+    return dict(sorted(_registered().items()))
+
+
+def resolve_policy(spec: str | Policy) -> Policy:
+    """A fresh policy instance from a name (``"lru"``) or an import path (``"pkg.mod:Name"``).
+
+    A class is instantiated with no arguments; a factory function is called; an instance is used
+    as is. Policies hold no global state, so every replay gets its own instance.
+    """
+    if not isinstance(spec, str):
+        return spec
+    path = spec if ":" in spec else _registered().get(spec)
+    if path is None:
+        raise PolicyNotFoundError(
+            f"unknown policy {spec!r}; known: {', '.join(sorted(_registered()))}, or give "
+            "'package.module:Name'"
+        )
+    obj = _load(path)
+    inst = obj() if callable(obj) else obj
+    if not isinstance(inst, Policy):
+        raise PolicyNotFoundError(
+            f"{path!r} does not provide a policy (needs name, place, eviction_order, on_op)"
+        )
+    return inst

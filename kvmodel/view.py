@@ -1,0 +1,121 @@
+"""What a policy sees: read-only values and the :class:`ModelView` protocol (STYLE §2).
+
+A policy never touches the engine's objects. It receives frozen snapshots -- :class:`BlockInfo`
+for a resident block, :class:`NewBlock` for a block about to be placed, :class:`ContextInfo`,
+:class:`TierInfo` -- through a :class:`ModelView`, and answers with a decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import attrs
+
+from kvmodel.ids import BlockId, BlockKey, ContextId, SessionId, TierName
+from kvmodel.lifecycle import BlockClass, MsgState
+from kvmodel.messages import AgentKind, MessageKind, SpawnRecord
+
+__all__ = ["BlockInfo", "ContextInfo", "ModelView", "NewBlock", "TierInfo"]
+
+
+@attrs.frozen(slots=True)
+class BlockInfo:
+    """A resident block's features, the vocabulary of declarative rank keys (spec P-rank).
+
+    * ``state`` -- lifecycle class aggregated over holding contexts (spec L5);
+    * ``last_access`` -- the last inference that used (hit or wrote) it;
+    * ``suspend_time`` -- among holders in which it is Suspended, the *earliest* suspension time
+      (the holder that will resume soonest decides how near its reuse is); ``None`` if none;
+    * ``depth`` -- position in its hash chain (0 = first block of a context);
+    * ``tier_index`` -- position of its tier in the configuration.
+    """
+
+    id: BlockId
+    key: BlockKey | None
+    tier: TierName
+    tier_index: int
+    depth: int
+    state: BlockClass
+    last_access: float
+    suspend_time: float | None
+    alloc_time: float
+    holders: tuple[ContextId, ...]
+    writer: ContextId
+    writer_agent: AgentKind
+    kinds: frozenset[MessageKind]
+    indexed: bool
+
+
+@attrs.frozen(slots=True)
+class NewBlock:
+    """A block about to be written for ``ctx``'s inference (spec P-place).
+
+    ``state`` is its class in ``ctx`` (Temporary if it covers a temporary message, else Active);
+    ``in_prompt`` is False for blocks produced by decoding the inference's output; ``partial``
+    marks the tail block that will be freed after the inference whatever the policy says.
+    """
+
+    key: BlockKey | None
+    depth: int
+    ctx: ContextId
+    session: SessionId
+    agent: AgentKind
+    state: BlockClass
+    kinds: frozenset[MessageKind]
+    in_prompt: bool
+    partial: bool
+
+
+@attrs.frozen(slots=True)
+class ContextInfo:
+    id: ContextId
+    session: SessionId
+    agent: AgentKind
+    parent: ContextId | None
+    spawn: SpawnRecord | None
+    one_shot: bool
+    is_open: bool
+    phase: MsgState
+    messages: int
+    tokens: int
+    materialized_blocks: int
+    valid_blocks: int
+    opened_at: float
+    closed_at: float | None
+    last_infer: float | None
+    suspended_at: float | None
+
+
+@attrs.frozen(slots=True)
+class TierInfo:
+    name: TierName
+    index: int
+    capacity: int
+    free: int
+    writes: int
+    pe_cycles: int | None
+
+
+class ModelView(Protocol):
+    """The read-only face of the model that policies and checkers use."""
+
+    @property
+    def now(self) -> float: ...
+
+    @property
+    def block_size(self) -> int: ...
+
+    def tiers(self) -> Sequence[TierInfo]: ...
+
+    def block(self, block: BlockId) -> BlockInfo: ...
+
+    def resident(self) -> Sequence[BlockId]: ...
+
+    def dead(self) -> Sequence[BlockId]: ...
+
+    def context(self, ctx: ContextId) -> ContextInfo: ...
+
+    def open_contexts(self) -> Sequence[ContextId]: ...
+
+    def chain(self, ctx: ContextId) -> Sequence[BlockId]: ...

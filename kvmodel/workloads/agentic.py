@@ -1,0 +1,242 @@
+"""A ReAct agent workload with sub-agents, compaction, forks, pins and temporaries.
+
+Each session is a main agent working through user turns. A turn is a loop of rounds: the agent
+reasons and calls a tool (or spawns worker sub-agents and waits for their results), the
+observation is appended, and the loop continues; the turn ends with an answer and a ``turn_end``
+that strips the turn's reasoning. When the main context grows past a threshold, a one-shot
+compactor reads it and the history is replaced by the summary. Sessions start at staggered times
+and run concurrently on one timeline.
+
+Every random choice comes from one ``numpy.random.Generator`` seeded by ``params.seed``; the same
+parameters always give the same ops, byte for byte once serialised. The numbers are plausible,
+not calibrated: calibrated generators are a separate piece of work (see the workloads issue).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+
+import attrs
+import numpy as np
+
+from kvmodel.ids import ContextId, MessageId, SessionId
+from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
+from kvmodel.trace import (
+    Append,
+    EndSession,
+    Infer,
+    Op,
+    Open,
+    Pin,
+    Remove,
+    Return,
+    Trace,
+    TraceHeader,
+    TurnEnd,
+)
+
+__all__ = ["AgenticParams", "generate_agentic"]
+
+
+@attrs.frozen(slots=True)
+class AgenticParams:
+    seed: int = 0
+    sessions: int = 4
+    turns: int = 3
+    rounds: int = 4  # mean tool rounds per turn (Poisson, at least 1)
+    session_gap_s: float = 30.0  # mean gap between session starts
+    system_tokens: int = 1200
+    worker_system_tokens: int = 600
+    p_spawn: float = 0.15  # chance a round spawns workers instead of calling a tool
+    max_workers: int = 3
+    p_temporary: float = 0.1  # chance a round carries a one-inference reminder
+    compact_at_tokens: int = 12_000
+    pin_system: bool = True
+    pin_ttl_s: float | None = None
+    tpot_s: float = 0.03
+    prefill_tok_per_s: float = 20_000.0
+    user_delay_median_s: float = 120.0
+
+
+class _Session:
+    """Builds one session's ops with its own clock; a worker is a nested ``_Session``."""
+
+    def __init__(self, p: AgenticParams, rng: np.random.Generator, sid: str, t0: float) -> None:
+        self.p = p
+        self.rng = rng
+        self.sid = SessionId(sid)
+        self.ops: list[Op] = []
+        self.n = 0
+        self.t0 = t0
+
+    def mid(self) -> MessageId:
+        self.n += 1
+        return MessageId(f"{self.sid}.m{self.n}")
+
+    def msg(self, role: Role, kind: MessageKind, tokens: float, h: str | None = None) -> Message:
+        return Message(self.mid(), role, kind, max(1, int(tokens)), h)
+
+    def lognormal(self, median: float, sigma: float = 0.8) -> float:
+        return float(median * np.exp(sigma * self.rng.standard_normal()))
+
+    def infer(self, t: float, ctx: ContextId, prompt: int, out: list[Message]) -> float:
+        dur = prompt / self.p.prefill_tok_per_s + sum(m.tokens for m in out) * self.p.tpot_s
+        dur = round(dur, 3)
+        self.ops.append(Infer(t, ctx, tuple(out), dur))
+        return t + dur
+
+
+def _run_worker(
+    s: _Session, parent: ContextId, wid: ContextId, t: float, history: list[Message]
+) -> tuple[float, Message]:
+    p, rng = s.p, s.rng
+    tools = tuple(
+        sorted(
+            rng.choice(
+                ["grep", "read", "edit", "bash", "web"], size=int(rng.integers(1, 4)), replace=False
+            ).tolist()
+        )
+    )
+    rounds = 1 + int(rng.poisson(3))
+    instruction = f"investigate part {int(rng.integers(0, 100))} using " + ", ".join(tools)
+    ins_tokens = 40 + int(rng.integers(0, 200))
+    s.ops.append(
+        Open(
+            t,
+            wid,
+            s.sid,
+            AgentKind.WORKER,
+            parent,
+            SpawnRecord(instruction, tools, ins_tokens),
+            False,
+        )
+    )
+    sys_m = Message(
+        MessageId(f"{wid}.sys"),
+        Role.SYSTEM,
+        MessageKind.SYSTEM,
+        p.worker_system_tokens,
+        "worker-system-prompt",
+    )
+    seq = [sys_m, s.msg(Role.USER, MessageKind.INSTRUCTION, ins_tokens)]
+    s.ops.append(Append(t, wid, tuple(seq)))
+    tokens = sum(m.tokens for m in seq)
+    for _ in range(rounds):
+        out = [
+            s.msg(Role.ASSISTANT, MessageKind.REASONING, s.lognormal(300)),
+            s.msg(Role.ASSISTANT, MessageKind.TOOL_CALL, 40),
+        ]
+        t = s.infer(t, wid, tokens, out)
+        t += round(s.lognormal(2.0), 3)
+        obs = s.msg(Role.TOOL, MessageKind.OBSERVATION, s.lognormal(500))
+        s.ops.append(Append(t, wid, (obs,)))
+        tokens += sum(m.tokens for m in out) + obs.tokens
+    final = [s.msg(Role.ASSISTANT, MessageKind.OUTPUT, s.lognormal(200))]
+    t = s.infer(t, wid, tokens, final)
+    result = s.msg(Role.TOOL, MessageKind.RESULT, final[0].tokens)
+    s.ops.append(Return(t, wid, parent, result))
+    del history
+    return t, result
+
+
+def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: float) -> list[Op]:
+    s = _Session(p, rng, f"s{index}", t0)
+    main = ContextId(f"s{index}.main")
+    t = t0
+    s.ops.append(Open(t, main, s.sid, AgentKind.MAIN))
+    sys_m = Message(
+        MessageId(f"{main}.sys"),
+        Role.SYSTEM,
+        MessageKind.SYSTEM,
+        p.system_tokens,
+        "main-system-prompt",
+    )
+    history: list[Message] = [sys_m]
+    s.ops.append(Append(t, main, (sys_m,)))
+    if p.pin_system:
+        s.ops.append(Pin(t, main, 0, 1, p.pin_ttl_s))
+    n_workers = 0
+    n_compactions = 0
+    for turn in range(p.turns):
+        if turn:
+            t += round(s.lognormal(p.user_delay_median_s, 1.0), 3)
+        user = s.msg(Role.USER, MessageKind.USER, 50 + int(rng.integers(0, 250)))
+        history.append(user)
+        s.ops.append(Append(t, main, (user,)))
+        for _ in range(1 + int(rng.poisson(max(p.rounds - 1, 0)))):
+            if rng.random() < p.p_temporary:
+                note = s.msg(Role.SYSTEM, MessageKind.INSTRUCTION, 30 + int(rng.integers(0, 60)))
+                s.ops.append(Append(t, main, (note,), temporary=True))
+            out = [
+                s.msg(Role.ASSISTANT, MessageKind.REASONING, s.lognormal(400)),
+                s.msg(Role.ASSISTANT, MessageKind.TOOL_CALL, 60),
+            ]
+            t = s.infer(t, main, sum(m.tokens for m in history), out)
+            history.extend(out)
+            if rng.random() < p.p_spawn:
+                ends = []
+                for _w in range(1 + int(rng.integers(0, p.max_workers))):
+                    n_workers += 1
+                    wid = ContextId(f"s{index}.w{n_workers}")
+                    ends.append(_run_worker(s, main, wid, t, history))
+                t = max(e for e, _ in ends)
+                history.extend(r for _, r in sorted(ends, key=lambda x: x[0]))
+            else:
+                t += round(s.lognormal(3.0), 3)
+                obs = s.msg(Role.TOOL, MessageKind.OBSERVATION, s.lognormal(600))
+                s.ops.append(Append(t, main, (obs,)))
+                history.append(obs)
+        out = [
+            s.msg(Role.ASSISTANT, MessageKind.REASONING, s.lognormal(300)),
+            s.msg(Role.ASSISTANT, MessageKind.OUTPUT, s.lognormal(150)),
+        ]
+        t = s.infer(t, main, sum(m.tokens for m in history), out)
+        history.extend(out)
+        s.ops.append(TurnEnd(t, main))
+        history = [m for m in history if m.kind is not MessageKind.REASONING]
+        if sum(m.tokens for m in history) > p.compact_at_tokens:
+            n_compactions += 1
+            comp = ContextId(f"s{index}.c{n_compactions}")
+            s.ops.append(Open(t, comp, s.sid, AgentKind.COMPACTOR, main, None, True))
+            ins = s.msg(Role.USER, MessageKind.INSTRUCTION, 80, "compaction-instruction")
+            s.ops.append(Append(t, comp, (*history, ins)))
+            summary_tokens = max(200, sum(m.tokens for m in history) // 10)
+            t = s.infer(
+                t,
+                comp,
+                sum(m.tokens for m in history) + ins.tokens,
+                [s.msg(Role.ASSISTANT, MessageKind.SUMMARY, summary_tokens)],
+            )
+            s.ops.append(Remove(t, main, 1, len(history) - 1))
+            summary = s.msg(Role.USER, MessageKind.SUMMARY, summary_tokens)
+            s.ops.append(Append(t, main, (summary,)))
+            history = [sys_m, summary]
+    s.ops.append(EndSession(t, s.sid))
+    # workers run concurrently with each other: order the session's ops by time (stable)
+    return sorted(s.ops, key=lambda o: o.t)
+
+
+def _merge(streams: list[list[Op]]) -> Iterator[Op]:
+    """Merge per-session op lists on one timeline, stable by (t, session, position)."""
+    heap = [(ops[0].t, i, 0) for i, ops in enumerate(streams) if ops]
+    heapq.heapify(heap)
+    while heap:
+        _, i, j = heapq.heappop(heap)
+        yield streams[i][j]
+        if j + 1 < len(streams[i]):
+            heapq.heappush(heap, (streams[i][j + 1].t, i, j + 1))
+
+
+def generate_agentic(params: AgenticParams | None = None) -> Trace:
+    """A deterministic trace for ``params`` (see module docstring)."""
+    p = params or AgenticParams()
+    rng = np.random.default_rng(p.seed)
+    streams = []
+    t0 = 0.0
+    for i in range(p.sessions):
+        streams.append(_session_ops(p, rng, i, round(t0, 3)))
+        t0 += float(rng.exponential(p.session_gap_s))
+    ops = tuple(_merge(streams))
+    meta = {"kvtrace": 1, "generator": "agentic", **attrs.asdict(p)}
+    return Trace(TraceHeader(1, meta), ops)

@@ -1,0 +1,225 @@
+"""Random *valid* traces over every op, for property tests, fuzzing and benchmarks.
+
+Unlike :mod:`kvmodel.workloads.agentic`, nothing here is realistic: the generator keeps a small
+shadow of the logical state (open contexts, their message ids and kinds, temporaries, sessions)
+and picks among the ops that are legal at each step, so that every op kind -- forks, mid-context
+replaces and removes, pins with and without TTL, temporaries, one-shot contexts, returns, session
+ends -- is exercised against every other. All choices come from one seeded
+``numpy.random.Generator``.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from kvmodel.ids import ContextId, MessageId, SessionId
+from kvmodel.messages import AgentKind, Message, MessageKind, Role
+from kvmodel.trace import (
+    Append,
+    Close,
+    EndSession,
+    Fork,
+    Infer,
+    Op,
+    Open,
+    Pin,
+    Remove,
+    Replace,
+    Return,
+    Trace,
+    TraceHeader,
+    TurnEnd,
+    Unpin,
+)
+
+__all__ = ["RandomParams", "random_trace"]
+
+_KINDS = (MessageKind.USER, MessageKind.OBSERVATION, MessageKind.INSTRUCTION)
+_OUT_KINDS = (MessageKind.REASONING, MessageKind.OUTPUT, MessageKind.TOOL_CALL)
+
+
+@attrs.frozen(slots=True)
+class RandomParams:
+    seed: int = 0
+    ops: int = 60
+    max_tokens: int = 24
+    max_open: int = 5
+    shared_hashes: int = 4  # size of a pool of shared content keys (cross-context reuse)
+    p_temporary: float = 0.15
+    p_one_shot: float = 0.1
+    p_ttl: float = 0.5
+
+
+@attrs.define
+class _Ctx:
+    session: SessionId
+    msgs: list[tuple[MessageId, MessageKind, bool]]  # id, kind, temporary
+    one_shot: bool
+
+
+class _Gen:
+    def __init__(self, p: RandomParams) -> None:
+        self.p = p
+        self.rng = np.random.default_rng(p.seed)
+        self.t = 0.0
+        self.n_msg = 0
+        self.n_ctx = 0
+        self.n_sess = 0
+        self.open: dict[ContextId, _Ctx] = {}
+        self.sessions: dict[SessionId, bool] = {}  # session -> ended
+        self.hash_tokens = [int(self.rng.integers(1, p.max_tokens + 1))
+                            for _ in range(p.shared_hashes)]
+
+    def pick(self, xs: list[ContextId]) -> ContextId:
+        return xs[int(self.rng.integers(0, len(xs)))]
+
+    def message(self, kinds: tuple[MessageKind, ...]) -> Message:
+        self.n_msg += 1
+        kind = kinds[int(self.rng.integers(0, len(kinds)))]
+        role = Role.ASSISTANT if kind in _OUT_KINDS else Role.USER
+        if self.p.shared_hashes and self.rng.random() < 0.25:
+            h = int(self.rng.integers(0, self.p.shared_hashes))
+            return Message(MessageId(f"m{self.n_msg}"), role, kind, self.hash_tokens[h], f"h{h}")
+        tokens = int(self.rng.integers(1, self.p.max_tokens + 1))
+        return Message(MessageId(f"m{self.n_msg}"), role, kind, tokens)
+
+    def step(self) -> Op:
+        rng = self.rng
+        self.t = round(self.t + float(rng.exponential(1.0)) * (rng.random() < 0.7), 3)
+        t = self.t
+        live = sorted(self.open)
+        nonempty = [c for c in live if self.open[c].msgs]
+        choices = ["open"] if len(live) < self.p.max_open else []
+        if live:
+            choices += ["append", "append", "append", "pin", "unpin", "close"]
+            if len(live) < self.p.max_open:
+                choices.append("fork")
+        if nonempty:
+            choices += ["infer", "infer", "infer", "infer", "replace", "remove", "turn_end"]
+            if len(live) >= 2:
+                choices.append("return")
+        if any(not ended for ended in self.sessions.values()) and rng.random() < 0.2:
+            choices.append("end_session")
+        op = choices[int(rng.integers(0, len(choices)))]
+        return getattr(self, f"_{op}")(t, live, nonempty)
+
+    def _new_ctx(self) -> ContextId:
+        self.n_ctx += 1
+        return ContextId(f"c{self.n_ctx}")
+
+    def _open(self, t: float, live: list[ContextId], _n: list[ContextId]) -> Op:
+        rng = self.rng
+        open_sessions = [s for s, ended in self.sessions.items() if not ended]
+        if open_sessions and rng.random() < 0.6:
+            sess = open_sessions[int(rng.integers(0, len(open_sessions)))]
+        else:
+            self.n_sess += 1
+            sess = SessionId(f"s{self.n_sess}")
+            self.sessions[sess] = False
+        agents = list(AgentKind)
+        agent = agents[int(rng.integers(0, len(agents)))]
+        parents = [c for c in live if self.open[c].session == sess]
+        parent = self.pick(parents) if parents and rng.random() < 0.5 else None
+        one_shot = bool(rng.random() < self.p.p_one_shot)
+        cid = self._new_ctx()
+        self.open[cid] = _Ctx(sess, [], one_shot)
+        return Open(t, cid, sess, agent, parent, None, one_shot)
+
+    def _fork(self, t: float, live: list[ContextId], _n: list[ContextId]) -> Op:
+        src = self.pick(live)
+        s = self.open[src]
+        upto = int(self.rng.integers(0, len(s.msgs) + 1))
+        cid = self._new_ctx()
+        self.open[cid] = _Ctx(s.session, list(s.msgs[:upto]), s.one_shot)
+        default = upto == len(s.msgs) and self.rng.random() < 0.5
+        return Fork(t, cid, src, None if default else upto)
+
+    def _append(self, t: float, live: list[ContextId], _n: list[ContextId]) -> Op:
+        cid = self.pick(live)
+        c = self.open[cid]
+        temporary = bool(self.rng.random() < self.p.p_temporary)
+        ms = tuple(self.message(_KINDS + _OUT_KINDS) for _ in range(int(self.rng.integers(1, 4))))
+        c.msgs.extend((m.id, m.kind, temporary or c.one_shot) for m in ms)
+        return Append(t, cid, ms, temporary)
+
+    def _replace(self, t: float, _l: list[ContextId], nonempty: list[ContextId]) -> Op:
+        cid = self.pick(nonempty)
+        c = self.open[cid]
+        i = int(self.rng.integers(0, len(c.msgs)))
+        m = self.message(_KINDS)
+        c.msgs[i] = (m.id, m.kind, c.one_shot)
+        return Replace(t, cid, i, m)
+
+    def _remove(self, t: float, _l: list[ContextId], nonempty: list[ContextId]) -> Op:
+        cid = self.pick(nonempty)
+        c = self.open[cid]
+        i = int(self.rng.integers(0, len(c.msgs)))
+        n = int(self.rng.integers(1, len(c.msgs) - i + 1))
+        del c.msgs[i:i + n]
+        return Remove(t, cid, i, n)
+
+    def _range(self, cid: ContextId) -> tuple[int | None, int | None]:
+        n = len(self.open[cid].msgs)
+        if self.rng.random() < 0.3:
+            return None, None
+        a = int(self.rng.integers(0, n + 1))
+        b = int(self.rng.integers(a, n + 1))
+        return a, b
+
+    def _pin(self, t: float, live: list[ContextId], _n: list[ContextId]) -> Op:
+        cid = self.pick(live)
+        a, b = self._range(cid)
+        ttl = round(float(self.rng.uniform(0.5, 5.0)), 3) if self.rng.random() < self.p.p_ttl \
+            else None
+        return Pin(t, cid, a, b, ttl)
+
+    def _unpin(self, t: float, live: list[ContextId], _n: list[ContextId]) -> Op:
+        cid = self.pick(live)
+        a, b = self._range(cid)
+        return Unpin(t, cid, a, b)
+
+    def _infer(self, t: float, _l: list[ContextId], nonempty: list[ContextId]) -> Op:
+        cid = self.pick(nonempty)
+        c = self.open[cid]
+        out = tuple(self.message(_OUT_KINDS) for _ in range(int(self.rng.integers(0, 3))))
+        c.msgs = [m for m in c.msgs if not m[2]]
+        c.msgs.extend((m.id, m.kind, c.one_shot) for m in out)
+        if c.one_shot:
+            del self.open[cid]
+        dur = round(float(self.rng.exponential(0.5)), 3)
+        return Infer(t, cid, out, dur)
+
+    def _turn_end(self, t: float, _l: list[ContextId], nonempty: list[ContextId]) -> Op:
+        cid = self.pick(nonempty)
+        c = self.open[cid]
+        c.msgs = [m for m in c.msgs if m[1] is not MessageKind.REASONING]
+        return TurnEnd(t, cid)
+
+    def _return(self, t: float, live: list[ContextId], _n: list[ContextId]) -> Op:
+        cid = self.pick(live)
+        into = self.pick([c for c in live if c != cid])
+        m = self.message((MessageKind.RESULT,))
+        self.open[into].msgs.append((m.id, m.kind, self.open[into].one_shot))
+        del self.open[cid]
+        return Return(t, cid, into, m)
+
+    def _close(self, t: float, live: list[ContextId], _n: list[ContextId]) -> Op:
+        cid = self.pick(live)
+        del self.open[cid]
+        return Close(t, cid)
+
+    def _end_session(self, t: float, _l: list[ContextId], _n: list[ContextId]) -> Op:
+        open_sessions = sorted(s for s, ended in self.sessions.items() if not ended)
+        sess = open_sessions[int(self.rng.integers(0, len(open_sessions)))]
+        self.sessions[sess] = True
+        for cid in [c for c, x in self.open.items() if x.session == sess]:
+            del self.open[cid]
+        return EndSession(t, sess)
+
+
+def random_trace(params: RandomParams | None = None) -> Trace:
+    p = params or RandomParams()
+    g = _Gen(p)
+    ops = tuple(g.step() for _ in range(p.ops))
+    return Trace(TraceHeader(1, {"kvtrace": 1, "generator": "random", **attrs.asdict(p)}), ops)

@@ -1,0 +1,32 @@
+"""HBM-first: Lachesis's baseline (spec/policies.md §hbm-first).
+
+Place in the first tier (HBM) while it has a free block, else the next (HBF); no lifecycle
+knowledge; blocks leave only under memory pressure, least recently used first within the first
+tier that has an evictable block.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from kvmodel.policy import BasePolicy, RankTerm
+
+__all__ = ["HBMFirst"]
+
+
+class HBMFirst(BasePolicy):
+    name: ClassVar[str] = "hbm-first"
+    rank: ClassVar[tuple[RankTerm, ...]] = (
+        RankTerm("tier"),
+        RankTerm("last_access"),
+        RankTerm("depth", descending=True),
+    )
+    claims: ClassVar[frozenset[str]] = frozenset(
+        {
+            "pinned-never-evicted",
+            "no-eviction-in-flight",
+            "no-stale-hit",
+            "accounting",
+            "legal-transitions",
+        }
+    )

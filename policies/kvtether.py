@@ -1,0 +1,54 @@
+"""KVTether: lifecycle states drive bypass, reclaim and eviction (spec/policies.md §kvtether).
+
+* placement: a block whose class is Temporary bypasses the reuse store (it serves its one
+  inference, is never indexed, and is freed after it); everything else goes HBM-first;
+* reclaim: after every op, every dead block is freed (eager no-zombie-KV);
+* eviction rank: Dead < Expired < Temporary < Suspended < Active (Pinned is never a candidate);
+  within Suspended the most recently suspended first (MRU: the freshest waiter is the furthest
+  from reuse); otherwise least recently used; ties tail-first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar
+
+from kvmodel.ids import BlockId
+from kvmodel.lifecycle import BlockClass
+from kvmodel.policy import BasePolicy, Placement, RankTerm
+from kvmodel.trace import Op
+from kvmodel.view import ModelView, NewBlock
+
+__all__ = ["KVTether"]
+
+_C = BlockClass
+
+
+class KVTether(BasePolicy):
+    name: ClassVar[str] = "kvtether"
+    rank: ClassVar[tuple[RankTerm, ...]] = (
+        RankTerm("state", order=(_C.DEAD, _C.EXPIRED, _C.TEMPORARY, _C.SUSPENDED, _C.ACTIVE)),
+        RankTerm("suspend_time", descending=True, only=frozenset({_C.SUSPENDED})),
+        RankTerm("last_access"),
+        RankTerm("depth", descending=True),
+    )
+    claims: ClassVar[frozenset[str]] = frozenset(
+        {
+            "no-zombie-kv",
+            "no-live-eviction-before-dead-reclaim",
+            "state-priority-eviction",
+            "temporary-bypass",
+            "pinned-never-evicted",
+            "no-eviction-in-flight",
+            "no-stale-hit",
+            "accounting",
+            "legal-transitions",
+        }
+    )
+
+    def place(self, view: ModelView, block: NewBlock) -> Placement:
+        tiers = tuple(t.name for t in view.tiers())
+        return Placement(tiers, bypass=block.state is BlockClass.TEMPORARY)
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        return view.dead()

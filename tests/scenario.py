@@ -1,0 +1,75 @@
+"""Tiny helpers for writing golden scenarios as trace dicts (they go through the real parser)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kvmodel.config import EngineConfig
+from kvmodel.engine import Engine
+from kvmodel.ids import TierName
+from kvmodel.memory import TierConfig
+from kvmodel.observations import (
+    AllocObs,
+    BypassObs,
+    EvictObs,
+    FreeObs,
+    HitObs,
+    InferObs,
+    Observation,
+    RejectObs,
+)
+from kvmodel.replay import ReplayResult, replay
+from kvmodel.trace import Trace, parse_trace_lines
+
+
+def msg(mid: str, tokens: int, kind: str = "user", h: str | None = None) -> dict[str, Any]:
+    role = {"system": "system", "reasoning": "assistant", "output": "assistant",
+            "tool_call": "assistant", "summary": "assistant", "observation": "tool"}.get(
+        kind, "user")
+    d: dict[str, Any] = {"id": mid, "role": role, "kind": kind, "tokens": tokens}
+    if h is not None:
+        d["hash"] = h
+    return d
+
+
+def trace(*ops: dict[str, Any]) -> Trace:
+    return parse_trace_lines([json.dumps(o) for o in ops], source="scenario")
+
+
+def config(blocks: int = 16, block_size: int = 4, hbf: int = 0) -> EngineConfig:
+    tiers = [TierConfig(TierName("hbm"), blocks)]
+    if hbf:
+        tiers.append(TierConfig(TierName("hbf"), hbf, bytes_per_block=1024, pe_cycles=100,
+                                write_amplification=1.0))
+    return EngineConfig(block_size, tuple(tiers))
+
+
+def run(policy: str, cfg: EngineConfig, *ops: dict[str, Any]) -> ReplayResult:
+    return replay(trace(*ops), policy, cfg)
+
+
+def describe(o: Observation) -> str:
+    """One observation as a short, stable string for golden lists."""
+    match o:
+        case InferObs():
+            return (f"infer {o.ctx} prompt={o.prompt_tokens} hit={o.hit_tokens} "
+                    f"miss={o.miss_tokens} own={o.own_blocks}")
+        case HitObs():
+            return f"hit {o.block} d{o.depth}"
+        case AllocObs():
+            rw = " rewrite" if o.rewrite else ""
+            return f"alloc {o.block} d{o.depth} {o.tier} {o.state.value}{rw}"
+        case EvictObs():
+            return f"evict {o.block} d{o.depth} {o.state.value}"
+        case FreeObs():
+            return f"free {o.block} d{o.depth} {o.reason}"
+        case BypassObs():
+            return f"bypass {o.block} d{o.depth}"
+        case RejectObs():
+            return f"reject {o.ctx}"
+    raise AssertionError(o)
+
+
+def log_of(engine: Engine, op: int | None = None) -> list[str]:
+    return [describe(o) for o in engine.log if op is None or o.op == op]
