@@ -41,8 +41,11 @@ def check_accounting(engine: Engine) -> list[Violation]:
             out.append(Violation("accounting", f"tier {tier}: free {free} + used {used} != {cap}"))
         in_tier = sum(1 for b in resident if engine.memory.tier_of(b) == tier)
         if in_tier != used:
-            out.append(Violation("accounting", f"tier {tier}: {used} slots used but {in_tier} "
-                                 "resident blocks"))
+            out.append(
+                Violation(
+                    "accounting", f"tier {tier}: {used} slots used but {in_tier} resident blocks"
+                )
+            )
     for b in sorted(resident):
         if not engine.memory.is_used(b):
             out.append(Violation("accounting", "resident block on a free list", block=b))
@@ -81,6 +84,7 @@ def check_prefix_closed(engine: Engine) -> list[Violation]:
         b = engine.view.block(bid)
         parent = engine.block_parent(bid)
         if b.key is not None and parent != ROOT_KEY and parent not in keys:
-            out.append(Violation("prefix-closed-residency", "orphan: parent block not resident",
-                                 block=bid))
+            out.append(
+                Violation("prefix-closed-residency", "orphan: parent block not resident", block=bid)
+            )
     return out

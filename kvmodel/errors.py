@@ -103,7 +103,7 @@ class PolicyNotFoundError(KVModelError, LookupError):
 
 
 class PolicyError(KVModelError, RuntimeError):
-    """A policy returned a decision the policy protocol does not allow (spec P-protocol)."""
+    """A policy returned a decision the policy protocol does not allow (spec PP1)."""
 
 
 class InternalError(KVModelError, AssertionError):

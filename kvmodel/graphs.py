@@ -26,8 +26,7 @@ __all__ = ["fork_dag", "prefix_tree"]
 def fork_dag(engine: Engine) -> Any:
     g = nx.DiGraph()
     for cid, c in engine.contexts.items():
-        g.add_node(cid, session=c.session, agent=c.agent.value, open=c.is_open,
-                   one_shot=c.one_shot)
+        g.add_node(cid, session=c.session, agent=c.agent.value, open=c.is_open, one_shot=c.one_shot)
     for src, dst, kind in engine.edges:
         g.add_edge(src, dst, kind=kind)
     return g
@@ -40,7 +39,6 @@ def prefix_tree(engine: Engine) -> Any:
         b = engine.view.block(bid)
         if b.key is None or not b.indexed:
             continue
-        g.add_node(b.key, block=bid, tier=b.tier, depth=b.depth, state=b.state.value,
-                   resident=True)
+        g.add_node(b.key, block=bid, tier=b.tier, depth=b.depth, state=b.state.value, resident=True)
         g.add_edge(engine.block_parent(bid), b.key)
     return g

@@ -166,7 +166,7 @@ class Memory:
         return block in self._used
 
     def accounting(self) -> Mapping[TierName, tuple[int, int, int]]:
-        """Per tier (free, used, capacity), recomputed from the slots for checkers (spec I-acct)."""
+        """Per tier (free, used, capacity), recomputed from the slots (spec I-accounting)."""
         used: dict[TierName, int] = {t.name: 0 for t in self.tiers}
         for b in self._used:
             used[self.tier_of(b)] += 1

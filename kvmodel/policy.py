@@ -1,4 +1,4 @@
-"""The policy protocol, declarative rank keys, and policy resolution (spec §policies P-protocol).
+"""The policy protocol, declarative rank keys, and policy resolution (spec PP1-PP4).
 
 A policy answers three questions, each from a read-only :class:`~kvmodel.view.ModelView`:
 

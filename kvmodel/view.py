@@ -21,7 +21,7 @@ __all__ = ["BlockInfo", "ContextInfo", "ModelView", "NewBlock", "TierInfo"]
 
 @attrs.frozen(slots=True)
 class BlockInfo:
-    """A resident block's features, the vocabulary of declarative rank keys (spec P-rank).
+    """A resident block's features, the vocabulary of declarative rank keys (spec PP3).
 
     * ``state`` -- lifecycle class aggregated over holding contexts (spec L5);
     * ``last_access`` -- the last inference that used (hit or wrote) it;
@@ -49,7 +49,7 @@ class BlockInfo:
 
 @attrs.frozen(slots=True)
 class NewBlock:
-    """A block about to be written for ``ctx``'s inference (spec P-place).
+    """A block about to be written for ``ctx``'s inference (spec PP2).
 
     ``state`` is its class in ``ctx`` (Temporary if it covers a temporary message, else Active);
     ``in_prompt`` is False for blocks produced by decoding the inference's output; ``partial``

@@ -156,8 +156,10 @@ def test_rejection_when_everything_resident_is_pinned() -> None:
             {"op": "infer", "t": 3, "ctx": "b", "output": [msg("Y", 4, "output")]}).engine
     assert log_of(e, 6) == ["infer b prompt=4 hit=0 miss=4 own=0", "reject b"]
     rej = e.log.records[-1]
-    assert rej.kind == "reject" and "0 free and 0 evictable" in rej.reason  # type: ignore[union-attr]
-    assert e.stats.rejected == 1 and e.stats.infers == 1
+    assert rej.kind == "reject"
+    assert "0 free and 0 evictable" in rej.reason
+    assert e.stats.rejected == 1
+    assert e.stats.infers == 1
     assert list(e.view.chain("a")) == [0, 1, 2, 3]
     # the harness still got its output: the logical sequence moved on
     assert [m.id for m, _ in e.contexts["b"].message_states()] == ["X", "Y"]

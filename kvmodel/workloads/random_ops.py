@@ -10,6 +10,8 @@ ends -- is exercised against every other. All choices come from one seeded
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 import numpy as np
 
@@ -68,8 +70,9 @@ class _Gen:
         self.n_sess = 0
         self.open: dict[ContextId, _Ctx] = {}
         self.sessions: dict[SessionId, bool] = {}  # session -> ended
-        self.hash_tokens = [int(self.rng.integers(1, p.max_tokens + 1))
-                            for _ in range(p.shared_hashes)]
+        self.hash_tokens = [
+            int(self.rng.integers(1, p.max_tokens + 1)) for _ in range(p.shared_hashes)
+        ]
 
     def pick(self, xs: list[ContextId]) -> ContextId:
         return xs[int(self.rng.integers(0, len(xs)))]
@@ -102,7 +105,8 @@ class _Gen:
         if any(not ended for ended in self.sessions.values()) and rng.random() < 0.2:
             choices.append("end_session")
         op = choices[int(rng.integers(0, len(choices)))]
-        return getattr(self, f"_{op}")(t, live, nonempty)
+        make: Callable[[float, list[ContextId], list[ContextId]], Op] = getattr(self, f"_{op}")
+        return make(t, live, nonempty)
 
     def _new_ctx(self) -> ContextId:
         self.n_ctx += 1
@@ -156,7 +160,7 @@ class _Gen:
         c = self.open[cid]
         i = int(self.rng.integers(0, len(c.msgs)))
         n = int(self.rng.integers(1, len(c.msgs) - i + 1))
-        del c.msgs[i:i + n]
+        del c.msgs[i : i + n]
         return Remove(t, cid, i, n)
 
     def _range(self, cid: ContextId) -> tuple[int | None, int | None]:
@@ -170,8 +174,11 @@ class _Gen:
     def _pin(self, t: float, live: list[ContextId], _n: list[ContextId]) -> Op:
         cid = self.pick(live)
         a, b = self._range(cid)
-        ttl = round(float(self.rng.uniform(0.5, 5.0)), 3) if self.rng.random() < self.p.p_ttl \
+        ttl = (
+            round(float(self.rng.uniform(0.5, 5.0)), 3)
+            if self.rng.random() < self.p.p_ttl
             else None
+        )
         return Pin(t, cid, a, b, ttl)
 
     def _unpin(self, t: float, live: list[ContextId], _n: list[ContextId]) -> Op:

@@ -1,0 +1,92 @@
+"""Replay throughput and per-inference cost versus context length. Prints figures; asserts nothing.
+
+    python benchmarks/bench_replay.py            # full: >= 100k ops
+    python benchmarks/bench_replay.py --quick    # a smoke run (used by the test suite)
+
+1. Throughput: a generated trace of at least 100k ops (random valid ops over every primitive)
+   replayed under each built-in policy; ops/s and block operations/s (alloc + evict + free + hit
+   records, plus own blocks reused by count).
+2. Scaling: one context grown to a short and a long length, then the same number of
+   (append 16 tokens, infer) steps timed at each; if per-inference work is proportional to new
+   blocks, the two per-infer times are about equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from kvmodel import EngineConfig, Message, MessageKind, Role, TierConfig, replay
+from kvmodel.ids import ContextId, MessageId, SessionId, TierName
+from kvmodel.messages import AgentKind
+from kvmodel.trace import Append, Infer, Op, Open
+from kvmodel.workloads import RandomParams, random_trace
+
+
+def throughput(n_ops: int) -> None:
+    tr = random_trace(RandomParams(seed=1, ops=n_ops, max_open=12, max_tokens=64))
+    cfg = EngineConfig(16, (TierConfig(TierName("hbm"), 2048), TierConfig(TierName("hbf"), 8192)))
+    print(f"throughput: {len(tr.ops)} random ops, hbm 2048 + hbf 8192 blocks of 16 tokens")
+    for policy in ("lru", "kvtether", "hbm-first"):
+        t0 = time.perf_counter()
+        r = replay(tr, policy, cfg)
+        dt = time.perf_counter() - t0
+        recs = sum(1 for o in r.engine.log if o.kind in ("alloc", "evict", "free", "hit"))
+        own = sum(o.own_blocks for o in r.engine.log if o.kind == "infer")  # type: ignore[union-attr]
+        print(f"  {policy:<10} {dt:7.2f} s  {len(tr.ops) / dt:9.0f} ops/s  "
+              f"{(recs + own) / dt:10.0f} block ops/s  ({recs} block records, {own} kept)")
+
+
+def _growth_trace(prefix_tokens: int, steps: int) -> tuple[list[Op], int]:
+    ctx, ops = ContextId("c"), []
+    ops.append(Open(0.0, ctx, SessionId("s"), AgentKind.MAIN))
+    n = 0
+
+    def msg(tokens: int) -> Message:
+        nonlocal n
+        n += 1
+        return Message(MessageId(f"m{n}"), Role.USER, MessageKind.OBSERVATION, tokens)
+
+    for _ in range(prefix_tokens // 1024):
+        ops.append(Append(0.0, ctx, (msg(1024),)))
+    ops.append(Infer(0.0, ctx, ()))
+    first_timed = len(ops)
+    for i in range(steps):
+        ops.append(Append(float(i), ctx, (msg(16),)))
+        ops.append(Infer(float(i), ctx, ()))
+    return ops, first_timed
+
+
+def scaling(steps: int, lengths: tuple[int, ...]) -> None:
+    print(f"per-infer cost vs context length ({steps} x [append 16 tokens, infer]):")
+    row = []
+    for length in lengths:
+        ops, first = _growth_trace(length, steps)
+        cfg = EngineConfig(16, (TierConfig(TierName("hbm"), length // 16 + steps + 64),))
+        marks: dict[str, float] = {}
+
+        def timer(_e: object, i: int, _op: Op, first: int = first,
+                  marks: dict[str, float] = marks) -> None:
+            if i == first - 1:
+                marks["start"] = time.perf_counter()
+
+        replay(ops, "kvtether", cfg, after_op=timer)
+        per = (time.perf_counter() - marks["start"]) / steps
+        row.append(f"{length:>8} tokens: {per * 1e6:8.1f} us/infer")
+    print("  " + "   |   ".join(row))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    if a.quick:
+        throughput(2_000)
+        scaling(50, (1_024, 16_384))
+    else:
+        throughput(100_000)
+        scaling(2_000, (4_096, 262_144))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""The ``kvmodel`` CLI: exit codes, JSON summary, atomic outputs (spec T3, T5)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvmodel.cli import main
+
+SUMMARY_KEYS = ["policy", "ops", "infers", "prompt_tokens", "hit_tokens", "miss_tokens",
+                "output_tokens", "rejected", "writes", "evictions", "frees", "resident_final",
+                "dead_resident_final", "dead_resident_max", "zombie_block_seconds", "duration_s",
+                "device_years", "hbf_device_years", "token_hit_rate"]
+
+
+@pytest.fixture
+def trace_file(tmp_path: Path) -> Path:
+    p = tmp_path / "t.jsonl"
+    assert main(["generate", "--seed", "3", "--sessions", "2", "--turns", "2", "-o", str(p)]) == 0
+    return p
+
+
+def test_replay_json_summary(trace_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", str(trace_file), "--policy", "kvtether", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert list(out) == SUMMARY_KEYS
+    assert out["policy"] == "kvtether"
+    assert out["dead_resident_final"] == 0
+    assert out["prompt_tokens"] == out["hit_tokens"] + out["miss_tokens"]
+    assert set(out["writes"]) == {"hbm", "hbf"}
+    assert isinstance(out["hbf_device_years"], float)
+
+
+def test_replay_writes_observations(trace_file: Path, tmp_path: Path) -> None:
+    obs = tmp_path / "obs.jsonl"
+    assert main(["replay", str(trace_file), "--observations", str(obs)]) == 0
+    recs = [json.loads(x) for x in obs.read_text().splitlines()]
+    assert [r["seq"] for r in recs] == list(range(len(recs)))
+    assert {r["kind"] for r in recs} >= {"infer", "alloc"}
+
+
+def test_bad_trace_exits_2_names_the_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"op":"open","t":0,"ctx":"a","session":"s","agent":"main"}\n'
+                   '{"op":"remove","t":1,"ctx":"a","index":0}\n')
+    obs = tmp_path / "obs.jsonl"
+    assert main(["replay", str(bad), "--observations", str(obs)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:2: op 'remove', field 'index'" in err
+    assert not obs.exists()
+    assert list(tmp_path.iterdir()) == [bad]
+
+
+def test_unknown_policy_and_bad_config_exit_2(
+    trace_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["replay", str(trace_file), "--policy", "nope"]) == 2
+    assert "unknown policy 'nope'" in capsys.readouterr().err
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[[tiers]]\nname = 'hbm'\nblocks = 0\n")
+    assert main(["replay", str(trace_file), "--config", str(cfg)]) == 2
+    assert "'blocks' must be an integer >= 1 (got 0)" in capsys.readouterr().err
+
+
+def test_config_file_drives_tiers(trace_file: Path, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("block_size = 16\n[model]\nlayers = 2\nkv_heads = 1\nhead_dim = 8\n"
+                   "[[tiers]]\nname = 'fast'\nblocks = 64\n"
+                   "[[tiers]]\nname = 'flash'\nblocks = 4096\npe_cycles = 1000\n"
+                   "write_amplification = 1.5\n")
+    assert main(["replay", str(trace_file), "--config", str(cfg), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["writes"]) == {"fast", "flash"}
+    assert out["device_years"]["fast"] is None
+    assert out["hbf_device_years"] == out["device_years"]["flash"] is not None
+
+
+def test_policies_and_demo(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["policies"]) == 0
+    out = capsys.readouterr().out
+    assert "kvtether" in out
+    assert "no-zombie-kv" in out
+    assert main(["demo", "--sessions", "2", "--turns", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "lru" in out
+    assert "kvtether" in out
+    assert "hit rate" in out
+
+
+def test_console_script_runs() -> None:
+    r = subprocess.run([sys.executable, "-m", "kvmodel.cli", "policies", "--json"],
+                       capture_output=True, text=True, check=True)
+    assert {p["name"] for p in json.loads(r.stdout)} >= {"lru", "kvtether", "hbm-first"}

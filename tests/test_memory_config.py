@@ -1,0 +1,70 @@
+"""Tiers, free lists, endurance arithmetic and TOML configuration (spec M1-M6)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvmodel.config import load_config, parse_config
+from kvmodel.errors import ConfigError, InternalError
+from kvmodel.ids import TierName
+from kvmodel.memory import SECONDS_PER_YEAR, Memory, ModelShape, TierConfig, device_years
+
+HBM, HBF = TierName("hbm"), TierName("hbf")
+
+
+def test_free_lists_are_fifo_and_count_writes() -> None:
+    m = Memory([TierConfig(HBM, 2), TierConfig(HBF, 3)])
+    assert [m.alloc(HBM), m.alloc(HBM)] == [0, 1]
+    assert m.alloc(HBF) == 2
+    assert m.tier_of(4) == HBF
+    m.free(0)
+    assert m.alloc(HBF) == 3  # tiers have separate lists
+    assert m.free_count(HBM) == 1
+    assert m.alloc(HBM) == 0
+    assert m.writes == {HBM: 3, HBF: 2}
+    assert m.accounting() == {HBM: (0, 2, 2), HBF: (1, 2, 3)}
+    with pytest.raises(InternalError):
+        m.alloc(HBM)
+    m.free(1)
+    with pytest.raises(InternalError, match="double free"):
+        m.free(1)
+
+
+def test_device_years_formula() -> None:
+    # 100k P/E over 512 GB at WA 1.02, written at 1 GB/s: budget/rate seconds
+    y = device_years(pe_cycles=100_000, capacity_bytes=512 * 10**9, write_amplification=1.02,
+                     bytes_written=10**9 * 3600, seconds=3600)
+    assert y == pytest.approx(100_000 * 512 / 1.02 / SECONDS_PER_YEAR)
+    assert y == pytest.approx(1.5906, rel=1e-4)
+    assert device_years(pe_cycles=1, capacity_bytes=1, write_amplification=1.0,
+                        bytes_written=0, seconds=10) is None
+
+
+def test_bytes_per_block_from_the_model() -> None:
+    llama8b = ModelShape(layers=32, kv_heads=8, head_dim=128, dtype_bytes=2)
+    assert llama8b.bytes_per_token() == 131072
+    assert llama8b.bytes_per_block(16) == 2 * 1024 * 1024
+
+
+def test_config_derives_bytes_per_block_and_validates(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cfg = parse_config({"block_size": 8, "model": {"layers": 2, "kv_heads": 2, "head_dim": 4},
+                        "tiers": [{"name": "hbm", "blocks": 4},
+                                  {"name": "hbf", "blocks": 8, "bytes_per_block": 10,
+                                   "pe_cycles": 5, "write_amplification": 1.02}]})
+    assert cfg.tiers[0].bytes_per_block == 2 * 2 * 4 * 2 * 2 * 8
+    assert cfg.tiers[1].bytes_per_block == 10
+    assert cfg.tiers[1].write_amplification == 1.02
+    for bad, msg in [
+        ({"tiers": []}, "at least one [[tiers]]"),
+        ({"tiers": [{"name": "a", "blocks": 1}], "colour": 1}, "unknown key 'colour'"),
+        ({"tiers": [{"name": "a"}]}, "missing required key 'blocks'"),
+        ({"tiers": [{"name": "a", "blocks": 1}, {"name": "a", "blocks": 1}]}, "unique"),
+        ({"tiers": [{"name": "a", "blocks": 1, "write_amplification": 0.5}]}, ">= 1.0"),
+        ({"block_size": 0, "tiers": [{"name": "a", "blocks": 1}]}, "'block_size'"),
+    ]:
+        with pytest.raises(ConfigError, match=msg.replace("[", r"\[").replace("]", r"\]")):
+            Memory(parse_config(bad, source="x.toml").tiers)
+    p = tmp_path / "bad.toml"
+    p.write_text("block_size = \n")
+    with pytest.raises(ConfigError, match=r"bad\.toml: invalid TOML"):
+        load_config(p)

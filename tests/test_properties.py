@@ -1,0 +1,141 @@
+"""Property tests over random traces (spec I-accounting, I-chains, I-legal-transitions, T4)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from checkers import check_accounting, check_chains, check_no_zombie, check_prefix_closed
+from kvmodel.config import EngineConfig
+from kvmodel.engine import Engine
+from kvmodel.errors import KVModelError, TraceError
+from kvmodel.ids import ContextId, TierName
+from kvmodel.lifecycle import TRANSITIONS, Event, MsgState
+from kvmodel.memory import TierConfig
+from kvmodel.policy import resolve_policy
+from kvmodel.replay import replay
+from kvmodel.trace import Op, op_to_json, parse_op
+from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, random_trace
+
+POLICIES = ["lru", "kvtether", "hbm-first"]
+
+configs = st.builds(
+    lambda bs, a, b: EngineConfig(bs, (TierConfig(TierName("hbm"), a),
+                                       TierConfig(TierName("hbf"), b, bytes_per_block=64,
+                                                  pe_cycles=10))),
+    st.sampled_from([1, 2, 4, 16]), st.integers(1, 24), st.integers(1, 24),
+)
+traces = st.builds(lambda seed, n: random_trace(RandomParams(seed=seed, ops=n)),
+                   st.integers(0, 2**32 - 1), st.integers(1, 90))
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@given(tr=traces, cfg=configs)
+def test_accounting_and_chains_hold_after_every_op(policy: str, tr, cfg) -> None:  # type: ignore[no-untyped-def]
+    def check(e: Engine, i: int, op: Op) -> None:
+        v = check_accounting(e) + check_chains(e)
+        assert not v, (i, op, v)
+        if policy == "kvtether":
+            assert not check_no_zombie(e), (i, op)
+        if policy == "lru":
+            assert not check_prefix_closed(e), (i, op)
+        writes = sum(e.memory.writes.values())
+        allocs = sum(1 for o in e.log if o.kind == "alloc")
+        assert writes == allocs
+
+    replay(tr, policy, cfg, after_op=check)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@given(tr=traces, cfg=configs)
+def test_replay_is_deterministic(policy: str, tr, cfg) -> None:  # type: ignore[no-untyped-def]
+    a = replay(tr, policy, cfg)
+    b = replay(tr, policy, cfg)
+    assert a.engine.log.to_jsonl() == b.engine.log.to_jsonl()
+    assert a.summary == b.summary
+
+
+def test_agentic_replay_is_byte_identical() -> None:
+    p = AgenticParams(seed=7, sessions=3, turns=2)
+    logs = {replay(generate_agentic(p), "kvtether").engine.log.to_jsonl() for _ in range(2)}
+    assert len(logs) == 1
+
+
+def _reachable(before: MsgState | None, after: MsgState) -> bool:
+    """``after`` follows from ``before`` by a path of table rows (one op may raise several
+    events on one message, e.g. an output message is admitted, then ``infer_end``)."""
+    seen: set[MsgState | None] = {before}
+    frontier: list[MsgState | None] = [before]
+    while frontier:
+        s = frontier.pop()
+        for e in Event:
+            nxt = TRANSITIONS.get((s, e))
+            if nxt is after:
+                return True
+            if nxt is not None and nxt not in seen:
+                seen.add(nxt)
+                frontier.append(nxt)
+    return False
+
+
+def test_reachability_rejects_what_the_table_forbids() -> None:
+    assert _reachable(None, MsgState.SUSPENDED)
+    assert not _reachable(MsgState.EXPIRED, MsgState.ACTIVE)
+    assert not _reachable(MsgState.SUSPENDED, MsgState.TEMPORARY)
+    assert not _reachable(MsgState.PINNED, MsgState.TEMPORARY)
+
+
+@given(tr=traces, cfg=configs)
+def test_every_state_change_is_a_row_of_the_table(tr, cfg) -> None:  # type: ignore[no-untyped-def]
+    """spec L4: the sparse phase representation never produces a change the table lacks."""
+    prev: dict[tuple[ContextId, int], MsgState] = {}
+
+    def check(e: Engine, i: int, op: Op) -> None:
+        nonlocal prev
+        now = e.message_states()
+        for k, s in now.items():
+            old = prev.get(k)
+            if old is not s:
+                assert _reachable(old, s), (i, op, k, old, s)
+        assert set(prev) <= set(now)  # instances are never forgotten
+        prev = now
+
+    replay(tr, "kvtether", cfg, after_op=check)
+
+
+@given(tr=traces, cfg=configs, data=st.data())
+def test_corrupted_traces_fail_with_typed_errors_only(tr, cfg, data) -> None:  # type: ignore[no-untyped-def]
+    """Shuffle, drop and mangle ops: the model either applies an op or raises a KVModelError."""
+    ops = list(tr.ops)
+    if not ops:
+        return
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, len(ops) - 1))
+        how = data.draw(st.sampled_from(["drop", "dup", "swap", "index"]))
+        if how == "drop" and len(ops) > 1:
+            ops.pop(i)
+        elif how == "dup":
+            ops.insert(i, ops[i])
+        elif how == "swap":
+            j = data.draw(st.integers(0, len(ops) - 1))
+            ops[i], ops[j] = ops[j], ops[i]
+        else:
+            d = op_to_json(ops[i])
+            for f in ("index", "start", "stop", "upto", "count"):
+                if f in d:
+                    d[f] = d[f] + data.draw(st.integers(1, 5))
+            ops[i] = parse_op(d)
+    engine = Engine(cfg, resolve_policy("kvtether"))
+    t = 0.0
+    for op in ops:
+        if op.t < t:
+            with pytest.raises(TraceError):
+                engine.apply(op)
+            return
+        t = op.t
+        try:
+            engine.apply(op)
+        except KVModelError:
+            return
+        assert not check_accounting(engine)

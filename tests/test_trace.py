@@ -1,0 +1,121 @@
+"""Trace reading and writing (spec T1-T3, P12): every kind of bad input names its location."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvmodel.errors import TraceError
+from kvmodel.replay import replay
+from kvmodel.trace import iter_trace_lines, load_trace, parse_trace_lines
+from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, random_trace
+
+OPEN = '{"op":"open","t":0,"ctx":"a","session":"s","agent":"main"}'
+APPEND = ('{"op":"append","t":1,"ctx":"a","messages":[{"id":"m","role":"user","kind":"user",'
+          '"tokens":5}]}')
+
+
+def _err(*lines: str) -> TraceError:
+    def run() -> None:
+        replay(parse_trace_lines(lines, source="t.jsonl"), "lru")
+
+    with pytest.raises(TraceError) as ei:
+        run()
+    return ei.value
+
+
+@pytest.mark.parametrize(
+    ("bad", "line", "op", "field", "expect"),
+    [
+        ("{not json", 2, None, None, "malformed JSON"),
+        ('{"op":"teleport","t":1}', 2, None, "op", "expected one of"),
+        ('{"op":"close","t":1,"ctx":"a","why":1}', 2, "close", "why", "unknown field"),
+        ('{"op":"close","t":"soon","ctx":"a"}', 2, "close", "t", "finite number"),
+        ('{"op":"append","t":1,"ctx":"a","messages":[{"id":"m","role":"user","kind":"user",'
+         '"tokens":0}]}', 2, "append", "messages[0].tokens", "integer >= 1"),
+        ('{"op":"append","t":1,"ctx":"a","messages":[{"id":"m","role":"user","kind":"poem",'
+         '"tokens":3}]}', 2, "append", "messages[0].kind", "one of system|"),
+        ('{"op":"remove","t":1,"ctx":"a","index":true}', 2, "remove", "index", "an integer"),
+        ('{"op":"close","t":1,"ctx":"zz"}', 2, "close", "ctx", "unknown context 'zz'"),
+        ('{"op":"unpin","t":1,"ctx":"a","ttl":3}', 2, "unpin", "ttl", "no ttl on unpin"),
+        ('{"op":"infer","t":1,"ctx":"a","output":[]}', 2, "infer", "ctx", "no messages"),
+    ],
+)
+def test_bad_line_names_file_line_op_and_field(
+    bad: str, line: int, op: str | None, field: str | None, expect: str
+) -> None:
+    e = _err(OPEN, bad)
+    assert (e.file, e.line, e.op, e.field) == ("t.jsonl", line, op, field)
+    assert expect in str(e)
+    assert str(e).startswith(f"t.jsonl:{line}")
+
+
+def test_semantic_errors_are_located() -> None:
+    e = _err(OPEN, APPEND, '{"op":"remove","t":2,"ctx":"a","index":3}')
+    assert (e.line, e.op, e.field) == (3, "remove", "index")
+    assert "expected an index in [0, 1)" in str(e)
+    assert "(got 3)" in str(e)
+    e = _err(OPEN, '{"op":"close","t":1,"ctx":"a"}', APPEND.replace('"t":1', '"t":2'))
+    assert (e.line, e.op, e.field) == (3, "append", "ctx")
+    assert "is closed" in str(e)
+    e = _err(OPEN, APPEND, APPEND.replace('"t":1', '"t":2'))
+    assert e.field == "id"
+    assert "already live" in str(e)
+    e = _err(OPEN, APPEND, '{"op":"pin","t":2,"ctx":"a","start":0,"stop":4}')
+    assert e.field == "stop"
+    assert "start <= stop <= 1" in str(e)
+
+
+def test_time_going_backwards() -> None:
+    e = _err(OPEN, APPEND.replace('"t":1', '"t":5'), '{"op":"close","t":4.5,"ctx":"a"}')
+    assert (e.line, e.op, e.field) == (3, "close", "t")
+    assert "went backwards: expected t >= 5 (got 4.5)" in str(e)
+    assert "expected a number >= 0 (got -1)" in str(_err('{"op":"close","t":-1,"ctx":"a"}'))
+
+
+def test_header_must_come_first_and_have_version_1() -> None:
+    tr = parse_trace_lines(['{"kvtrace":1,"note":"x"}', OPEN])
+    assert tr.header.meta["note"] == "x"
+    assert len(tr.ops) == 1
+    assert tr.lines == (2,)
+    assert "version 1" in str(_err('{"kvtrace":2}'))
+    assert "first line" in str(_err(OPEN, '{"kvtrace":1}'))
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="cannot read trace file"):
+        load_trace(tmp_path / "missing.jsonl")
+    p = tmp_path / "bin.jsonl"
+    p.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(TraceError, match="not UTF-8"):
+        load_trace(p)
+
+
+@given(st.integers(0, 10_000), st.integers(5, 80))
+def test_random_traces_round_trip(seed: int, n: int) -> None:
+    tr = random_trace(RandomParams(seed=seed, ops=n))
+    text = list(iter_trace_lines(tr))
+    back = parse_trace_lines(text)
+    assert back.ops == tr.ops
+    assert list(iter_trace_lines(back)) == text
+
+
+def test_generated_workload_round_trips_and_matches_the_schema() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((Path(__file__).parent.parent / "spec" / "trace.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for tr in (generate_agentic(AgenticParams(sessions=2, turns=2)),
+               random_trace(RandomParams(seed=3, ops=200))):
+        lines = list(iter_trace_lines(tr))
+        for line in lines:
+            validator.validate(json.loads(line))
+        assert parse_trace_lines(lines).ops == tr.ops
+        obs_schema = {**schema, "oneOf": [{"$ref": "#/$defs/observation"}]}
+        ov = jsonschema.Draft202012Validator(obs_schema)
+        for rec in replay(tr, "kvtether").engine.log.to_jsonl().splitlines():
+            ov.validate(json.loads(rec))
