@@ -56,6 +56,7 @@ class Context:
         "suspended_at",
         "temporaries",
         "valid",
+        "version",
     )
 
     def __init__(
@@ -93,6 +94,8 @@ class Context:
         self.last_infer: float | None = None
         self.suspended_at: float | None = None
         self._next_uid = 0
+        #: bumped by the engine whenever anything a block's features depend on may have changed
+        self.version = 0
 
     # ------------------------------------------------------------------ queries
 

@@ -25,6 +25,9 @@ from typing import Any
 
 import attrs
 
+from kvmodel._engine_view import EngineView, named_contexts
+from kvmodel._eviction import PolicyOrder, RankIndex
+from kvmodel._resident import Placed, ResidentBlock
 from kvmodel.blocks import BlockSpec
 from kvmodel.config import EngineConfig
 from kvmodel.contexts import Context
@@ -49,7 +52,7 @@ from kvmodel.observations import (
     ObservationLog,
     RejectObs,
 )
-from kvmodel.policy import Placement, Policy
+from kvmodel.policy import BasePolicy, Placement, Policy, RankTerm
 from kvmodel.trace import (
     Append,
     Close,
@@ -65,49 +68,19 @@ from kvmodel.trace import (
     TurnEnd,
     Unpin,
 )
-from kvmodel.view import BlockInfo, ContextInfo, ModelView, NewBlock, TierInfo
+from kvmodel.view import BlockInfo, ModelView, NewBlock
 
 __all__ = ["Engine", "EngineStats"]
 
 
-class _Block:
-    """A resident block slot (internal, mutable)."""
-
-    __slots__ = (
-        "alloc_time",
-        "birth_state",
-        "depth",
-        "holders",
-        "id",
-        "indexed",
-        "spec",
-        "tier",
-        "touch",
-        "writer",
-        "writer_agent",
-    )
-
-    def __init__(self, bid: BlockId, spec: BlockSpec, tier: TierName, t: float, writer: Context):
-        self.id = bid
-        self.spec = spec
-        self.depth = spec.depth
-        self.tier = tier
-        self.indexed = False
-        self.holders: set[ContextId] = set()
-        self.touch = t
-        self.alloc_time = t
-        self.writer = writer.id
-        self.writer_agent = writer.agent
-        #: class in the writing context at allocation; the class while it has no holder in flight
-        self.birth_state = BlockClass.ACTIVE
-
-
-@attrs.frozen(slots=True)
-class _Placed:
-    spec: BlockSpec
-    block: _Block
-    bypass: bool
-    fresh: bool  # newly allocated (False: an orphan rewritten in place)
+def _rank_of(policy: Policy) -> tuple[RankTerm, ...] | None:
+    """The declarative rank the policy's order is, or None if it orders blocks its own way."""
+    if not isinstance(policy, BasePolicy):
+        return None
+    method: object = type(policy).eviction_order
+    if method is not BasePolicy.eviction_order or not policy.rank:
+        return None
+    return policy.rank
 
 
 @attrs.define
@@ -131,7 +104,9 @@ class EngineStats:
 class Engine:
     """The executable model. ``apply(op)`` one op at a time; read it through :attr:`view`."""
 
-    def __init__(self, config: EngineConfig, policy: Policy) -> None:
+    def __init__(self, config: EngineConfig, policy: Policy, *, fast: bool | None = None) -> None:
+        """``fast``: use the incremental rank index for a rank policy (default: whenever the
+        policy's order is its declarative ``rank``); ``False`` forces the general path."""
         from kvmodel.memory import Memory
 
         self.config = config
@@ -145,7 +120,7 @@ class Engine:
         #: Derivation edges of the fork DAG: (from, to, kind) with kind in
         #: fork | spawn | compaction | return.
         self.edges: list[tuple[ContextId, ContextId, str]] = []
-        self.blocks: dict[BlockId, _Block] = {}
+        self.blocks: dict[BlockId, ResidentBlock] = {}
         self.index: dict[BlockKey, BlockId] = {}
         self.dead: set[BlockId] = set()
         self.log = ObservationLog()
@@ -160,9 +135,17 @@ class Engine:
         self._fl_ctx: Context | None = None
         self._fl_valid = 0
         self._fl: set[BlockId] = set()
-        self._order: list[BlockId] | None = None
-        self._order_pos = 0
-        self.view: ModelView = _EngineView(self)
+        # feature cache: a block's BlockInfo is reused while its stamp (its own version and its
+        # holders' versions, all drawn from one counter) is unchanged
+        self._tick = 0
+        self._info: dict[BlockId, tuple[tuple[int, ...], BlockInfo]] = {}
+        self.view: ModelView = EngineView(self)
+        rank = _rank_of(policy)
+        if fast and rank is None:
+            raise ValueError(f"policy {policy.name!r} has no declarative rank: no fast path")
+        self._victims: PolicyOrder | RankIndex = (
+            RankIndex(self, rank) if rank is not None and fast is not False else PolicyOrder(self)
+        )
 
     # ------------------------------------------------------------------ driving
 
@@ -209,6 +192,8 @@ class Engine:
                 self._close(self._ctx(op.ctx))
             case EndSession():
                 self._end_session(op)
+        for cid in named_contexts(op, self):
+            self._bump(self.contexts[cid])
         for bid in list(self.policy.on_op(self.view, op)):
             self._policy_free(bid)
         self.stats.dead_resident_max = max(self.stats.dead_resident_max, len(self.dead))
@@ -282,6 +267,7 @@ class Engine:
             c = self.contexts[cid]
             if c.is_open and uid in c.pin_deadline and c.pin_deadline[uid] == deadline:
                 c.unpin_uid(uid)
+                self._bump(c)
 
     def _return(self, op: Return) -> None:
         c = self._ctx(op.ctx)
@@ -317,15 +303,24 @@ class Engine:
 
     # ------------------------------------------------------------------ chain bookkeeping
 
-    def _block_of(self, spec: BlockSpec) -> _Block:
+    def _block_of(self, spec: BlockSpec) -> ResidentBlock:
         bid = self.index.get(spec.key) if spec.key is not None else None
         if bid is None:
             raise InternalError(f"chain entry {spec.key!r} at depth {spec.depth} is not resident")
         return self.blocks[bid]
 
+    def _bump(self, x: ResidentBlock | Context) -> None:
+        self._tick += 1
+        x.version = self._tick
+        if isinstance(x, ResidentBlock):
+            self._victims.mark_block(x.id)
+        else:
+            self._victims.mark_ctx(x.id)
+
     def _attach(self, c: Context, spec: BlockSpec) -> None:
         b = self._block_of(spec)
         b.holders.add(c.id)
+        self._bump(b)
         self.dead.discard(b.id)
 
     def _detach(self, c: Context, spec: BlockSpec) -> None:
@@ -333,21 +328,26 @@ class Engine:
         if c.last_infer is not None and c.last_infer > b.touch:
             b.touch = c.last_infer  # fold the holder's recency in before it stops holding
         b.holders.discard(c.id)
+        self._bump(b)
         self._refresh_dead(b)
 
-    def _in_flight(self, b: _Block) -> bool:
+    def in_flight_count(self) -> int:
+        """Blocks of the inference being admitted: its kept prefix, hits and writes (M4.2)."""
+        return len(self._fl) + self._fl_valid
+
+    def in_flight(self, b: ResidentBlock) -> bool:
         if b.id in self._fl:
             return True
         c = self._fl_ctx
         return c is not None and b.depth < self._fl_valid and c.id in b.holders
 
-    def _refresh_dead(self, b: _Block) -> None:
-        if not b.holders and not self._in_flight(b) and b.id in self.blocks:
+    def _refresh_dead(self, b: ResidentBlock) -> None:
+        if not b.holders and not self.in_flight(b) and b.id in self.blocks:
             self.dead.add(b.id)
         else:
             self.dead.discard(b.id)
 
-    def _drop(self, b: _Block) -> None:
+    def _drop(self, b: ResidentBlock) -> None:
         """Remove a block from memory; every chain holding it is cut there (spec M4.3)."""
         if b.indexed and b.spec.key is not None:
             del self.index[b.spec.key]
@@ -355,13 +355,14 @@ class Engine:
             c = self.contexts[h]
             cut = c.materialized[b.depth :]
             if len(cut) > 1:
-                self._order = None  # classes of the blocks below changed: re-rank
+                self._victims.invalidate()  # classes of the blocks below change
             for spec in cut[1:]:
                 self._detach(c, spec)
             del c.materialized[b.depth :]
             c.valid = min(c.valid, b.depth)
         b.holders.clear()
         del self.blocks[b.id]
+        self._info.pop(b.id, None)
         self.dead.discard(b.id)
         self._fl.discard(b.id)
         self.memory.free(b.id)
@@ -374,7 +375,7 @@ class Engine:
             )
         self._free(b, FreeReason.RECLAIM)
 
-    def _free(self, b: _Block, reason: str) -> None:
+    def _free(self, b: ResidentBlock, reason: str) -> None:
         self.log.add(
             FreeObs(
                 self.log.next_seq,
@@ -419,60 +420,19 @@ class Engine:
         """The hash-chain key of a resident block's parent (``ROOT_KEY`` at depth 0)."""
         return self.blocks[block].spec.parent
 
-    def block_class(self, b: _Block) -> BlockClass:
+    def block_class(self, b: ResidentBlock) -> BlockClass:
         """Spec L5.2; a block written by the in-flight request and not yet on a chain keeps the
         class it had in the writing context."""
         if not b.holders and b.id in self._fl:
             return b.birth_state
         return aggregate_across_contexts(self.contexts[h].block_class(b.depth) for h in b.holders)
 
-    def _candidates(self) -> list[BlockInfo]:
-        """Evictable blocks: resident, not in flight, not Pinned (spec M4.1)."""
-        out = []
-        for b in self.blocks.values():
-            if self._in_flight(b):
-                continue
-            info = self.view.block(b.id)
-            if info.state is not BlockClass.PINNED:
-                out.append(info)
-        return out
-
-    def _rank(self) -> list[BlockId]:
-        cands = self._candidates()
-        order = list(self.policy.eviction_order(self.view, cands))
-        allowed = {c.id for c in cands}
-        bad = [b for b in order if b not in allowed]
-        if bad or len(set(order)) != len(order):
-            raise PolicyError(
-                f"policy {self.policy.name!r} eviction_order returned "
-                + (f"non-candidate block {bad[0]}" if bad else "a block twice")
-            )
-        return order
-
-    def _next_victim(self, tiers: Sequence[TierName]) -> _Block | None:
-        """The first block of the policy's order that is still evictable and in ``tiers``.
-
-        The order is computed once per inference and reused while it stays valid (an eviction
-        that cuts other blocks off a chain changes their classes and forces a re-rank).
-        """
-        if self._order is None:
-            self._order = self._rank()
-            self._order_pos = 0
-        order = self._order
-        while self._order_pos < len(order) and order[self._order_pos] not in self.blocks:
-            self._order_pos += 1
-        for bid in order[self._order_pos :]:
-            b = self.blocks.get(bid)
-            if b is not None and b.tier in tiers and not self._in_flight(b):
-                return b
-        return None
-
     def _allocate(self, tiers: Sequence[TierName], ctx: Context) -> BlockId | None:
         """A free slot in the first preferred tier that has one, else evict (spec M4)."""
         for tn in tiers:
             if self.memory.free_count(tn):
                 return self.memory.alloc(tn)
-        victim = self._next_victim(tiers)
+        victim = self._victims.next_victim(tiers)
         if victim is None:
             return None
         tier = victim.tier
@@ -517,7 +477,7 @@ class Engine:
             self._detach(c, s)
         del c.materialized[v:]
         specs = c.pack_from(v)
-        hits: list[_Block] = []
+        hits: list[ResidentBlock] = []
         for s in specs:
             if s.depth >= prompt_full or s.key is None or s.key not in self.index:
                 break
@@ -525,9 +485,10 @@ class Engine:
         misses = specs[len(hits) :]
         self._fl_ctx, self._fl_valid = c, v
         self._fl = {b.id for b in hits}
+        self._bump(c)
         for b in hits:
             self.dead.discard(b.id)
-        self._order = None
+            self._bump(b)
 
         hit_tokens = (v + len(hits)) * bs
         self.log.add(
@@ -559,10 +520,10 @@ class Engine:
 
         needed = sum(1 for s in misses if s.key is None or s.key not in self.index)
         free = self.memory.total_free()
-        placed: list[_Placed] = []
+        placed: list[Placed] = []
         ok = True
         if needed > free:
-            available = free + len(self._candidates())
+            available = free + self._victims.evictable()
             if needed > available:
                 self._reject(
                     c,
@@ -592,7 +553,7 @@ class Engine:
         self,
         c: Context,
         misses: Sequence[BlockSpec],
-        placed: list[_Placed],
+        placed: list[Placed],
         needed: int,
         prompt_full: int,
     ) -> bool:
@@ -604,6 +565,7 @@ class Engine:
                 self.memory.rewrite(b.id)
                 b.touch = self.now
                 self._fl.add(b.id)
+                self._bump(b)
                 self.dead.discard(b.id)
                 self.log.add(
                     AllocObs(
@@ -619,7 +581,7 @@ class Engine:
                         rewrite=True,
                     )
                 )
-                placed.append(_Placed(s, b, bypass=False, fresh=False))
+                placed.append(Placed(s, b, bypass=False, fresh=False))
                 continue
             state = aggregate_within_context(st for u in s.uids if (st := c.state(u)) is not None)
             nb = NewBlock(
@@ -645,8 +607,8 @@ class Engine:
                     self.memory.total_free(),
                 )
                 return False
-            b = _Block(bid, s, self.memory.tier_of(bid), self.now, c)
-            b.birth_state = state
+            b = ResidentBlock(bid, s, self.memory.tier_of(bid), self.now, c.id, c.agent, state)
+            self._bump(b)
             self.blocks[bid] = b
             self._fl.add(bid)
             self.log.add(
@@ -679,7 +641,7 @@ class Engine:
             elif s.key is not None:
                 self.index[s.key] = bid
                 b.indexed = True
-            placed.append(_Placed(s, b, bypass=bypass, fresh=True))
+            placed.append(Placed(s, b, bypass=bypass, fresh=True))
         return True
 
     def _check_placement(self, pl: Placement) -> None:
@@ -695,7 +657,7 @@ class Engine:
                     f"{tn!r}; tiers: {list(self.memory.names)}"
                 )
 
-    def _rollback(self, placed: list[_Placed]) -> None:
+    def _rollback(self, placed: list[Placed]) -> None:
         """Free what a request wrote before it was rejected mid-allocation (spec M4.4)."""
         for p in reversed(placed):
             if p.fresh and p.block.id in self.blocks:
@@ -708,7 +670,7 @@ class Engine:
         self.stats.rejected += 1
 
     def _commit(
-        self, c: Context, v: int, hits: list[_Block], placed: list[_Placed], cut: int | None
+        self, c: Context, v: int, hits: list[ResidentBlock], placed: list[Placed], cut: int | None
     ) -> None:
         """Attach the new chain tail, release what is not kept, update recency (spec P7.5)."""
         tail: list[BlockSpec] = [b.spec for b in hits]
@@ -728,6 +690,7 @@ class Engine:
         c.last_infer = self.now
         for b in hits:
             b.touch = self.now
+            self._bump(b)
         for p in placed:
             if p.spec.key is None:
                 self._free(p.block, FreeReason.PARTIAL)
@@ -737,100 +700,9 @@ class Engine:
     def _end_flight(self) -> None:
         fl = self._fl
         self._fl_ctx, self._fl_valid, self._fl = None, 0, set()
-        self._order = None
+        self._victims.end()
         for bid in sorted(fl):
             b = self.blocks.get(bid)
             if b is not None:
+                self._bump(b)
                 self._refresh_dead(b)
-
-
-class _EngineView:
-    """:class:`ModelView` over an :class:`Engine` (read-only by construction: it copies)."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._e = engine
-
-    @property
-    def now(self) -> float:
-        return self._e.now
-
-    @property
-    def block_size(self) -> int:
-        return self._e.block_size
-
-    def tiers(self) -> Sequence[TierInfo]:
-        m = self._e.memory
-        return [
-            TierInfo(t.name, i, t.blocks, m.free_count(t.name), m.writes[t.name], t.pe_cycles)
-            for i, t in enumerate(m.tiers)
-        ]
-
-    def block(self, block: BlockId) -> BlockInfo:
-        e = self._e
-        b = e.blocks[block]
-        classes = []
-        suspend: float | None = None
-        last = b.touch
-        for h in b.holders:
-            c = e.contexts[h]
-            cls = c.block_class(b.depth)
-            classes.append(cls)
-            if (
-                cls is BlockClass.SUSPENDED
-                and c.suspended_at is not None
-                and (suspend is None or c.suspended_at < suspend)
-            ):
-                suspend = c.suspended_at
-            if c.last_infer is not None and c.last_infer > last:
-                last = c.last_infer
-        state = aggregate_across_contexts(classes) if classes else e.block_class(b)
-        return BlockInfo(
-            b.id,
-            b.spec.key,
-            b.tier,
-            e._tier_index[b.tier],
-            b.depth,
-            state,
-            last,
-            suspend,
-            b.alloc_time,
-            tuple(sorted(b.holders)),
-            b.writer,
-            b.writer_agent,
-            b.spec.kinds,
-            b.indexed,
-        )
-
-    def resident(self) -> Sequence[BlockId]:
-        return sorted(self._e.blocks)
-
-    def dead(self) -> Sequence[BlockId]:
-        return sorted(self._e.dead)
-
-    def context(self, ctx: ContextId) -> ContextInfo:
-        c = self._e.contexts[ctx]
-        return ContextInfo(
-            c.id,
-            c.session,
-            c.agent,
-            c.parent,
-            c.spawn,
-            c.one_shot,
-            c.is_open,
-            c.phase,
-            len(c),
-            c.total_tokens,
-            len(c.materialized),
-            c.valid,
-            c.opened_at,
-            c.closed_at,
-            c.last_infer,
-            c.suspended_at,
-        )
-
-    def open_contexts(self) -> Sequence[ContextId]:
-        return [cid for cid, c in self._e.contexts.items() if c.is_open]
-
-    def chain(self, ctx: ContextId) -> Sequence[BlockId]:
-        e = self._e
-        return [e.index[s.key] for s in e.contexts[ctx].materialized if s.key is not None]

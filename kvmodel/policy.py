@@ -15,6 +15,7 @@ so one definition is both run and proved. Ties are broken by ascending block id,
 
 from __future__ import annotations
 
+import heapq
 import importlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -67,7 +68,7 @@ class Policy(Protocol):
 
     def eviction_order(
         self, view: ModelView, candidates: Sequence[BlockInfo]
-    ) -> Sequence[BlockId]: ...
+    ) -> Iterable[BlockId]: ...
 
     def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]: ...
 
@@ -143,9 +144,33 @@ class BasePolicy:
     def place(self, view: ModelView, block: NewBlock) -> Placement:
         return Placement(tuple(t.name for t in view.tiers()))
 
-    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Sequence[BlockId]:
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        """Candidates by ascending :func:`rank_key`, produced lazily from a heap.
+
+        O(n) to build plus O(log n) per victim taken; a block's key is recomputed only when the
+        view hands over a new ``BlockInfo`` for it (unchanged blocks keep the same object).
+        """
         terms = self.rank
-        return [b.id for b in sorted(candidates, key=lambda b: rank_key(terms, b))]
+        cache = self._rank_cache()
+        heap: list[tuple[tuple[float, ...], BlockId]] = []
+        for b in candidates:
+            hit = cache.get(b.id)
+            if hit is None or hit[0] is not b:
+                hit = (b, rank_key(terms, b))
+                cache[b.id] = hit
+            heap.append((hit[1], b.id))
+        heapq.heapify(heap)
+        while heap:
+            yield heapq.heappop(heap)[1]
+
+    def _rank_cache(self) -> dict[BlockId, tuple[BlockInfo, tuple[float, ...]]]:
+        cache: dict[BlockId, tuple[BlockInfo, tuple[float, ...]]] | None = getattr(
+            self, "_kvmodel_rank_cache", None
+        )
+        if cache is None:
+            cache = {}
+            self._kvmodel_rank_cache = cache
+        return cache
 
     def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
         return ()

@@ -139,3 +139,29 @@ def test_corrupted_traces_fail_with_typed_errors_only(tr, cfg, data) -> None:  #
         except KVModelError:
             return
         assert not check_accounting(engine)
+
+
+def _replay_log(tr, cfg, policy: str, *, fast: bool) -> str:  # type: ignore[no-untyped-def]
+    engine = Engine(cfg, resolve_policy(policy), fast=fast)
+    for op in tr.ops:
+        try:
+            engine.apply(op)
+        except KVModelError:
+            break
+    return engine.log.to_jsonl()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@given(tr=traces, cfg=configs)
+def test_rank_index_agrees_with_the_general_path(policy: str, tr, cfg) -> None:  # type: ignore[no-untyped-def]
+    """The incremental rank index (engine fast path) evicts exactly what sorting would."""
+    assert _replay_log(tr, cfg, policy, fast=True) == _replay_log(tr, cfg, policy, fast=False)
+
+
+def test_rank_index_agrees_on_an_agentic_workload_under_pressure() -> None:
+    tr = generate_agentic(AgenticParams(seed=11, sessions=3, turns=2))
+    cfg = EngineConfig(16, (TierConfig(TierName("hbm"), 96), TierConfig(TierName("hbf"), 160)))
+    for policy in POLICIES:
+        fast = _replay_log(tr, cfg, policy, fast=True)
+        assert '"kind":"evict"' in fast
+        assert fast == _replay_log(tr, cfg, policy, fast=False)

@@ -1,0 +1,133 @@
+"""The engine's :class:`~kvmodel.view.ModelView` (private: users get it as ``engine.view``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from kvmodel.ids import BlockId, ContextId
+from kvmodel.lifecycle import BlockClass, aggregate_across_contexts
+from kvmodel.trace import EndSession, Fork, Op, Return
+from kvmodel.view import BlockInfo, ContextInfo, TierInfo
+
+if TYPE_CHECKING:
+    from kvmodel._resident import ResidentBlock
+    from kvmodel.engine import Engine
+
+__all__ = ["EngineView", "named_contexts"]
+
+
+def named_contexts(op: Op, engine: Engine) -> list[ContextId]:
+    """Contexts whose features an op may have changed (their cached block features go stale)."""
+    match op:
+        case EndSession():
+            return list(engine.sessions.get(op.session, ()))
+        case Fork():
+            return [op.src, op.ctx]
+        case Return():
+            return [op.ctx, op.into]
+        case _:
+            return [op.ctx]
+
+
+class EngineView:
+    """:class:`ModelView` over an :class:`Engine` (read-only by construction: it copies)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._e = engine
+
+    @property
+    def now(self) -> float:
+        return self._e.now
+
+    @property
+    def block_size(self) -> int:
+        return self._e.block_size
+
+    def tiers(self) -> Sequence[TierInfo]:
+        m = self._e.memory
+        return [
+            TierInfo(t.name, i, t.blocks, m.free_count(t.name), m.writes[t.name], t.pe_cycles)
+            for i, t in enumerate(m.tiers)
+        ]
+
+    def block(self, block: BlockId) -> BlockInfo:
+        e = self._e
+        b = e.blocks[block]
+        ctxs = e.contexts
+        stamp = (b.version, *(ctxs[h].version for h in b.holders))
+        hit = e._info.get(block)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        info = self._compute(b)
+        e._info[block] = (stamp, info)
+        return info
+
+    def _compute(self, b: ResidentBlock) -> BlockInfo:
+        e = self._e
+        classes = []
+        suspend: float | None = None
+        last = b.touch
+        for h in b.holders:
+            c = e.contexts[h]
+            cls = c.block_class(b.depth)
+            classes.append(cls)
+            if (
+                cls is BlockClass.SUSPENDED
+                and c.suspended_at is not None
+                and (suspend is None or c.suspended_at < suspend)
+            ):
+                suspend = c.suspended_at
+            if c.last_infer is not None and c.last_infer > last:
+                last = c.last_infer
+        state = aggregate_across_contexts(classes) if classes else e.block_class(b)
+        return BlockInfo(
+            b.id,
+            b.spec.key,
+            b.tier,
+            e._tier_index[b.tier],
+            b.depth,
+            state,
+            last,
+            suspend,
+            b.alloc_time,
+            tuple(sorted(b.holders)),
+            b.writer,
+            b.writer_agent,
+            b.spec.kinds,
+            b.indexed,
+        )
+
+    def resident(self) -> Sequence[BlockId]:
+        return sorted(self._e.blocks)
+
+    def dead(self) -> Sequence[BlockId]:
+        return sorted(self._e.dead)
+
+    def context(self, ctx: ContextId) -> ContextInfo:
+        c = self._e.contexts[ctx]
+        return ContextInfo(
+            c.id,
+            c.session,
+            c.agent,
+            c.parent,
+            c.spawn,
+            c.one_shot,
+            c.is_open,
+            c.phase,
+            len(c),
+            c.total_tokens,
+            len(c.materialized),
+            c.valid,
+            c.opened_at,
+            c.closed_at,
+            c.last_infer,
+            c.suspended_at,
+        )
+
+    def open_contexts(self) -> Sequence[ContextId]:
+        return [cid for cid, c in self._e.contexts.items() if c.is_open]
+
+    def chain(self, ctx: ContextId) -> Sequence[BlockId]:
+        e = self._e
+        return [e.index[s.key] for s in e.contexts[ctx].materialized if s.key is not None]

@@ -1,0 +1,204 @@
+"""Where victims come from: the policy's order over a candidate snapshot, or a rank index.
+
+Both sources answer the engine's three questions during one inference: how many blocks are
+evictable (``evictable``), which block to evict next from a set of tiers (``next_victim``), and
+"the classes of some blocks changed under you" (``invalidate``). They must give identical
+answers for a rank policy; a differential test replays random traces through both.
+
+* :class:`PolicyOrder` -- any policy: snapshot the candidates (O(resident blocks)), ask the
+  policy for an order once per inference, consume it lazily.
+* :class:`RankIndex` -- a :class:`~kvmodel.policy.BasePolicy` whose order is its declarative
+  ``rank``: a persistent heap of rank keys with lazy deletion. Only blocks whose features may have
+  changed since the last look (dirty blocks, and the chains of dirty contexts) are re-keyed, so an
+  inference that must evict costs O((dirty + victims) log n) instead of O(n log n).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from kvmodel.errors import PolicyError
+from kvmodel.ids import BlockId, ContextId, TierName
+from kvmodel.lifecycle import BlockClass
+from kvmodel.policy import RankTerm, rank_key
+from kvmodel.view import BlockInfo
+
+if TYPE_CHECKING:
+    from kvmodel._resident import ResidentBlock
+    from kvmodel.engine import Engine
+
+__all__ = ["PolicyOrder", "RankIndex"]
+
+
+class PolicyOrder:
+    """Victims from ``policy.eviction_order`` over a snapshot of the candidates (spec PP1)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.e = engine
+        self._cands: list[BlockInfo] | None = None
+        self._iter: Iterator[BlockId] | None = None
+        self._buf: list[BlockId] = []
+        self._seen: set[BlockId] = set()
+        self._ids: set[BlockId] = set()
+
+    def mark_block(self, bid: BlockId) -> None:
+        """Nothing to do: the snapshot is retaken every inference."""
+
+    def mark_ctx(self, cid: ContextId) -> None:
+        """Nothing to do: the snapshot is retaken every inference."""
+
+    def candidates(self) -> list[BlockInfo]:
+        """Evictable blocks: resident, not in flight, not Pinned (spec M4.1)."""
+        e = self.e
+        out = []
+        for b in e.blocks.values():
+            if e.in_flight(b):
+                continue
+            info = e.view.block(b.id)
+            if info.state is not BlockClass.PINNED:
+                out.append(info)
+        return out
+
+    def evictable(self) -> int:
+        self._cands = self.candidates()  # reused by the first ranking: nothing moved yet
+        return len(self._cands)
+
+    def invalidate(self) -> None:
+        self._iter = None
+        self._cands = None
+
+    def end(self) -> None:
+        self._iter = None
+        self._cands = None
+        self._buf = []
+
+    def next_victim(self, tiers: Sequence[TierName]) -> ResidentBlock | None:
+        """The next block of the order that is still evictable and lies in ``tiers``.
+
+        Blocks pulled for another tier wait in a buffer for a later allocation.
+        """
+        e = self.e
+        if self._iter is None:
+            cands = self._cands if self._cands is not None else self.candidates()
+            self._cands = None
+            self._ids = {c.id for c in cands}
+            self._iter = iter(e.policy.eviction_order(e.view, cands))
+            self._buf = []
+            self._seen = set()
+        keep: list[BlockId] = []
+        found: ResidentBlock | None = None
+        for bid in self._buf:
+            b = e.blocks.get(bid)
+            if b is None or e.in_flight(b):
+                continue
+            if found is None and b.tier in tiers:
+                found = b
+            else:
+                keep.append(bid)
+        self._buf = keep
+        if found is not None:
+            return found
+        for bid in self._iter:
+            if bid not in self._ids or bid in self._seen:
+                what = "a block twice" if bid in self._seen else f"non-candidate {bid}"
+                raise PolicyError(f"policy {e.policy.name!r} eviction_order yielded {what}")
+            self._seen.add(bid)
+            b = e.blocks.get(bid)
+            if b is None or e.in_flight(b):
+                continue
+            if b.tier in tiers:
+                return b
+            self._buf.append(bid)
+        return None
+
+
+class RankIndex:
+    """A persistent min-heap of ``(rank key, block id, entry seq)`` with lazy deletion.
+
+    An entry is live iff ``entry[block] == seq``. Re-keying pushes a new entry; removal forgets
+    the seq. Pinned blocks have no entry. A block popped while in flight is forgotten: it is
+    marked dirty again when its inference ends (the engine bumps every block and context the
+    inference touched), so it comes back with its new key.
+    """
+
+    def __init__(self, engine: Engine, terms: Sequence[RankTerm]) -> None:
+        self.e = engine
+        self.terms = tuple(terms)
+        self.heap: list[tuple[tuple[float, ...], BlockId, int]] = []
+        self.entry: dict[BlockId, int] = {}
+        self.pinned: set[BlockId] = set()
+        self.dirty_blocks: set[BlockId] = set()
+        self.dirty_ctxs: set[ContextId] = set()
+        self.seq = 0
+
+    def mark_block(self, bid: BlockId) -> None:
+        self.dirty_blocks.add(bid)
+
+    def mark_ctx(self, cid: ContextId) -> None:
+        self.dirty_ctxs.add(cid)
+
+    def refresh(self) -> None:
+        e = self.e
+        if self.dirty_ctxs:
+            for cid in self.dirty_ctxs:
+                for s in e.contexts[cid].materialized:
+                    if s.key is not None:
+                        self.dirty_blocks.add(e.index[s.key])
+            self.dirty_ctxs.clear()
+        for bid in self.dirty_blocks:
+            if bid not in e.blocks:
+                self.entry.pop(bid, None)
+                self.pinned.discard(bid)
+                continue
+            info = e.view.block(bid)
+            if info.state is BlockClass.PINNED:
+                self.pinned.add(bid)
+                self.entry.pop(bid, None)
+                continue
+            self.pinned.discard(bid)
+            self.seq += 1
+            heapq.heappush(self.heap, (rank_key(self.terms, info), bid, self.seq))
+            self.entry[bid] = self.seq
+        self.dirty_blocks.clear()
+        if len(self.heap) > 2 * len(self.entry) + 1024:
+            self.heap = [x for x in self.heap if self.entry.get(x[1]) == x[2]]
+            heapq.heapify(self.heap)
+
+    def evictable(self) -> int:
+        self.refresh()
+        e = self.e
+        in_flight = e.in_flight_count()
+        overlap = sum(1 for p in self.pinned if e.in_flight(e.blocks[p]))
+        return len(e.blocks) - in_flight - len(self.pinned) + overlap
+
+    def invalidate(self) -> None:
+        """Nothing to do: changed blocks were marked dirty and are re-keyed on the next look."""
+
+    def end(self) -> None:
+        """Nothing to do: the index persists across inferences."""
+
+    def next_victim(self, tiers: Sequence[TierName]) -> ResidentBlock | None:
+        self.refresh()
+        e = self.e
+        stash: list[tuple[tuple[float, ...], BlockId, int]] = []
+        found: ResidentBlock | None = None
+        while self.heap:
+            item = heapq.heappop(self.heap)
+            _, bid, seq = item
+            if self.entry.get(bid) != seq:
+                continue
+            b = e.blocks.get(bid)
+            if b is None or e.in_flight(b):
+                del self.entry[bid]
+                continue
+            if b.tier not in tiers:
+                stash.append(item)
+                continue
+            del self.entry[bid]
+            found = b
+            break
+        for item in stash:
+            heapq.heappush(self.heap, item)
+        return found
