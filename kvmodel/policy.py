@@ -221,7 +221,10 @@ def resolve_policy(spec: str | Policy) -> Policy:
             "'package.module:Name'"
         )
     obj = _load(path)
-    inst = obj() if callable(obj) else obj
+    try:
+        inst = obj() if callable(obj) else obj
+    except TypeError as e:
+        raise PolicyNotFoundError(f"{path!r} cannot be instantiated without arguments: {e}") from e
     if not isinstance(inst, Policy):
         raise PolicyNotFoundError(
             f"{path!r} does not provide a policy (needs name, place, eviction_order, on_op)"
