@@ -68,6 +68,7 @@ class EngineView:
         classes = []
         suspend: float | None = None
         last = b.touch
+        last_op = b.touch_op
         for h in b.holders:
             c = e.contexts[h]
             cls = c.block_class(b.depth)
@@ -80,6 +81,8 @@ class EngineView:
                 suspend = c.suspended_at
             if c.last_infer is not None and c.last_infer > last:
                 last = c.last_infer
+            if c.last_infer_op > last_op:
+                last_op = c.last_infer_op
         state = aggregate_across_contexts(classes) if classes else e.block_class(b)
         return BlockInfo(
             b.id,
@@ -89,6 +92,7 @@ class EngineView:
             b.depth,
             state,
             last,
+            last_op,
             suspend,
             b.alloc_time,
             tuple(sorted(b.holders)),

@@ -25,6 +25,7 @@ class ResidentBlock:
         "spec",
         "tier",
         "touch",
+        "touch_op",
         "version",
         "writer",
         "writer_agent",
@@ -49,6 +50,8 @@ class ResidentBlock:
         self.holders: set[ContextId] = set()
         #: last use recorded on the block itself; holders' ``last_infer`` is folded in lazily
         self.touch = t
+        #: the trace op index of that use (vLLM's release order is the order of requests)
+        self.touch_op = -1
         self.alloc_time = t
         self.writer = writer
         self.writer_agent = writer_agent

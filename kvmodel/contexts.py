@@ -27,6 +27,7 @@ from kvmodel.messages import AgentKind, Message, MessageKind, SpawnRecord
 __all__ = ["Context"]
 
 _PHASES = frozenset({MsgState.ACTIVE, MsgState.SUSPENDED})
+_LIVE_CLASSES = frozenset({BlockClass.ACTIVE, BlockClass.SUSPENDED, BlockClass.PINNED})
 
 
 class Context:
@@ -34,6 +35,7 @@ class Context:
 
     __slots__ = (
         "_next_uid",
+        "_pin_depth",
         "agent",
         "block_size",
         "closed_at",
@@ -41,6 +43,7 @@ class Context:
         "id",
         "is_open",
         "last_infer",
+        "last_infer_op",
         "live_ids",
         "materialized",
         "messages_by_uid",
@@ -92,8 +95,10 @@ class Context:
         self.materialized: list[BlockSpec] = []
         self.valid = 0
         self.last_infer: float | None = None
+        self.last_infer_op = -1
         self.suspended_at: float | None = None
         self._next_uid = 0
+        self._pin_depth: int | None = None  # cache of the deepest pinned block, see pin_depth()
         #: bumped by the engine whenever anything a block's features depend on may have changed
         self.version = 0
 
@@ -118,11 +123,30 @@ class Context:
             yield m, self.stored.get(uid, self.phase)
 
     def block_class(self, depth: int) -> BlockClass:
-        """The class of the materialized block at ``depth`` in this context (spec L5.1)."""
+        """The class of the materialized block at ``depth`` in this context (spec L5.1).
+
+        A pin protects its prefix too: a valid block at or above the deepest block covering a
+        pinned message is Pinned unless it covers a Temporary or Expired message.
+        """
         if depth >= self.valid:
             return BlockClass.EXPIRED
         spec = self.materialized[depth]
-        return aggregate_within_context(self.stored.get(u, self.phase) for u in spec.uids)
+        cls = aggregate_within_context(self.stored.get(u, self.phase) for u in spec.uids)
+        if depth <= self.pin_depth() and cls in _LIVE_CLASSES:
+            return BlockClass.PINNED
+        return cls
+
+    def pin_depth(self) -> int:
+        """Index of the deepest logical block covering a pinned message (-1 if none). Cached;
+        recomputed (O(messages)) only after pins or token offsets change."""
+        if self._pin_depth is None:
+            deepest = -1
+            if self.pin_deadline:
+                for i, (m, uid) in enumerate(self.entries):
+                    if uid in self.pin_deadline:
+                        deepest = max(deepest, (self.starts[i] + m.tokens - 1) // self.block_size)
+            self._pin_depth = deepest
+        return self._pin_depth
 
     def first_temporary_index(self) -> int | None:
         if not self.temporaries:
@@ -165,6 +189,8 @@ class Context:
             self.temporaries.discard(uid)
         if after is not MsgState.PINNED:
             self.pin_deadline.pop(uid, None)
+        if before is MsgState.PINNED or after is MsgState.PINNED:
+            self._pin_depth = None
         return after
 
     def _mid(self, uid: int) -> str:
@@ -194,6 +220,7 @@ class Context:
 
     def _restart(self, index: int) -> None:
         """Recompute token offsets from message ``index`` on."""
+        self._pin_depth = None
         del self.starts[index:]
         pos = self.starts[-1] + self.entries[len(self.starts) - 1][0].tokens if self.starts else 0
         for m, _ in self.entries[index:]:

@@ -327,6 +327,7 @@ class Engine:
         b = self._block_of(spec)
         if c.last_infer is not None and c.last_infer > b.touch:
             b.touch = c.last_infer  # fold the holder's recency in before it stops holding
+        b.touch_op = max(b.touch_op, c.last_infer_op)
         b.holders.discard(c.id)
         self._bump(b)
         self._refresh_dead(b)
@@ -564,6 +565,7 @@ class Engine:
                 b = self.blocks[self.index[s.key]]
                 self.memory.rewrite(b.id)
                 b.touch = self.now
+                b.touch_op = self.op_index
                 self._fl.add(b.id)
                 self._bump(b)
                 self.dead.discard(b.id)
@@ -608,6 +610,7 @@ class Engine:
                 )
                 return False
             b = ResidentBlock(bid, s, self.memory.tier_of(bid), self.now, c.id, c.agent, state)
+            b.touch_op = self.op_index
             self._bump(b)
             self.blocks[bid] = b
             self._fl.add(bid)
@@ -688,8 +691,10 @@ class Engine:
             del c.materialized[cut:]
         c.valid = len(c.materialized)
         c.last_infer = self.now
+        c.last_infer_op = self.op_index
         for b in hits:
             b.touch = self.now
+            b.touch_op = self.op_index
             self._bump(b)
         for p in placed:
             if p.spec.key is None:

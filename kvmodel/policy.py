@@ -76,6 +76,7 @@ class Policy(Protocol):
 #: Numeric block features a rank term may name. ``None`` sorts as -inf.
 FEATURES: Mapping[str, Callable[[BlockInfo], float | None]] = {
     "last_access": lambda b: b.last_access,
+    "last_op": lambda b: float(b.last_op),
     "suspend_time": lambda b: b.suspend_time,
     "alloc_time": lambda b: b.alloc_time,
     "depth": lambda b: float(b.depth),

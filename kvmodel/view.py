@@ -24,7 +24,8 @@ class BlockInfo:
     """A resident block's features, the vocabulary of declarative rank keys (spec PP3).
 
     * ``state`` -- lifecycle class aggregated over holding contexts (spec L5);
-    * ``last_access`` -- the last inference that used (hit or wrote) it;
+    * ``last_access`` -- the time of the last inference that used (hit, kept or wrote) it;
+    * ``last_op`` -- the trace index of that inference (orders uses at one time);
     * ``suspend_time`` -- among holders in which it is Suspended, the *earliest* suspension time
       (the holder that will resume soonest decides how near its reuse is); ``None`` if none;
     * ``depth`` -- position in its hash chain (0 = first block of a context);
@@ -38,6 +39,7 @@ class BlockInfo:
     depth: int
     state: BlockClass
     last_access: float
+    last_op: int
     suspend_time: float | None
     alloc_time: float
     holders: tuple[ContextId, ...]
