@@ -41,6 +41,10 @@ class EngineView:
         return self._e.now
 
     @property
+    def now_op(self) -> int:
+        return self._e.op_index
+
+    @property
     def block_size(self) -> int:
         return self._e.block_size
 

@@ -117,17 +117,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         f"({len(trace.ops)} ops); tiers: "
         + ", ".join(f"{t.name}={t.blocks} blocks" for t in config.tiers)
     )
+    w = max(len(r.policy) for r in rows) + 2
     head = (
-        f"{'policy':<11}{'hit rate':>9}{'recomputed':>12}{'rejected':>9}"
+        f"{'policy':<{w}}{'hit rate':>9}{'recomputed':>12}{'rejected':>9}"
         f"{'zombie blk-s':>14}{'dead max':>9}"
         + "".join(f"{'writes ' + n:>13}" for n in rows[0].writes)
     )
     print(head)
     for r in rows:
         print(
-            f"{r.policy:<11}{r.token_hit_rate:>9.1%}{r.miss_tokens:>12}{r.rejected:>9}"
+            f"{r.policy:<{w}}{r.token_hit_rate:>9.1%}{r.miss_tokens:>12}{r.rejected:>9}"
             f"{r.zombie_block_seconds:>14.0f}{r.dead_resident_max:>9}"
-            + "".join(f"{w:>13}" for w in r.writes.values())
+            + "".join(f"{x:>13}" for x in r.writes.values())
         )
     return 0
 

@@ -58,6 +58,8 @@ class Context:
         "stored",
         "suspended_at",
         "temporaries",
+        "turn_start",
+        "turns",
         "valid",
         "version",
     )
@@ -98,6 +100,9 @@ class Context:
         self.last_infer_op = -1
         self.suspended_at: float | None = None
         self._next_uid = 0
+        #: completed turns (``turn_end`` ops) and the token offset where the current turn began
+        self.turns = 0
+        self.turn_start = 0
         self._pin_depth: int | None = None  # cache of the deepest pinned block, see pin_depth()
         #: bumped by the engine whenever anything a block's features depend on may have changed
         self.version = 0
@@ -280,8 +285,15 @@ class Context:
         del self.entries[index : index + count]
         self._restart(index)
 
+    def end_turn(self) -> int:
+        """``turn_end``: strip the reasoning (spec P9); the next turn starts at the new end."""
+        n = self.strip_reasoning()
+        self.turns += 1
+        self.turn_start = self.total_tokens
+        return n
+
     def strip_reasoning(self) -> int:
-        """``turn_end``: remove every reasoning message (spec P9). Returns how many."""
+        """Remove every reasoning message (spec P9). Returns how many."""
         first = next(
             (i for i, (m, _) in enumerate(self.entries) if m.kind is MessageKind.REASONING), None
         )

@@ -185,7 +185,7 @@ class Engine:
             case Infer():
                 self._infer(op)
             case TurnEnd():
-                self._ctx(op.ctx).strip_reasoning()
+                self._ctx(op.ctx).end_turn()
             case Return():
                 self._return(op)
             case Close():
@@ -596,6 +596,8 @@ class Engine:
                 s.kinds,
                 in_prompt=s.key is not None and s.depth < prompt_full,
                 partial=s.key is None,
+                turn=c.turns,
+                turn_start_block=min(c.turn_start, c.total_tokens) // self.block_size,
             )
             pl = self.policy.place(view, nb)
             self._check_placement(pl)

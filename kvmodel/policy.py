@@ -48,9 +48,17 @@ ENTRY_POINT_GROUP = "kvmodel.policies"
 #: Built-in names and the import paths they resolve to. ``kvmodel`` does not import ``policies``:
 #: they are found exactly as a third-party ``package.module:Name`` would be.
 BUILTIN_POLICIES: Mapping[str, str] = {
-    "lru": "policies.lru:LRU",
-    "kvtether": "policies.kvtether:KVTether",
+    "belady": "policies.offline:Belady",
     "hbm-first": "policies.hbm_first:HBMFirst",
+    "kvtether": "policies.kvtether:KVTether",
+    "lachesis": "policies.lachesis:Lachesis",
+    "lachesis-det": "policies.lachesis:LachesisDet",
+    "lru": "policies.lru:LRU",
+    "mori": "policies.prediction:MORI",
+    "opt-placement": "policies.offline:OptPlacement",
+    "tether-lachesis": "policies.tether_lachesis:TetherLachesis",
+    "ttl": "policies.prediction:TTL",
+    "vllm-prefix": "policies.vllm_prefix:VLLMPrefix",
 }
 
 
@@ -62,7 +70,8 @@ class Placement:
 
 @runtime_checkable
 class Policy(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def place(self, view: ModelView, block: NewBlock) -> Placement: ...
 

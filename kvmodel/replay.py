@@ -13,7 +13,7 @@ from kvmodel.engine import Engine
 from kvmodel.errors import TraceError
 from kvmodel.ids import TierName
 from kvmodel.policy import Policy, resolve_policy
-from kvmodel.trace import Op, Trace, op_name
+from kvmodel.trace import Op, Trace, TraceHeader, op_name
 
 __all__ = ["ReplayResult", "Summary", "replay", "summarize"]
 
@@ -104,8 +104,13 @@ def replay(
 
     A bad op raises :class:`TraceError` located at its trace line.
     """
-    engine = Engine(config or default_config(), resolve_policy(policy))
+    cfg = config or default_config()
+    pol = resolve_policy(policy)
     ops = trace.ops if isinstance(trace, Trace) else tuple(trace)
+    prepare = getattr(pol, "prepare", None)
+    if callable(prepare):  # offline policies read the whole trace first (spec PP5)
+        prepare(trace if isinstance(trace, Trace) else Trace(TraceHeader(), ops), cfg)
+    engine = Engine(cfg, pol)
     source = trace.source if isinstance(trace, Trace) else None
     for i, op in enumerate(ops):
         try:

@@ -67,6 +67,10 @@ class NewBlock:
     kinds: frozenset[MessageKind]
     in_prompt: bool
     partial: bool
+    #: completed turns of ``ctx`` (``turn_end`` count) and the first block of the current turn:
+    #: blocks below it were written in earlier turns (Lachesis's reasoning-stripped history)
+    turn: int = 0
+    turn_start_block: int = 0
 
 
 @attrs.frozen(slots=True)
@@ -107,6 +111,11 @@ class ModelView(Protocol):
 
     @property
     def block_size(self) -> int: ...
+
+    @property
+    def now_op(self) -> int:
+        """Index of the trace op being applied (offline policies key their plans on it)."""
+        ...
 
     def tiers(self) -> Sequence[TierInfo]: ...
 

@@ -87,19 +87,30 @@ class _Session:
         return t + dur
 
 
-def _run_worker(
-    s: _Session, parent: ContextId, wid: ContextId, t: float, history: list[Message]
-) -> tuple[float, Message]:
+#: Instruction verbs and how much work they tend to mean (mean extra tool rounds). The spawn
+#: record therefore carries signal about a worker's lifetime, as Lachesis observes of real
+#: harnesses; the numbers are illustrative, not calibrated.
+_TASKS = {
+    "check": 0.0,
+    "lookup": 0.0,
+    "read": 0.5,
+    "summarize": 1.0,
+    "investigate": 2.0,
+    "fix": 3.0,
+    "refactor": 4.5,
+    "audit": 6.0,
+}
+_TOOL_LATENCY_S = {"grep": 0.5, "read": 1.0, "edit": 1.5, "bash": 4.0, "web": 8.0}
+
+
+def _run_worker(s: _Session, parent: ContextId, wid: ContextId, t: float) -> tuple[float, Message]:
     p, rng = s.p, s.rng
-    tools = tuple(
-        sorted(
-            rng.choice(
-                ["grep", "read", "edit", "bash", "web"], size=int(rng.integers(1, 4)), replace=False
-            ).tolist()
-        )
-    )
-    rounds = 1 + int(rng.poisson(3))
-    instruction = f"investigate part {int(rng.integers(0, 100))} using " + ", ".join(tools)
+    names = sorted(_TOOL_LATENCY_S)
+    tools = tuple(sorted(rng.choice(names, size=int(rng.integers(1, 4)), replace=False).tolist()))
+    verbs = sorted(_TASKS)
+    verb = verbs[int(rng.integers(0, len(verbs)))]
+    rounds = 1 + int(rng.poisson(1.0 + _TASKS[verb] + 0.5 * len(tools)))
+    instruction = f"{verb} part {int(rng.integers(0, 100))} using " + ", ".join(tools)
     ins_tokens = 40 + int(rng.integers(0, 200))
     s.ops.append(
         Open(
@@ -128,7 +139,8 @@ def _run_worker(
             s.msg(Role.ASSISTANT, MessageKind.TOOL_CALL, 40),
         ]
         t = s.infer(t, wid, tokens, out)
-        t += round(s.lognormal(2.0), 3)
+        tool = tools[int(rng.integers(0, len(tools)))]
+        t += round(s.lognormal(_TOOL_LATENCY_S[tool], 0.5), 3)
         obs = s.msg(Role.TOOL, MessageKind.OBSERVATION, s.lognormal(500))
         s.ops.append(Append(t, wid, (obs,)))
         tokens += sum(m.tokens for m in out) + obs.tokens
@@ -136,7 +148,6 @@ def _run_worker(
     t = s.infer(t, wid, tokens, final)
     result = s.msg(Role.TOOL, MessageKind.RESULT, final[0].tokens)
     s.ops.append(Return(t, wid, parent, result))
-    del history
     return t, result
 
 
@@ -179,7 +190,7 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
                 for _w in range(1 + int(rng.integers(0, p.max_workers))):
                     n_workers += 1
                     wid = ContextId(f"s{index}.w{n_workers}")
-                    ends.append(_run_worker(s, main, wid, t, history))
+                    ends.append(_run_worker(s, main, wid, t))
                 t = max(e for e, _ in ends)
                 history.extend(r for _, r in sorted(ends, key=lambda x: x[0]))
             else:

@@ -1,0 +1,189 @@
+"""Lachesis: lifetime-aware placement across HBM and HBF (spec/policies.md §lachesis*).
+
+**Deterministic path** (``lachesis-det``). Harness knowledge fixes a segment's lifetime class:
+
+* main agent (single-agent): KV written within the current turn is the reasoning-laden segment,
+  *short-lived* (the turn-end strip discards it); KV below the current turn's first block was
+  written in earlier turns and re-materialised after a strip, the reasoning-stripped segment,
+  *long-lived*;
+* multi-agent: the lead's KV is long-lived; workers', reviewers' and compactors' short-lived.
+
+Short-lived KV goes HBM-first, long-lived KV HBF-first (the configured tier order is read as
+fast-to-flash: first tier = HBM, last = HBF). Dead KV is freed at once (a segment's blocks go at
+its closing boundary). Under pressure: dead/expired first, then least recently used.
+
+**Predictive path** (``lachesis``): workers are ranked by a ridge model over their spawn signal
+(:mod:`policies.spawn_predictor`); among workers spawned together, the shortest-predicted are
+admitted to HBM while HBM's free blocks, after a reservation for reviewers, cover their expected
+footprint; the others go HBF-first.
+
+:meth:`LachesisDet.segment_table` lists the live segments: id, class, closing boundary, blocks.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import ClassVar
+
+import attrs
+
+from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
+from kvmodel.lifecycle import BlockClass
+from kvmodel.messages import AgentKind
+from kvmodel.policy import BasePolicy, Placement, RankTerm
+from kvmodel.trace import Op, Open
+from kvmodel.view import ModelView, NewBlock
+from policies.spawn_predictor import SpawnPredictor
+
+__all__ = ["DEFAULT_WEIGHTS", "Lachesis", "LachesisDet", "SegmentClass", "SegmentRow", "classify"]
+
+DEFAULT_WEIGHTS = Path(__file__).with_name("lachesis_weights.json")
+
+_C = BlockClass
+
+
+class SegmentClass(enum.Enum):
+    SHORT = "short"
+    LONG = "long"
+
+
+@attrs.frozen(slots=True)
+class SegmentRow:
+    """One live segment: blocks that share a lifetime and a closing boundary."""
+
+    segment: str
+    cls: SegmentClass
+    closes_at: str
+    blocks: tuple[BlockId, ...]
+
+
+_LIFECYCLE_RANK = (
+    RankTerm("state", order=(_C.DEAD, _C.EXPIRED, _C.TEMPORARY)),
+    RankTerm("last_access"),
+    RankTerm("depth", descending=True),
+)
+
+
+def classify(block: NewBlock) -> tuple[SegmentClass, str, str]:
+    """(class, segment id, closing boundary) of a block about to be written (deterministic)."""
+    match block.agent:
+        case AgentKind.LEAD:
+            return SegmentClass.LONG, f"{block.ctx}/lead", "close"
+        case AgentKind.WORKER | AgentKind.REVIEWER:
+            return SegmentClass.SHORT, f"{block.ctx}/{block.agent.value}", "return"
+        case AgentKind.COMPACTOR:
+            return SegmentClass.SHORT, f"{block.ctx}/compaction", "inference end"
+        case _:
+            if block.depth < block.turn_start_block:
+                return SegmentClass.LONG, f"{block.ctx}/history", "close"
+            return SegmentClass.SHORT, f"{block.ctx}/turn{block.turn}", "turn_end"
+
+
+class LachesisDet(BasePolicy):
+    name: ClassVar[str] = "lachesis-det"
+    rank: ClassVar[tuple[RankTerm, ...]] = _LIFECYCLE_RANK
+    claims: ClassVar[frozenset[str]] = frozenset(
+        {
+            "accounting",
+            "deterministic-placement",
+            "free-at-boundary",
+            "legal-transitions",
+            "no-eviction-in-flight",
+            "no-stale-hit",
+            "no-zombie-kv",
+            "pinned-never-evicted",
+        }
+    )
+
+    def __init__(self) -> None:
+        self._segment_of: dict[BlockKey, str] = {}
+        self._segments: dict[str, tuple[SegmentClass, str]] = {}
+
+    def segment_class(self, view: ModelView, block: NewBlock) -> SegmentClass:
+        return classify(block)[0]
+
+    def tiers_for(self, view: ModelView, cls: SegmentClass) -> tuple[TierName, ...]:
+        names = tuple(t.name for t in view.tiers())
+        return names if cls is SegmentClass.SHORT else names[::-1]
+
+    def place(self, view: ModelView, block: NewBlock) -> Placement:
+        cls = self.segment_class(view, block)
+        _, seg, closes = classify(block)
+        if block.key is not None:
+            self._segment_of[block.key] = seg
+            self._segments[seg] = (cls, closes)
+        return Placement(self.tiers_for(view, cls))
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        return view.dead()
+
+    def segment_table(self, view: ModelView) -> list[SegmentRow]:
+        """Live segments and their resident blocks, sorted by segment id."""
+        members: dict[str, list[BlockId]] = {}
+        for bid in view.resident():
+            info = view.block(bid)
+            seg = self._segment_of.get(info.key) if info.key is not None else None
+            if seg is not None:
+                members.setdefault(seg, []).append(bid)
+        return [
+            SegmentRow(seg, *self._segments[seg], tuple(bids))
+            for seg, bids in sorted(members.items())
+        ]
+
+
+class Lachesis(LachesisDet):
+    """``lachesis-det`` plus HBM admission of workers ranked by predicted lifetime."""
+
+    name: ClassVar[str] = "lachesis"
+    #: fraction of HBM kept free for reviewers when admitting workers
+    reviewer_reserve: ClassVar[float] = 0.1
+
+    def __init__(self, predictor: SpawnPredictor | None = None) -> None:
+        super().__init__()
+        self.predictor = (
+            predictor if predictor is not None else SpawnPredictor.load(DEFAULT_WEIGHTS)
+        )
+        self._position: dict[ContextId, int] = {}
+        self._spawned: dict[str, int] = {}
+        self._admitted: dict[ContextId, bool] = {}
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        if isinstance(op, Open) and op.agent is AgentKind.WORKER:
+            n = self._spawned.get(op.session, 0)
+            self._position[op.ctx] = n
+            self._spawned[op.session] = n + 1
+        return super().on_op(view, op)
+
+    def _predicted(self, view: ModelView, ctx: ContextId) -> float:
+        info = view.context(ctx)
+        if info.spawn is None:
+            return math.inf
+        return self.predictor.predict(info.spawn, self._position.get(ctx, 0))
+
+    def _admit(self, view: ModelView, ctx: ContextId) -> bool:
+        info = view.context(ctx)
+        batch = sorted(
+            (
+                c
+                for c in view.open_contexts()
+                if (ci := view.context(c)).agent is AgentKind.WORKER
+                and ci.parent == info.parent
+                and ci.opened_at == info.opened_at
+            ),
+            key=lambda c: (self._predicted(view, c), c),
+        )
+        hbm = view.tiers()[0]
+        reserve = math.ceil(self.reviewer_reserve * hbm.capacity)
+        footprint = max(1.0, self.predictor.mean_worker_tokens / view.block_size)
+        k = max(0, int((hbm.free - reserve) // footprint))
+        return batch.index(ctx) < k if ctx in batch else False
+
+    def segment_class(self, view: ModelView, block: NewBlock) -> SegmentClass:
+        if block.agent is not AgentKind.WORKER:
+            return super().segment_class(view, block)
+        if block.ctx not in self._admitted:
+            self._admitted[block.ctx] = self._admit(view, block.ctx)
+        return SegmentClass.SHORT if self._admitted[block.ctx] else SegmentClass.LONG

@@ -1,0 +1,142 @@
+"""Prediction-based peers without a dead/live distinction (spec/policies.md §mori, §ttl).
+
+* ``mori`` -- MORI-like: each context's priority is the share of a recent window it spent
+  waiting on tools; the most idle context's KV is evicted first. A closed context keeps idling
+  (it never resumes), which is how dead KV ends up evicted -- eventually, not at once.
+* ``ttl`` -- Continuum/CacheWise-like: the tool-call intervals observed so far (suspension to
+  resumption) give a TTL per tool class (a quantile, default p90); a waiting context's KV is
+  protected until its TTL runs out; unprotected KV goes first by LRU, then protected KV by the
+  earliest expiry.
+
+Both rank by quantities that change with time, so they order blocks in Python (no declarative
+rank, no Z3 proof) and take the general eviction path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import ClassVar
+
+import numpy as np
+
+from kvmodel.ids import BlockId, ContextId
+from kvmodel.messages import AgentKind
+from kvmodel.policy import BasePolicy
+from kvmodel.trace import Append, Close, EndSession, Infer, Op, Replace, Return
+from kvmodel.view import BlockInfo, ModelView
+
+__all__ = ["MORI", "TTL", "WaitTracker"]
+
+_STRUCTURAL = frozenset(
+    {
+        "accounting",
+        "legal-transitions",
+        "no-eviction-in-flight",
+        "no-stale-hit",
+        "pinned-never-evicted",
+    }
+)
+
+
+class WaitTracker:
+    """Per-context waiting intervals: from the end of an inference to the next input."""
+
+    def __init__(self) -> None:
+        self.waits: dict[ContextId, list[tuple[float, float | None]]] = {}
+        self.agent: dict[ContextId, AgentKind] = {}
+        #: completed waits: (agent kind, seconds)
+        self.completed: list[tuple[AgentKind, float]] = []
+
+    def observe(self, view: ModelView, op: Op) -> None:
+        match op:
+            case Infer():
+                if op.ctx in view.open_contexts():
+                    self.agent[op.ctx] = view.context(op.ctx).agent
+                    self.waits.setdefault(op.ctx, []).append((op.t + op.duration, None))
+            case Append() | Replace():
+                self._resume(op.ctx, op.t)
+            case Return():
+                self._resume(op.into, op.t)
+            case Close() | EndSession():
+                pass  # a closed context never resumes: it idles on
+
+    def _resume(self, ctx: ContextId, t: float) -> None:
+        w = self.waits.get(ctx)
+        if w and w[-1][1] is None:
+            start = w[-1][0]
+            w[-1] = (start, max(start, t))
+            self.completed.append((self.agent.get(ctx, AgentKind.MAIN), max(0.0, t - start)))
+
+    def open_wait_start(self, ctx: ContextId) -> float | None:
+        w = self.waits.get(ctx)
+        return w[-1][0] if w and w[-1][1] is None else None
+
+    def idle_share(self, ctx: ContextId, now: float, window: float) -> float:
+        lo = now - window
+        idle = 0.0
+        for start, end in self.waits.get(ctx, ()):
+            e = now if end is None else end
+            idle += max(0.0, min(e, now) - max(start, lo))
+        return min(1.0, idle / window)
+
+
+class MORI(BasePolicy):
+    name: ClassVar[str] = "mori"
+    claims: ClassVar[frozenset[str]] = _STRUCTURAL
+    window_s: ClassVar[float] = 600.0
+
+    def __init__(self) -> None:
+        self.tracker = WaitTracker()
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        self.tracker.observe(view, op)
+        return ()
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        now = view.now
+
+        def idle(b: BlockInfo) -> float:
+            owners = b.holders or (b.writer,)
+            return min(self.tracker.idle_share(c, now, self.window_s) for c in owners)
+
+        return [
+            b.id
+            for b in sorted(candidates, key=lambda b: (-idle(b), b.last_access, -b.depth, b.id))
+        ]
+
+
+class TTL(BasePolicy):
+    name: ClassVar[str] = "ttl"
+    claims: ClassVar[frozenset[str]] = _STRUCTURAL
+    quantile: ClassVar[float] = 0.9
+    default_ttl_s: ClassVar[float] = 30.0
+
+    def __init__(self) -> None:
+        self.tracker = WaitTracker()
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        self.tracker.observe(view, op)
+        return ()
+
+    def ttl_for(self, agent: AgentKind) -> float:
+        """The tool class is the agent kind: traces name no tools (see spec §ttl)."""
+        xs = [s for a, s in self.tracker.completed if a is agent]
+        if not xs:
+            return self.default_ttl_s
+        return float(np.quantile(np.array(xs), self.quantile))
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        now = view.now
+        expiry: dict[ContextId, float] = {}
+        for cid in view.open_contexts():
+            start = self.tracker.open_wait_start(cid)
+            if start is not None:
+                expiry[cid] = start + self.ttl_for(view.context(cid).agent)
+
+        def key(b: BlockInfo) -> tuple[int, float, float, int, int]:
+            protected = [expiry[c] for c in b.holders if c in expiry and expiry[c] > now]
+            if protected:
+                return (1, max(protected), b.last_access, -b.depth, b.id)
+            return (0, 0.0, b.last_access, -b.depth, b.id)
+
+        return [b.id for b in sorted(candidates, key=key)]
