@@ -98,3 +98,22 @@ def test_console_script_runs() -> None:
     r = subprocess.run([sys.executable, "-m", "kvmodel.cli", "policies", "--json"],
                        capture_output=True, text=True, check=True)
     assert {p["name"] for p in json.loads(r.stdout)} >= {"lru", "kvtether", "hbm-first"}
+
+
+def test_lachesis_fit_and_cv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    traces = []
+    for seed in range(5):
+        p = tmp_path / f"t{seed}.jsonl"
+        assert main(["generate", "--seed", str(seed), "--sessions", "6", "--turns", "3",
+                     "-o", str(p)]) == 0
+        traces.append(str(p))
+    out = tmp_path / "w.json"
+    assert main(["lachesis", "fit", *traces, "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["format"] == "kvmodel.lachesis.ridge/1"
+    capsys.readouterr()
+    assert main(["lachesis", "cv", *traces, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["sessions"] >= 5
+    assert -1 <= r["kendall_tau"] <= 1
+    assert main(["lachesis", "cv", traces[0], "--folds", "50"]) == 2
+    assert "at least 50 sessions" in capsys.readouterr().err

@@ -253,3 +253,16 @@ def _sound(e) -> None:  # type: ignore[no-untyped-def]
 
     assert not check_accounting(e)
     assert not check_chains(e)
+
+
+def test_spec_claim_table_matches_the_code() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "spec" / "policies.md").read_text()
+    section = text.split("The claim table", 1)[1].split("\n\n## ", 1)[0]
+    table = {}
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            name, claims = (c.strip() for c in line.strip("|").split("|"))
+            table[name.strip("`")] = set(claims.split(", "))
+    assert table == {n: set(resolve_policy(n).claims) for n in BUILTIN}
