@@ -30,6 +30,8 @@ class Violation:
     message: str
     block: BlockId | None = None
     ctx: ContextId | None = None
+    #: index of the trace op at which it was seen (None: not tied to an op)
+    op: int | None = None
 
 
 def check_accounting(engine: Engine) -> list[Violation]:

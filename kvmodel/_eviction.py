@@ -102,8 +102,7 @@ class PolicyOrder:
             return found
         for bid in self._iter:
             if bid not in self._ids or bid in self._seen:
-                what = "a block twice" if bid in self._seen else f"non-candidate {bid}"
-                raise PolicyError(f"policy {e.policy.name!r} eviction_order yielded {what}")
+                raise self._refusal(bid)
             self._seen.add(bid)
             b = e.blocks.get(bid)
             if b is None or e.in_flight(b):
@@ -112,6 +111,26 @@ class PolicyOrder:
                 return b
             self._buf.append(bid)
         return None
+
+    def _refusal(self, bid: BlockId) -> PolicyError:
+        e = self.e
+        name = e.policy.name
+        if bid in self._seen:
+            return PolicyError(
+                f"policy {name!r} eviction_order yielded block {bid} twice", kind="duplicate"
+            )
+        b = e.blocks.get(bid)
+        if b is not None and e.in_flight(b):
+            return PolicyError(
+                f"policy {name!r} chose block {bid}, which the inference being "
+                "admitted is using (in flight)",
+                kind="evict-in-flight",
+            )
+        if b is not None and e.view.block(bid).state is BlockClass.PINNED:
+            return PolicyError(f"policy {name!r} chose pinned block {bid}", kind="evict-pinned")
+        return PolicyError(
+            f"policy {name!r} eviction_order yielded non-candidate {bid}", kind="non-candidate"
+        )
 
 
 class RankIndex:

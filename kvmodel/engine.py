@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -70,7 +70,19 @@ from kvmodel.trace import (
 )
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 
-__all__ = ["Engine", "EngineStats"]
+__all__ = ["Engine", "EngineProbe", "EngineStats"]
+
+
+class EngineProbe(Protocol):
+    """Hooks for checkers that must see the state at the moment of a decision."""
+
+    def before_evict(self, engine: Engine, victim: BlockId, tiers: tuple[TierName, ...]) -> None:
+        """Called just before ``victim`` is evicted to make room in one of ``tiers``."""
+
+    def after_place(
+        self, engine: Engine, block: NewBlock, placement: Placement, slot: BlockId
+    ) -> None:
+        """Called after a new block was placed (before it is recorded as resident)."""
 
 
 def _rank_of(policy: Policy) -> tuple[RankTerm, ...] | None:
@@ -140,6 +152,8 @@ class Engine:
         self._tick = 0
         self._info: dict[BlockId, tuple[tuple[int, ...], BlockInfo]] = {}
         self.view: ModelView = EngineView(self)
+        #: checkers observe decisions as they are made (None: no observer)
+        self.probe: EngineProbe | None = None
         rank = _rank_of(policy)
         if fast and rank is None:
             raise ValueError(f"policy {policy.name!r} has no declarative rank: no fast path")
@@ -372,7 +386,8 @@ class Engine:
         b = self.blocks.get(bid)
         if b is None:
             raise PolicyError(
-                f"policy {self.policy.name!r} freed block {bid}, which is not resident"
+                f"policy {self.policy.name!r} freed block {bid}, which is not resident",
+                kind="bad-free",
             )
         self._free(b, FreeReason.RECLAIM)
 
@@ -436,6 +451,8 @@ class Engine:
         victim = self._victims.next_victim(tiers)
         if victim is None:
             return None
+        if self.probe is not None:
+            self.probe.before_evict(self, victim.id, tuple(tiers))
         tier = victim.tier
         self.log.add(
             EvictObs(
@@ -629,6 +646,8 @@ class Engine:
                     state,
                 )
             )
+            if self.probe is not None:
+                self.probe.after_place(self, nb, pl, bid)
             bypass = pl.bypass and s.key is not None
             if bypass:
                 self.log.add(
@@ -653,13 +672,15 @@ class Engine:
         if not isinstance(pl, Placement) or not pl.tiers:
             raise PolicyError(
                 f"policy {self.policy.name!r} place() must return a Placement "
-                f"with at least one tier (got {pl!r})"
+                f"with at least one tier (got {pl!r})",
+                kind="bad-placement",
             )
         for tn in pl.tiers:
             if not self.memory.has_tier(tn):
                 raise PolicyError(
                     f"policy {self.policy.name!r} placed a block in unknown tier "
-                    f"{tn!r}; tiers: {list(self.memory.names)}"
+                    f"{tn!r}; tiers: {list(self.memory.names)}",
+                    kind="bad-placement",
                 )
 
     def _rollback(self, placed: list[Placed]) -> None:

@@ -103,7 +103,17 @@ class PolicyNotFoundError(KVModelError, LookupError):
 
 
 class PolicyError(KVModelError, RuntimeError):
-    """A policy returned a decision the policy protocol does not allow (spec PP1)."""
+    """A policy returned a decision the policy protocol does not allow (spec PP1).
+
+    ``kind`` says which rule: ``evict-in-flight``, ``evict-pinned``, ``non-candidate``,
+    ``duplicate``, ``bad-placement`` or ``bad-free``. The reference engine refuses such a
+    decision rather than carrying it out; checkers report it as a violation of the invariant it
+    would have broken (no-eviction-in-flight, pinned-never-evicted).
+    """
+
+    def __init__(self, message: str, *, kind: str = "protocol") -> None:
+        self.kind = kind
+        super().__init__(message)
 
 
 class InternalError(KVModelError, AssertionError):

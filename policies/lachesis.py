@@ -138,6 +138,8 @@ class Lachesis(LachesisDet):
     """``lachesis-det`` plus HBM admission of workers ranked by predicted lifetime."""
 
     name: ClassVar[str] = "lachesis"
+    #: workers are placed by the predictive path (deterministic-placement exempts them)
+    predicts_workers: ClassVar[bool] = True
     #: fraction of HBM kept free for reviewers when admitting workers
     reviewer_reserve: ClassVar[float] = 0.1
 

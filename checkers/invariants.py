@@ -1,0 +1,455 @@
+"""Every invariant of spec/invariants.md as plain functions, and a :class:`Monitor` that applies
+them to one engine run (replay, the stateful machine and the oracle all use it).
+
+An invariant is checked at one of four moments, each a plain function here:
+
+* *state* -- over the engine state after an op (``check_no_zombie``, ``check_prefix_closed``...);
+* *log* -- over the observation records one op produced (``log_pinned``, ``log_bypass``...);
+* *eviction* -- over the candidates at the moment of an eviction (``evict_priority``...), via the
+  engine's probe;
+* *placement* -- over a placement decision as it is made (``place_deterministic``).
+
+The :class:`Monitor` keeps the little memory some invariants need (the dead set before an op, the
+expected prompt keys of an inference, blocks written as Temporary and indexed) and collects
+:class:`Violation` results. A violation is a result, never raised (STYLE §6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+from checkers.structural import (
+    Violation,
+    check_accounting,
+    check_chains,
+    check_no_zombie,
+    check_prefix_closed,
+)
+from kvmodel.engine import Engine
+from kvmodel.errors import InternalError, PolicyError
+from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
+from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, TRANSITIONS, BlockClass, Event, MsgState
+from kvmodel.messages import AgentKind
+from kvmodel.observations import (
+    AllocObs,
+    BypassObs,
+    EvictObs,
+    FreeObs,
+    FreeReason,
+    HitObs,
+    InferObs,
+    Observation,
+)
+from kvmodel.policy import Placement
+from kvmodel.trace import Close, EndSession, Infer, Op, Return
+from kvmodel.view import BlockInfo, NewBlock
+
+__all__ = [
+    "INVARIANTS",
+    "STRUCTURAL",
+    "Monitor",
+    "reachable",
+]
+
+#: name -> one line; the order is the report order. Formulas: spec/invariants.md.
+INVARIANTS: Mapping[str, str] = MappingProxyType(
+    {
+        "accounting": "per tier free + used = capacity; writes = alloc records",
+        "chains": "every open context's chain is resident, indexed and linked",
+        "legal-transitions": "every message state change follows the transition table",
+        "no-eviction-in-flight": "no block of the inference being admitted is evicted",
+        "pinned-never-evicted": "no Pinned block is evicted or reclaimed",
+        "no-stale-hit": "kept and hit blocks match the prompt's own hash chain",
+        "prefix-closed-residency": "every resident block's parent is resident",
+        "no-zombie-kv": "no dead block is resident at a quiescent point",
+        "no-live-eviction-before-dead-reclaim": "no live eviction while dead/expired KV remains",
+        "state-priority-eviction": "evict Dead < Expired < Temporary < Suspended < Active",
+        "suspended-mru": "within Suspended, the most recently suspended goes first",
+        "reclaim-dead-only": "a policy's reclaim frees only dead blocks",
+        "temporary-bypass": "Temporary KV is bypassed, never indexed, never hit",
+        "free-at-boundary": "KV a closing op kills is freed by that op",
+        "deterministic-placement": "segment classes pick the first tier (Lachesis)",
+        "endurance-budget": "projected device-years of every worn tier >= the bound",
+    }
+)
+
+#: Checked for every policy: a violation here is a bug in the engine, not a policy finding.
+STRUCTURAL = frozenset({"accounting", "chains", "legal-transitions", "no-stale-hit"})
+
+_LIVE_OR_TEMP = frozenset({BlockClass.TEMPORARY, BlockClass.SUSPENDED, BlockClass.ACTIVE})
+_RECLAIMABLE = frozenset({BlockClass.DEAD, BlockClass.EXPIRED})
+
+
+def reachable(before: MsgState | None, after: MsgState) -> bool:
+    """``after`` follows from ``before`` by a path of L3 rows (one op may raise several events)."""
+    seen: set[MsgState | None] = {before}
+    todo: list[MsgState | None] = [before]
+    while todo:
+        s = todo.pop()
+        for e in Event:
+            nxt = TRANSITIONS.get((s, e))
+            if nxt is after:
+                return True
+            if nxt is not None and nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return False
+
+
+# ----------------------------------------------------------------------------- eviction-time
+
+
+def evict_candidates(engine: Engine, victim: BlockId, tiers: Sequence[TierName]) -> list[BlockInfo]:
+    """The other evictable blocks in ``tiers`` at the moment of an eviction (spec M4.1)."""
+    out = []
+    for bid, b in engine.blocks.items():
+        if bid == victim or b.tier not in tiers or engine.in_flight(b):
+            continue
+        info = engine.view.block(bid)
+        if info.state is not BlockClass.PINNED:
+            out.append(info)
+    return out
+
+
+def evict_live_before_dead(victim: BlockInfo, cands: Iterable[BlockInfo]) -> str | None:
+    if victim.state in _LIVE_OR_TEMP:
+        for c in cands:
+            if c.state in _RECLAIMABLE:
+                return (
+                    f"evicted {victim.state.value} block {victim.id} while "
+                    f"{c.state.value} block {c.id} was evictable"
+                )
+    return None
+
+
+def evict_priority(victim: BlockInfo, cands: Iterable[BlockInfo]) -> str | None:
+    p = BLOCK_CLASS_PRIORITY[victim.state]
+    for c in cands:
+        if BLOCK_CLASS_PRIORITY[c.state] < p:
+            return (
+                f"evicted {victim.state.value} block {victim.id} before "
+                f"{c.state.value} block {c.id}"
+            )
+    return None
+
+
+def evict_mru(victim: BlockInfo, cands: Iterable[BlockInfo]) -> str | None:
+    if victim.state is not BlockClass.SUSPENDED:
+        return None
+    mine = -1e300 if victim.suspend_time is None else victim.suspend_time
+    for c in cands:
+        if c.state is BlockClass.SUSPENDED and c.suspend_time is not None and c.suspend_time > mine:
+            return (
+                f"evicted block {victim.id} suspended at {mine:g} before block {c.id} "
+                f"suspended later, at {c.suspend_time:g}"
+            )
+    return None
+
+
+# ----------------------------------------------------------------------------- placement-time
+
+
+def place_deterministic(engine: Engine, block: NewBlock, slot: BlockId) -> str | None:
+    """Lachesis's classes (spec §lachesis-det): long -> HBF first, short -> HBM first."""
+    from policies.lachesis import SegmentClass, classify
+
+    if block.agent is AgentKind.WORKER and getattr(engine.policy, "predicts_workers", False):
+        return None  # the predictive path decides workers
+    cls = classify(block)[0]
+    names = engine.memory.names
+    pref = names if cls is SegmentClass.SHORT else names[::-1]
+    got = engine.memory.tier_of(slot)
+    if got != pref[0] and engine.memory.free_count(pref[0]) > 0:
+        return (
+            f"{cls.value}-lived block of {block.ctx} (depth {block.depth}) went to {got} "
+            f"while {pref[0]} had a free block"
+        )
+    return None
+
+
+# ----------------------------------------------------------------------------- log-time
+
+
+def log_pinned(records: Iterable[Observation]) -> list[tuple[str, BlockId]]:
+    return [
+        (f"{r.kind} of pinned block {r.block}", r.block)
+        for r in records
+        if isinstance(r, EvictObs | FreeObs)
+        and r.state is BlockClass.PINNED
+        and (isinstance(r, EvictObs) or r.reason == FreeReason.RECLAIM)
+    ]
+
+
+def log_reclaim_dead(records: Iterable[Observation]) -> list[tuple[str, BlockId]]:
+    return [
+        (f"reclaimed {r.state.value} block {r.block}", r.block)
+        for r in records
+        if isinstance(r, FreeObs)
+        and r.reason == FreeReason.RECLAIM
+        and r.state is not BlockClass.DEAD
+    ]
+
+
+def log_bypass(records: Sequence[Observation]) -> list[tuple[str, BlockId]]:
+    bypassed = {r.block for r in records if isinstance(r, BypassObs)}
+    freed = {r.block for r in records if isinstance(r, FreeObs) and r.reason == FreeReason.BYPASS}
+    out = []
+    for r in records:
+        if (
+            isinstance(r, AllocObs)
+            and r.state is BlockClass.TEMPORARY
+            and r.key is not None
+            and not r.rewrite
+            and (r.block not in bypassed or r.block not in freed)
+        ):
+            out.append((f"temporary block {r.block} written without bypass", r.block))
+    return out
+
+
+# ----------------------------------------------------------------------------- the monitor
+
+
+@attrs.define
+class _Pending:
+    """What the monitor remembers across one op."""
+
+    dead: set[BlockId] = attrs.field(factory=set)
+    closing: bool = False
+    expected: list[BlockKey] | None = None
+    ctx: ContextId | None = None
+
+
+class Monitor:
+    """Checks the selected invariants on one engine run; installs itself as the engine's probe.
+
+    Drive it with ``before_op(op)``, apply the op, then ``after_op(op)`` (or ``policy_error``
+    if the engine refused a policy decision); ``violations`` accumulates results.
+    """
+
+    def __init__(
+        self, engine: Engine, invariants: Iterable[str], *, endurance_years: float = 5.0
+    ) -> None:
+        unknown = sorted(set(invariants) - set(INVARIANTS))
+        if unknown:
+            raise ValueError(f"unknown invariant {unknown[0]!r}; known: {', '.join(INVARIANTS)}")
+        self.engine = engine
+        self.active = frozenset(invariants)
+        self.endurance_years = endurance_years
+        self.violations: list[Violation] = []
+        self.op_index = -1
+        self._seen = 0
+        self._states: dict[tuple[ContextId, int], MsgState] = {}
+        self._temp_indexed: set[BlockId] = set()
+        self._pending = _Pending()
+        self._writes: dict[str, int] = dict.fromkeys(engine.memory.names, 0)
+        engine.probe = self
+
+    # -- plumbing
+
+    def _add(
+        self, name: str, message: str, block: BlockId | None = None, ctx: ContextId | None = None
+    ) -> None:
+        if name in self.active:
+            self.violations.append(Violation(name, message, block, ctx, self.op_index))
+
+    def first(self, name: str) -> Violation | None:
+        return next((v for v in self.violations if v.invariant == name), None)
+
+    # -- engine probe
+
+    def before_evict(self, engine: Engine, victim: BlockId, tiers: tuple[TierName, ...]) -> None:
+        b = engine.blocks[victim]
+        if engine.in_flight(b):
+            self._add("no-eviction-in-flight", f"evicted in-flight block {victim}", victim)
+        info = engine.view.block(victim)
+        if info.state is BlockClass.PINNED:
+            self._add("pinned-never-evicted", f"evicted pinned block {victim}", victim)
+        wanted = self.active & {
+            "no-live-eviction-before-dead-reclaim",
+            "state-priority-eviction",
+            "suspended-mru",
+        }
+        if not wanted:
+            return
+        cands = evict_candidates(engine, victim, tiers)
+        for name, check in (
+            ("no-live-eviction-before-dead-reclaim", evict_live_before_dead),
+            ("state-priority-eviction", evict_priority),
+            ("suspended-mru", evict_mru),
+        ):
+            if name in wanted and (msg := check(info, cands)) is not None:
+                self._add(name, msg, victim)
+
+    def after_place(
+        self, engine: Engine, block: NewBlock, placement: Placement, slot: BlockId
+    ) -> None:
+        if "deterministic-placement" in self.active and block.key is not None:
+            msg = place_deterministic(engine, block, slot)
+            if msg is not None:
+                self._add("deterministic-placement", msg, slot, block.ctx)
+
+    # -- around ops
+
+    def before_op(self, op: Op) -> None:
+        e = self.engine
+        self.op_index = e.op_index + 1
+        p = _Pending(dead=set(e.dead))
+        match op:
+            case Close() | Return():
+                p.closing = True
+            case EndSession():
+                p.closing = True
+            case Infer():
+                c = e.contexts.get(op.ctx)
+                if c is not None and c.is_open:
+                    p.closing = c.one_shot
+                    if "no-stale-hit" in self.active:
+                        full = c.total_tokens // e.block_size
+                        p.expected = [s.key for s in c.pack_from(0)[:full] if s.key is not None]
+                        p.ctx = c.id
+        self._pending = p
+
+    def policy_error(self, err: PolicyError) -> None:
+        name = {
+            "evict-in-flight": "no-eviction-in-flight",
+            "evict-pinned": "pinned-never-evicted",
+        }.get(err.kind)
+        if name is not None:
+            self._add(name, f"the engine refused the policy's choice: {err}")
+        else:
+            self.violations.append(Violation("policy-protocol", str(err), op=self.op_index))
+
+    def internal_error(self, err: InternalError) -> None:
+        self.violations.append(Violation("engine-internal", str(err), op=self.op_index))
+
+    def after_op(self, op: Op) -> None:
+        e = self.engine
+        records = e.log.since(self._seen)
+        self._seen = len(e.log)
+        a = self.active
+        for r in records:
+            if isinstance(r, AllocObs):
+                self._writes[r.tier] += 1
+        if "accounting" in a:
+            for v in check_accounting(e):
+                self._add("accounting", v.message, v.block)
+            for tier, n in self._writes.items():
+                if e.memory.writes[TierName(tier)] != n:
+                    self._add(
+                        "accounting",
+                        f"tier {tier}: {e.memory.writes[TierName(tier)]} "
+                        f"writes counted, {n} alloc records",
+                    )
+        if "chains" in a:
+            for v in check_chains(e):
+                self._add("chains", v.message, v.block, v.ctx)
+        if "legal-transitions" in a:
+            now = e.message_states()
+            for k, s in now.items():
+                old = self._states.get(k)
+                if old is not s and not reachable(old, s):
+                    self._add(
+                        "legal-transitions",
+                        f"message #{k[1]} of {k[0]}: {old.value if old else 'absent'} -> {s.value}",
+                        ctx=k[0],
+                    )
+            self._states = now
+        if "pinned-never-evicted" in a:
+            for msg, b in log_pinned(records):
+                self._add("pinned-never-evicted", msg, b)
+        if "reclaim-dead-only" in a:
+            for msg, b in log_reclaim_dead(records):
+                self._add("reclaim-dead-only", msg, b)
+        if "temporary-bypass" in a:
+            self._temporary(records)
+        if "no-stale-hit" in a:
+            self._stale(records)
+        if "prefix-closed-residency" in a:
+            for v in check_prefix_closed(e):
+                self._add("prefix-closed-residency", v.message, v.block)
+        if "no-zombie-kv" in a:
+            for v in check_no_zombie(e)[:1]:
+                self._add(
+                    "no-zombie-kv", f"{len(e.dead)} dead blocks resident (e.g. {v.block})", v.block
+                )
+        if "free-at-boundary" in a and self._pending.closing:
+            left = sorted(set(e.dead) - self._pending.dead)
+            if left:
+                self._add(
+                    "free-at-boundary",
+                    f"{len(left)} blocks killed by this op stay resident (e.g. {left[0]})",
+                    left[0],
+                )
+
+    def _temporary(self, records: Sequence[Observation]) -> None:
+        for msg, b in log_bypass(records):
+            self._add("temporary-bypass", msg, b)
+        for r in records:
+            if isinstance(r, HitObs) and r.block in self._temp_indexed:
+                self._add(
+                    "temporary-bypass", f"temporary block {r.block} served as a hit", r.block, r.ctx
+                )
+        for r in records:
+            if isinstance(r, AllocObs) and r.state is BlockClass.TEMPORARY and not r.rewrite:
+                self._temp_indexed.add(r.block)
+            elif isinstance(r, EvictObs | FreeObs):
+                self._temp_indexed.discard(r.block)
+
+    def _stale(self, records: Sequence[Observation]) -> None:
+        p = self._pending
+        if p.expected is None:
+            return
+        exp = p.expected
+        infer = next((r for r in records if isinstance(r, InferObs)), None)
+        if infer is None:
+            return
+        own = infer.own_blocks
+        if own > len(exp):
+            self._add(
+                "no-stale-hit",
+                f"{own} blocks kept but the prompt has only {len(exp)} full blocks",
+                ctx=p.ctx,
+            )
+            return
+        c = self.engine.contexts.get(infer.ctx)
+        if c is not None and c.is_open:
+            kept = [s.key for s in c.materialized[:own]]
+            if kept != exp[:own]:
+                d = next(i for i, (x, y) in enumerate(zip(kept, exp, strict=False)) if x != y)
+                self._add(
+                    "no-stale-hit",
+                    f"kept block at depth {d} does not match the prompt (invalidated KV served)",
+                    ctx=p.ctx,
+                )
+        depth = own
+        for r in records:
+            if isinstance(r, HitObs):
+                if r.depth != depth or r.depth >= len(exp) or r.key != exp[r.depth]:
+                    self._add(
+                        "no-stale-hit",
+                        f"hit at depth {r.depth} does not match the prompt's chain",
+                        r.block,
+                        r.ctx,
+                    )
+                depth += 1
+
+    def at_end(self) -> None:
+        if "endurance-budget" not in self.active:
+            return
+        e = self.engine
+        st = e.stats
+        seconds = (st.t_last or 0.0) - (st.t_first or 0.0)
+        for t in e.memory.tiers:
+            years = e.memory.device_years(t.name, seconds)
+            if years is not None and years < self.endurance_years:
+                self._add(
+                    "endurance-budget",
+                    f"tier {t.name}: {years:.3g} device-years < {self.endurance_years:g}",
+                )
+
+    def summary(self) -> dict[str, Any]:
+        return {"violations": [attrs.asdict(v) for v in self.violations]}

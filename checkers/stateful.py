@@ -1,0 +1,344 @@
+"""A Hypothesis stateful machine over the harness primitives, generic over the policy.
+
+The machine is thin (STYLE §9): each rule asks the :class:`~checkers.builder.HarnessBuilder` for
+the ops of one agent action and applies them through the :class:`~checkers.invariants.Monitor`;
+there is one ``@invariant`` per checked invariant, and its body only reads the monitor. Tiers are
+small (a dozen blocks) so that pressure, evictions and rejections are common.
+
+:func:`search` is what ``kvmodel check`` runs for one policy: an *exploration* run records the
+first violation of every invariant without stopping; then each violated invariant gets a
+*targeted* run that fails on it, so Hypothesis shrinks the counterexample; finally delta
+debugging over the trace (replay as the test) shortens it further, to 1-minimality.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import attrs
+from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from checkers.builder import HarnessBuilder
+from checkers.harness import check_ops, engine_for, shrink
+from checkers.invariants import Monitor
+from checkers.structural import Violation
+from kvmodel.config import EngineConfig
+from kvmodel.errors import InternalError, PolicyError
+from kvmodel.ids import TierName
+from kvmodel.memory import TierConfig
+from kvmodel.policy import resolve_policy
+from kvmodel.trace import Op
+
+__all__ = [
+    "PROFILES",
+    "Counterexample",
+    "SearchResult",
+    "SearchStats",
+    "check_config",
+    "make_machine",
+    "search",
+]
+
+#: Settings profiles: (max_examples, steps per example).
+PROFILES: dict[str, tuple[int, int]] = {"dev": (25, 25), "ci": (60, 30), "thorough": (600, 60)}
+
+
+def check_config() -> EngineConfig:
+    """Small tiers so that pressure is common: 12 HBM + 24 HBF blocks of 4 tokens."""
+    return EngineConfig(
+        4,
+        (
+            TierConfig(TierName("hbm"), 12, bytes_per_block=1024),
+            TierConfig(
+                TierName("hbf"),
+                24,
+                bytes_per_block=1024,
+                pe_cycles=100_000,
+                write_amplification=1.02,
+            ),
+        ),
+    )
+
+
+@attrs.define
+class SearchStats:
+    examples: int = 0
+    steps: int = 0
+    rules: Counter[str] = attrs.field(factory=Counter)
+
+    def never_fired(self) -> list[str]:
+        return sorted(set(RULES) - {r for r, n in self.rules.items() if n})
+
+
+@attrs.frozen
+class Counterexample:
+    invariant: str
+    ops: tuple[Op, ...]
+    violation: Violation
+    hypothesis_ops: int  # length after Hypothesis's shrinking (before delta debugging)
+    one_minimal: bool
+
+
+@attrs.frozen
+class SearchResult:
+    policy: str
+    invariants: tuple[str, ...]
+    found: dict[str, Counterexample]
+    stats: SearchStats
+
+
+tokens = st.integers(1, 12)
+picks = st.integers(0, 7)
+ttls = st.one_of(st.none(), st.sampled_from([0.5, 2.0, 10.0]))
+durations = st.sampled_from([0.0, 0.5, 2.0])
+
+RULES = (
+    "start_session",
+    "user",
+    "observe",
+    "infer",
+    "turn_end",
+    "spawn",
+    "ret",
+    "compact",
+    "fork",
+    "replace",
+    "remove",
+    "pin",
+    "unpin",
+    "close",
+    "end_session",
+    "wait",
+)
+
+
+def make_machine(
+    policy: str,
+    invariants: Iterable[str],
+    *,
+    config: EngineConfig,
+    fail_on: frozenset[str] = frozenset(),
+    record: Callable[[str, Sequence[Op], Violation], None] | None = None,
+    stats: SearchStats | None = None,
+) -> type[RuleBasedStateMachine]:
+    """A machine class for ``policy``; it fails on the invariants in ``fail_on`` and reports
+    every first violation of any monitored invariant to ``record``."""
+    monitored = tuple(invariants)
+    st_ = stats if stats is not None else SearchStats()
+
+    class Machine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            pol = resolve_policy(policy)
+            self.engine = engine_for(pol, config)
+            self.monitor = Monitor(self.engine, monitored)
+            self.b = HarnessBuilder()
+            self.halted = False
+            self.reported: set[str] = set()
+            st_.examples += 1
+
+        def _run(self, name: str, ops: list[Op]) -> None:
+            st_.rules[name] += 1
+            st_.steps += 1
+            for op in ops:
+                self.monitor.before_op(op)
+                try:
+                    self.engine.apply(op)
+                except PolicyError as e:
+                    self.monitor.policy_error(e)
+                    self.halted = True
+                    return
+                except InternalError as e:
+                    self.monitor.internal_error(e)
+                    self.halted = True
+                    return
+                self.monitor.after_op(op)
+            if record is not None:
+                for v in self.monitor.violations:
+                    if v.invariant not in self.reported:
+                        self.reported.add(v.invariant)
+                        n = (v.op + 1) if v.op is not None else len(self.b.ops)
+                        record(v.invariant, list(self.b.ops[:n]), v)
+
+        @precondition(lambda self: not self.halted)
+        @rule(variant=st.integers(0, 5), pin=st.booleans(), ttl=ttls)
+        def start_session(self, variant: int, pin: bool, ttl: float | None) -> None:
+            self._run("start_session", self.b.start_session(variant, pin, ttl))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks, n=tokens, temporary=st.booleans())
+        def user(self, pick: int, n: int, temporary: bool) -> None:
+            self._run("user", self.b.user(pick, n, temporary))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks, n=tokens, temporary=st.booleans())
+        def observe(self, pick: int, n: int, temporary: bool) -> None:
+            self._run("observe", self.b.observe(pick, n, temporary))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks, reasoning=st.integers(0, 12), answer=st.booleans(), d=durations)
+        def infer(self, pick: int, reasoning: int, answer: bool, d: float) -> None:
+            self._run("infer", self.b.infer(pick, reasoning, answer, d))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks)
+        def turn_end(self, pick: int) -> None:
+            self._run("turn_end", self.b.turn_end(pick))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks, reviewer=st.booleans(), tools=st.integers(0, 4), n=tokens)
+        def spawn(self, pick: int, reviewer: bool, tools: int, n: int) -> None:
+            self._run("spawn", self.b.spawn(pick, reviewer, tools, n))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks)
+        def ret(self, pick: int) -> None:
+            self._run("ret", self.b.ret(pick))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks, d=durations)
+        def compact(self, pick: int, d: float) -> None:
+            self._run("compact", self.b.compact(pick, d))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks, upto=st.integers(0, 8))
+        def fork(self, pick: int, upto: int) -> None:
+            self._run("fork", self.b.fork(pick, upto))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks, index=st.integers(0, 8), n=tokens)
+        def replace(self, pick: int, index: int, n: int) -> None:
+            self._run("replace", self.b.replace(pick, index, n))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks, index=st.integers(0, 8), count=st.integers(0, 3))
+        def remove(self, pick: int, index: int, count: int) -> None:
+            self._run("remove", self.b.remove(pick, index, count))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks, a=st.integers(0, 8), b=st.integers(0, 8), ttl=ttls)
+        def pin(self, pick: int, a: int, b: int, ttl: float | None) -> None:
+            self._run("pin", self.b.pin(pick, a, b, ttl))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks)
+        def unpin(self, pick: int) -> None:
+            self._run("unpin", self.b.unpin(pick))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks)
+        def close(self, pick: int) -> None:
+            self._run("close", self.b.close(pick))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks)
+        def end_session(self, pick: int) -> None:
+            self._run("end_session", self.b.end_session(pick))
+
+        @precondition(lambda self: not self.halted)
+        @rule(dt=st.sampled_from([0.5, 1.0, 5.0, 60.0]))
+        def wait(self, dt: float) -> None:
+            self._run("wait", self.b.advance(dt))
+
+    def make_check(name: str) -> Callable[[Any], None]:
+        def check(self: Any) -> None:
+            v = self.monitor.first(name)
+            if v is not None and name in fail_on:
+                raise AssertionError(f"{policy} violates {name}: {v.message}")
+
+        check.__name__ = f"inv_{name.replace('-', '_')}"
+        return invariant()(check)
+
+    for name in monitored:
+        setattr(Machine, f"inv_{name.replace('-', '_')}", make_check(name))
+    Machine.__name__ = f"Machine_{policy.replace('-', '_').replace(':', '_').replace('.', '_')}"
+    return Machine
+
+
+def _settings(max_examples: int, steps: int) -> settings:
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=steps,
+        deadline=None,
+        database=None,
+        verbosity=Verbosity.quiet,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+        report_multiple_bugs=False,
+    )
+
+
+def _run_machine(machine: type[RuleBasedStateMachine], s: settings, seed: int) -> bool:
+    """Run the machine as a Hypothesis test; True if it failed (a counterexample was found)."""
+    from hypothesis.stateful import get_state_machine_test
+
+    # get_state_machine_test is run_state_machine_as_test without the call, so a seed applies;
+    # Hypothesis leaves it unannotated
+    test = hypothesis_seed(seed)(get_state_machine_test(machine, settings=s))  # type: ignore[no-untyped-call]
+    try:
+        test()
+    except AssertionError:
+        return True
+    return False
+
+
+def search(
+    policy: str,
+    invariants: Iterable[str],
+    *,
+    config: EngineConfig | None = None,
+    max_examples: int = 60,
+    steps: int = 30,
+    seed: int = 0,
+    shrink_budget: int = 1500,
+) -> SearchResult:
+    """Search for counterexamples to each invariant under ``policy`` (see the module docstring)."""
+    cfg = config or check_config()
+    names = tuple(invariants)
+    stats = SearchStats()
+    first: dict[str, tuple[list[Op], Violation]] = {}
+
+    def explore(inv: str, ops: Sequence[Op], v: Violation) -> None:
+        first.setdefault(inv, (list(ops), v))
+
+    machine = make_machine(policy, names, config=cfg, record=explore, stats=stats)
+    _run_machine(machine, _settings(max_examples, steps), seed)
+
+    found: dict[str, Counterexample] = {}
+    for inv in [n for n in names if n in first]:
+        last: list[tuple[list[Op], Violation]] = []
+
+        def keep(
+            name: str,
+            ops: Sequence[Op],
+            v: Violation,
+            inv: str = inv,
+            last: list[tuple[list[Op], Violation]] = last,
+        ) -> None:
+            if name == inv:
+                last.append((list(ops), v))
+
+        targeted = make_machine(
+            policy, names, config=cfg, fail_on=frozenset({inv}), record=keep, stats=stats
+        )
+        ops = first[inv][0]
+        if _run_machine(targeted, _settings(max_examples, steps), seed) and last:
+            ops = last[-1][0]  # Hypothesis replays the shrunk example last
+        h_len = len(ops)
+
+        def fails(cand: Sequence[Op], inv: str = inv) -> bool:
+            run = check_ops(cand, policy, cfg, names, stop_at=inv)
+            return run.trace_error is None and run.first(inv) is not None
+
+        if not fails(ops):  # replay must reproduce what the machine saw
+            raise AssertionError(f"counterexample for {inv} does not replay")
+        small, minimal = shrink(ops, fails, budget=shrink_budget)
+        final = check_ops(small, policy, cfg, names, stop_at=inv).first(inv)
+        assert final is not None
+        found[inv] = Counterexample(inv, tuple(small), final, h_len, minimal)
+    return SearchResult(policy, names, found, stats)
