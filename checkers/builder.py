@@ -52,6 +52,8 @@ class HarnessBuilder:
         self.ops: list[Op] = []
         self.ctxs: dict[ContextId, _Ctx] = {}
         self.sessions: dict[SessionId, bool] = {}  # -> still open
+        #: the context that last received input (what a harness would run next)
+        self.last: ContextId | None = None
         self._n = 0
 
     # ------------------------------------------------------------------ helpers
@@ -79,6 +81,7 @@ class HarnessBuilder:
 
     def _append(self, c: _Ctx, msgs: tuple[Message, ...], temporary: bool = False) -> Op:
         c.msgs.extend((m, temporary or c.one_shot) for m in msgs)
+        self.last = c.id
         return Append(self.t, c.id, msgs, temporary)
 
     def advance(self, dt: float) -> list[Op]:
@@ -117,10 +120,20 @@ class HarnessBuilder:
         m = self._msg(Role.TOOL, MessageKind.OBSERVATION, tokens)
         return self._emit(self._append(c, (m,), temporary))
 
+    def infer_last(self, reasoning: int, answer: bool, duration: float) -> list[Op]:
+        """Run the context that just received input (the harness's next request)."""
+        c = self.ctxs.get(self.last) if self.last is not None else None
+        if c is None or not c.msgs:
+            return []
+        return self._infer(c, reasoning, answer, duration)
+
     def infer(self, pick: int, reasoning: int, answer: bool, duration: float) -> list[Op]:
         c = self._pick(pick, nonempty=True)
         if c is None:
             return []
+        return self._infer(c, reasoning, answer, duration)
+
+    def _infer(self, c: _Ctx, reasoning: int, answer: bool, duration: float) -> list[Op]:
         out = [self._msg(Role.ASSISTANT, MessageKind.REASONING, reasoning)] if reasoning else []
         out.append(
             self._msg(Role.ASSISTANT, MessageKind.OUTPUT if answer else MessageKind.TOOL_CALL, 3)
@@ -161,6 +174,7 @@ class HarnessBuilder:
         into = self.ctxs[c.parent]
         result = self._msg(Role.TOOL, MessageKind.RESULT, 4)
         into.msgs.append((result, into.one_shot))
+        self.last = into.id
         del self.ctxs[c.id]
         return self._emit(Return(self.t, c.id, into.id, result))
 

@@ -66,11 +66,14 @@ def check_ops(
     """Apply ``ops`` with a :class:`Monitor`; stop at the first violation of ``stop_at`` (if
     given), at a refused policy decision, or at an op the model rejects as bad input."""
     pol = resolve_policy(policy)
-    prepare = getattr(pol, "prepare", None)
-    if callable(prepare):
-        prepare(Trace(TraceHeader(), tuple(ops)), config)
     engine = engine_for(pol, config)
     mon = Monitor(engine, invariants, endurance_years=endurance_years)
+    prepare = getattr(pol, "prepare", None)
+    if callable(prepare):
+        try:
+            prepare(Trace(TraceHeader(), tuple(ops)), config)
+        except TraceError as e:
+            return CheckRun((), engine, 0, e)
     applied = 0
     for op in ops:
         mon.before_op(op)

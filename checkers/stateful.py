@@ -32,7 +32,7 @@ from kvmodel.errors import InternalError, PolicyError
 from kvmodel.ids import TierName
 from kvmodel.memory import TierConfig
 from kvmodel.policy import resolve_policy
-from kvmodel.trace import Op
+from kvmodel.trace import Op, Trace
 
 __all__ = [
     "PROFILES",
@@ -48,15 +48,15 @@ __all__ = [
 PROFILES: dict[str, tuple[int, int]] = {"dev": (25, 25), "ci": (60, 30), "thorough": (600, 60)}
 
 
-def check_config() -> EngineConfig:
-    """Small tiers so that pressure is common: 12 HBM + 24 HBF blocks of 4 tokens."""
+def check_config(hbm: int = 4, hbf: int = 8) -> EngineConfig:
+    """Small tiers so that pressure is common: by default 4 HBM + 8 HBF blocks of 4 tokens."""
     return EngineConfig(
         4,
         (
-            TierConfig(TierName("hbm"), 12, bytes_per_block=1024),
+            TierConfig(TierName("hbm"), hbm, bytes_per_block=1024),
             TierConfig(
                 TierName("hbf"),
-                24,
+                hbf,
                 bytes_per_block=1024,
                 pe_cycles=100_000,
                 write_amplification=1.02,
@@ -92,10 +92,14 @@ class SearchResult:
     stats: SearchStats
 
 
-tokens = st.integers(1, 12)
+tokens = st.integers(1, 16)
 picks = st.integers(0, 7)
 ttls = st.one_of(st.none(), st.sampled_from([0.5, 2.0, 10.0]))
 durations = st.sampled_from([0.0, 0.5, 2.0])
+#: after new input, usually run the context (the harness's next request); True is drawn first
+go_on = st.sampled_from([True, False])
+#: destructive actions happen in about a quarter of the draws of their rule
+rarely = st.sampled_from([False, False, False, True])
 
 RULES = (
     "start_session",
@@ -142,9 +146,18 @@ def make_machine(
             self.reported: set[str] = set()
             st_.examples += 1
 
+        def _ensure_session(self) -> None:
+            """Every action needs an agent: start one if none is running (Hypothesis's swarm
+            testing often disables ``start_session`` for a whole example)."""
+            if not self.b.ctxs and not self.halted:
+                self._apply(self.b.start_session(0, pin=True, ttl=None))
+
         def _run(self, name: str, ops: list[Op]) -> None:
             st_.rules[name] += 1
             st_.steps += 1
+            self._apply(ops)
+
+        def _apply(self, ops: list[Op]) -> None:
             for op in ops:
                 self.monitor.before_op(op)
                 try:
@@ -152,11 +165,11 @@ def make_machine(
                 except PolicyError as e:
                     self.monitor.policy_error(e)
                     self.halted = True
-                    return
+                    break
                 except InternalError as e:
                     self.monitor.internal_error(e)
                     self.halted = True
-                    return
+                    break
                 self.monitor.after_op(op)
             if record is not None:
                 for v in self.monitor.violations:
@@ -171,79 +184,120 @@ def make_machine(
             self._run("start_session", self.b.start_session(variant, pin, ttl))
 
         @precondition(lambda self: not self.halted)
-        @rule(pick=picks, n=tokens, temporary=st.booleans())
-        def user(self, pick: int, n: int, temporary: bool) -> None:
+        @rule(pick=picks, n=tokens, temporary=st.booleans(), go=go_on)
+        def user(self, pick: int, n: int, temporary: bool, go: bool) -> None:
+            self._ensure_session()
             self._run("user", self.b.user(pick, n, temporary))
+            if go:
+                self._apply(self.b.infer_last(4, False, 0.5))
 
         @precondition(lambda self: not self.halted)
-        @rule(pick=picks, n=tokens, temporary=st.booleans())
-        def observe(self, pick: int, n: int, temporary: bool) -> None:
+        @rule(pick=picks, n=tokens, temporary=st.booleans(), go=go_on)
+        def observe(self, pick: int, n: int, temporary: bool, go: bool) -> None:
+            self._ensure_session()
             self._run("observe", self.b.observe(pick, n, temporary))
+            if go:
+                self._apply(self.b.infer_last(4, False, 0.5))
 
         @precondition(lambda self: not self.halted)
         @rule(pick=picks, reasoning=st.integers(0, 12), answer=st.booleans(), d=durations)
         def infer(self, pick: int, reasoning: int, answer: bool, d: float) -> None:
+            self._ensure_session()
             self._run("infer", self.b.infer(pick, reasoning, answer, d))
 
         @precondition(lambda self: not self.halted)
         @rule(pick=picks)
         def turn_end(self, pick: int) -> None:
+            self._ensure_session()
             self._run("turn_end", self.b.turn_end(pick))
 
         @precondition(lambda self: not self.halted)
-        @rule(pick=picks, reviewer=st.booleans(), tools=st.integers(0, 4), n=tokens)
-        def spawn(self, pick: int, reviewer: bool, tools: int, n: int) -> None:
-            self._run("spawn", self.b.spawn(pick, reviewer, tools, n))
+        @rule(
+            pick=picks,
+            reviewer=st.booleans(),
+            tools=st.integers(0, 4),
+            n=tokens,
+            go=go_on,
+            fanout=st.integers(1, 3),
+        )
+        def spawn(
+            self, pick: int, reviewer: bool, tools: int, n: int, go: bool, fanout: int
+        ) -> None:
+            """Spawn ``fanout`` sub-agents at once (a lead fanning out work)."""
+            self._ensure_session()
+            for i in range(fanout):
+                self._run("spawn", self.b.spawn(pick, reviewer, tools + i, n))
+                if go:  # each sub-agent starts working at once
+                    self._apply(self.b.infer_last(4, False, 0.5))
 
         @precondition(lambda self: not self.halted)
-        @rule(pick=picks)
-        def ret(self, pick: int) -> None:
+        @rule(pick=picks, go=go_on)
+        def ret(self, pick: int, go: bool) -> None:
+            self._ensure_session()
             self._run("ret", self.b.ret(pick))
+            if go:
+                self._apply(self.b.infer_last(4, False, 0.5))
 
         @precondition(lambda self: not self.halted)
         @rule(pick=picks, d=durations)
         def compact(self, pick: int, d: float) -> None:
+            self._ensure_session()
             self._run("compact", self.b.compact(pick, d))
 
         @precondition(lambda self: not self.halted)
         @rule(pick=picks, upto=st.integers(0, 8))
         def fork(self, pick: int, upto: int) -> None:
+            self._ensure_session()
             self._run("fork", self.b.fork(pick, upto))
 
         @precondition(lambda self: not self.halted)
         @rule(pick=picks, index=st.integers(0, 8), n=tokens)
         def replace(self, pick: int, index: int, n: int) -> None:
+            self._ensure_session()
             self._run("replace", self.b.replace(pick, index, n))
 
         @precondition(lambda self: not self.halted)
-        @rule(pick=picks, index=st.integers(0, 8), count=st.integers(0, 3))
-        def remove(self, pick: int, index: int, count: int) -> None:
+        @rule(confirm=rarely, pick=picks, index=st.integers(0, 8), count=st.integers(0, 3))
+        def remove(self, confirm: bool, pick: int, index: int, count: int) -> None:
+            self._ensure_session()
+            if not confirm:
+                return
             self._run("remove", self.b.remove(pick, index, count))
 
         @precondition(lambda self: not self.halted)
         @rule(pick=picks, a=st.integers(0, 8), b=st.integers(0, 8), ttl=ttls)
         def pin(self, pick: int, a: int, b: int, ttl: float | None) -> None:
+            self._ensure_session()
             self._run("pin", self.b.pin(pick, a, b, ttl))
 
         @precondition(lambda self: not self.halted)
-        @rule(pick=picks)
-        def unpin(self, pick: int) -> None:
+        @rule(confirm=rarely, pick=picks)
+        def unpin(self, confirm: bool, pick: int) -> None:
+            self._ensure_session()
+            if not confirm:
+                return
             self._run("unpin", self.b.unpin(pick))
 
         @precondition(lambda self: not self.halted)
-        @rule(pick=picks)
-        def close(self, pick: int) -> None:
+        @rule(confirm=rarely, pick=picks)
+        def close(self, confirm: bool, pick: int) -> None:
+            self._ensure_session()
+            if not confirm:
+                return
             self._run("close", self.b.close(pick))
 
         @precondition(lambda self: not self.halted)
-        @rule(pick=picks)
-        def end_session(self, pick: int) -> None:
+        @rule(confirm=rarely, pick=picks)
+        def end_session(self, confirm: bool, pick: int) -> None:
+            if not confirm:
+                return
             self._run("end_session", self.b.end_session(pick))
 
-        @precondition(lambda self: not self.halted)
         @rule(dt=st.sampled_from([0.5, 1.0, 5.0, 60.0]))
         def wait(self, dt: float) -> None:
-            self._run("wait", self.b.advance(dt))
+            """Always enabled (so a halted run can still make progress); time passes."""
+            if not self.halted:
+                self._run("wait", self.b.advance(dt))
 
     def make_check(name: str) -> Callable[[Any], None]:
         def check(self: Any) -> None:
@@ -287,6 +341,42 @@ def _run_machine(machine: type[RuleBasedStateMachine], s: settings, seed: int) -
     return False
 
 
+def _search_traces(
+    policy: str,
+    invariants: Sequence[str],
+    cfg: EngineConfig,
+    max_examples: int,
+    steps: int,
+    seed: int,
+    record: Callable[[str, Sequence[Op], Violation], None],
+    stats: SearchStats,
+    *,
+    fail: bool = False,
+) -> bool:
+    """Trace-level search (for offline policies): draw whole traces, check each by replay."""
+    from hypothesis import given
+
+    from checkers.strategies import agent_traces
+
+    @_settings(max_examples, steps)
+    @given(agent_traces(max_actions=steps))
+    def run(trace: Trace) -> None:
+        stats.examples += 1
+        stats.steps += len(trace.ops)
+        result = check_ops(trace.ops, policy, cfg, invariants)
+        for v in result.violations:
+            # the whole trace, not a prefix: an offline policy's plan depends on the future
+            record(v.invariant, trace.ops, v)
+        if fail and result.violations:
+            raise AssertionError(result.violations[0].message)
+
+    try:
+        hypothesis_seed(seed)(run)()
+    except AssertionError:
+        return True
+    return False
+
+
 def search(
     policy: str,
     invariants: Iterable[str],
@@ -296,8 +386,13 @@ def search(
     steps: int = 30,
     seed: int = 0,
     shrink_budget: int = 1500,
+    hypothesis_shrink: bool = True,
 ) -> SearchResult:
-    """Search for counterexamples to each invariant under ``policy`` (see the module docstring)."""
+    """Search for counterexamples to each invariant under ``policy`` (see the module docstring).
+
+    ``hypothesis_shrink=False`` skips the targeted Hypothesis runs and delta-debugs the
+    exploration's failing prefix directly: several times faster, usually a little longer result.
+    """
     cfg = config or check_config()
     names = tuple(invariants)
     stats = SearchStats()
@@ -306,8 +401,13 @@ def search(
     def explore(inv: str, ops: Sequence[Op], v: Violation) -> None:
         first.setdefault(inv, (list(ops), v))
 
-    machine = make_machine(policy, names, config=cfg, record=explore, stats=stats)
-    _run_machine(machine, _settings(max_examples, steps), seed)
+    offline = callable(getattr(resolve_policy(policy), "prepare", None))
+    if offline:
+        # an offline policy must see the whole trace first: search over traces, not steps
+        _search_traces(policy, names, cfg, max_examples, steps, seed, explore, stats)
+    else:
+        machine = make_machine(policy, names, config=cfg, record=explore, stats=stats)
+        _run_machine(machine, _settings(max_examples, steps), seed)
 
     found: dict[str, Counterexample] = {}
     for inv in [n for n in names if n in first]:
@@ -323,22 +423,34 @@ def search(
             if name == inv:
                 last.append((list(ops), v))
 
-        targeted = make_machine(
-            policy, names, config=cfg, fail_on=frozenset({inv}), record=keep, stats=stats
-        )
         ops = first[inv][0]
-        if _run_machine(targeted, _settings(max_examples, steps), seed) and last:
-            ops = last[-1][0]  # Hypothesis replays the shrunk example last
+        if not hypothesis_shrink:
+            pass  # delta debugging alone, from the exploration's failing prefix
+        elif offline:
+            if (
+                _search_traces(
+                    policy, [inv], cfg, max_examples, steps, seed, keep, stats, fail=True
+                )
+                and last
+            ):
+                ops = last[-1][0]
+        else:
+            # the targeted run monitors only its invariant: cheaper examples, faster shrinking
+            targeted = make_machine(
+                policy, [inv], config=cfg, fail_on=frozenset({inv}), record=keep, stats=stats
+            )
+            if _run_machine(targeted, _settings(max_examples, steps), seed) and last:
+                ops = last[-1][0]  # Hypothesis replays the shrunk example last
         h_len = len(ops)
 
         def fails(cand: Sequence[Op], inv: str = inv) -> bool:
-            run = check_ops(cand, policy, cfg, names, stop_at=inv)
+            run = check_ops(cand, policy, cfg, [inv], stop_at=inv)
             return run.trace_error is None and run.first(inv) is not None
 
         if not fails(ops):  # replay must reproduce what the machine saw
             raise AssertionError(f"counterexample for {inv} does not replay")
         small, minimal = shrink(ops, fails, budget=shrink_budget)
-        final = check_ops(small, policy, cfg, names, stop_at=inv).first(inv)
+        final = check_ops(small, policy, cfg, [inv], stop_at=inv).first(inv)
         assert final is not None
         found[inv] = Counterexample(inv, tuple(small), final, h_len, minimal)
     return SearchResult(policy, names, found, stats)

@@ -378,6 +378,7 @@ class Engine:
         b.holders.clear()
         del self.blocks[b.id]
         self._info.pop(b.id, None)
+        self._victims.mark_block(b.id)  # the index forgets it on its next look
         self.dead.discard(b.id)
         self._fl.discard(b.id)
         self.memory.free(b.id)

@@ -23,10 +23,11 @@ class HBMFirst(BasePolicy):
     )
     claims: ClassVar[frozenset[str]] = frozenset(
         {
-            "pinned-never-evicted",
+            "accounting",
+            "chains",
+            "legal-transitions",
             "no-eviction-in-flight",
             "no-stale-hit",
-            "accounting",
-            "legal-transitions",
+            "pinned-never-evicted",
         }
     )

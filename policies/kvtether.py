@@ -34,15 +34,20 @@ class KVTether(BasePolicy):
     )
     claims: ClassVar[frozenset[str]] = frozenset(
         {
-            "no-zombie-kv",
-            "no-live-eviction-before-dead-reclaim",
-            "state-priority-eviction",
-            "temporary-bypass",
-            "pinned-never-evicted",
-            "no-eviction-in-flight",
-            "no-stale-hit",
             "accounting",
+            "chains",
+            "free-at-boundary",
             "legal-transitions",
+            "no-eviction-in-flight",
+            "no-live-eviction-before-dead-reclaim",
+            "no-stale-hit",
+            "no-zombie-kv",
+            "pinned-never-evicted",
+            "prefix-closed-residency",
+            "reclaim-dead-only",
+            "state-priority-eviction",
+            "suspended-mru",
+            "temporary-bypass",
         }
     )
 

@@ -88,13 +88,17 @@ class LachesisDet(BasePolicy):
     claims: ClassVar[frozenset[str]] = frozenset(
         {
             "accounting",
+            "chains",
             "deterministic-placement",
             "free-at-boundary",
             "legal-transitions",
             "no-eviction-in-flight",
+            "no-live-eviction-before-dead-reclaim",
             "no-stale-hit",
             "no-zombie-kv",
             "pinned-never-evicted",
+            "prefix-closed-residency",
+            "reclaim-dead-only",
         }
     )
 

@@ -22,11 +22,12 @@ class LRU(BasePolicy):
     )
     claims: ClassVar[frozenset[str]] = frozenset(
         {
-            "pinned-never-evicted",
+            "accounting",
+            "chains",
+            "legal-transitions",
             "no-eviction-in-flight",
             "no-stale-hit",
-            "accounting",
+            "pinned-never-evicted",
             "prefix-closed-residency",
-            "legal-transitions",
         }
     )

@@ -31,16 +31,6 @@ from kvmodel.view import BlockInfo, ModelView, NewBlock
 
 __all__ = ["Belady", "OptPlacement", "max_k_intervals"]
 
-_STRUCTURAL = frozenset(
-    {
-        "accounting",
-        "legal-transitions",
-        "no-eviction-in-flight",
-        "no-stale-hit",
-        "pinned-never-evicted",
-    }
-)
-
 
 class _ReclaimAll(BasePolicy):
     """Reference behaviour for the offline passes: one tier, every dead block freed at once."""
@@ -67,7 +57,17 @@ def _roomy(trace: Trace, config: EngineConfig) -> EngineConfig:
 
 class Belady(BasePolicy):
     name: ClassVar[str] = "belady"
-    claims: ClassVar[frozenset[str]] = _STRUCTURAL
+    claims: ClassVar[frozenset[str]] = frozenset(
+        {
+            "accounting",
+            "chains",
+            "legal-transitions",
+            "no-eviction-in-flight",
+            "no-stale-hit",
+            "pinned-never-evicted",
+            "prefix-closed-residency",
+        }
+    )
 
     def __init__(self) -> None:
         self._uses: dict[BlockKey, list[int]] = {}
@@ -126,7 +126,19 @@ def max_k_intervals(intervals: Sequence[tuple[float, float]], k: int) -> list[in
 
 class OptPlacement(BasePolicy):
     name: ClassVar[str] = "opt-placement"
-    claims: ClassVar[frozenset[str]] = _STRUCTURAL | {"no-zombie-kv"}
+    claims: ClassVar[frozenset[str]] = frozenset(
+        {
+            "accounting",
+            "chains",
+            "free-at-boundary",
+            "legal-transitions",
+            "no-eviction-in-flight",
+            "no-stale-hit",
+            "no-zombie-kv",
+            "pinned-never-evicted",
+            "reclaim-dead-only",
+        }
+    )
 
     def __init__(self) -> None:
         self._hbm: set[tuple[int, ContextId, int]] = set()

@@ -27,16 +27,6 @@ from kvmodel.view import BlockInfo, ModelView
 
 __all__ = ["MORI", "TTL", "WaitTracker"]
 
-_STRUCTURAL = frozenset(
-    {
-        "accounting",
-        "legal-transitions",
-        "no-eviction-in-flight",
-        "no-stale-hit",
-        "pinned-never-evicted",
-    }
-)
-
 
 class WaitTracker:
     """Per-context waiting intervals: from the end of an inference to the next input."""
@@ -82,7 +72,16 @@ class WaitTracker:
 
 class MORI(BasePolicy):
     name: ClassVar[str] = "mori"
-    claims: ClassVar[frozenset[str]] = _STRUCTURAL
+    claims: ClassVar[frozenset[str]] = frozenset(
+        {
+            "accounting",
+            "chains",
+            "legal-transitions",
+            "no-eviction-in-flight",
+            "no-stale-hit",
+            "pinned-never-evicted",
+        }
+    )
     window_s: ClassVar[float] = 600.0
 
     def __init__(self) -> None:
@@ -107,7 +106,17 @@ class MORI(BasePolicy):
 
 class TTL(BasePolicy):
     name: ClassVar[str] = "ttl"
-    claims: ClassVar[frozenset[str]] = _STRUCTURAL
+    claims: ClassVar[frozenset[str]] = frozenset(
+        {
+            "accounting",
+            "chains",
+            "legal-transitions",
+            "no-eviction-in-flight",
+            "no-stale-hit",
+            "pinned-never-evicted",
+            "prefix-closed-residency",
+        }
+    )
     quantile: ClassVar[float] = 0.9
     default_ttl_s: ClassVar[float] = 30.0
 

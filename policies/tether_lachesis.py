@@ -23,10 +23,7 @@ __all__ = ["TetherLachesis"]
 class TetherLachesis(LachesisDet):
     name: ClassVar[str] = "tether-lachesis"
     rank: ClassVar[tuple[RankTerm, ...]] = KVTether.rank
-    claims: ClassVar[frozenset[str]] = KVTether.claims | {
-        "deterministic-placement",
-        "free-at-boundary",
-    }
+    claims: ClassVar[frozenset[str]] = KVTether.claims | {"deterministic-placement"}
 
     def place(self, view: ModelView, block: NewBlock) -> Placement:
         pl = super().place(view, block)

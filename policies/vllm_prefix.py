@@ -30,6 +30,7 @@ class VLLMPrefix(BasePolicy):
     claims: ClassVar[frozenset[str]] = frozenset(
         {
             "accounting",
+            "chains",
             "legal-transitions",
             "no-eviction-in-flight",
             "no-stale-hit",

@@ -1,0 +1,211 @@
+"""The mutant zoo: deliberately broken policies (and a few engines), each breaking one invariant
+subtly. ``kvmodel check`` must catch every one; the expected verdicts say which invariant.
+
+Each mutant resolves by import path like any third-party policy (``checkers.mutants:MRUInverted``)
+and is listed in :data:`MUTANTS` with the invariant it breaks. Engine bugs are planted through a
+policy's ``engine_class`` (see :func:`checkers.harness.engine_for`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import ClassVar
+
+from kvmodel.engine import Engine
+from kvmodel.ids import BlockId, ContextId
+from kvmodel.lifecycle import BlockClass
+from kvmodel.policy import Placement, RankTerm
+from kvmodel.trace import Close, Infer, Op, Replace, Return
+from kvmodel.view import BlockInfo, ModelView, NewBlock
+from policies.kvtether import KVTether
+from policies.lachesis import LachesisDet
+from policies.lru import LRU
+
+__all__ = [
+    "MUTANTS",
+    "DropsForkPrefix",
+    "EvictsInFlight",
+    "EvictsPinnedWhenFull",
+    "FreesSharedAtReturn",
+    "IndexesTemporary",
+    "LateDeadReclaim",
+    "LeadInHBM",
+    "MRUInverted",
+    "RootFirstLRU",
+    "StaleHitAfterReplace",
+    "WritesPerSegment",
+]
+
+_C = BlockClass
+
+
+class LateDeadReclaim(KVTether):
+    """Reclaims dead KV only after a live eviction: dead blocks rank after Suspended ones and
+    nothing is reclaimed eagerly."""
+
+    name: ClassVar[str] = "mutant-late-dead-reclaim"
+    rank: ClassVar[tuple[RankTerm, ...]] = (
+        RankTerm("state", order=(_C.SUSPENDED, _C.DEAD, _C.EXPIRED, _C.TEMPORARY, _C.ACTIVE)),
+        RankTerm("last_access"),
+        RankTerm("depth", descending=True),
+    )
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        return ()
+
+
+class MRUInverted(KVTether):
+    """Within Suspended, the *least* recently suspended goes first (LRU where MRU is claimed)."""
+
+    name: ClassVar[str] = "mutant-mru-inverted"
+    rank: ClassVar[tuple[RankTerm, ...]] = (
+        KVTether.rank[0],
+        RankTerm("suspend_time", only=frozenset({_C.SUSPENDED})),
+        *KVTether.rank[2:],
+    )
+
+
+class IndexesTemporary(KVTether):
+    """Claims temporary-bypass but lets Temporary KV into the reuse store."""
+
+    name: ClassVar[str] = "mutant-indexes-temporary"
+
+    def place(self, view: ModelView, block: NewBlock) -> Placement:
+        return Placement(tuple(t.name for t in view.tiers()))
+
+
+class EvictsPinnedWhenFull(KVTether):
+    """When a tier is full, frees a pinned block to make room."""
+
+    name: ClassVar[str] = "mutant-evicts-pinned"
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        dead = list(view.dead())
+        if dead or all(t.free for t in view.tiers()):
+            return dead
+        pinned = [b for b in view.resident() if view.block(b).state is _C.PINNED]
+        return pinned[-1:]
+
+
+class EvictsInFlight(KVTether):
+    """Offers the running request's own prefix as the first victims."""
+
+    name: ClassVar[str] = "mutant-evicts-in-flight"
+
+    def __init__(self) -> None:
+        self._running = ContextId("")
+
+    def place(self, view: ModelView, block: NewBlock) -> Placement:
+        self._running = block.ctx
+        return super().place(view, block)
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        running = self._running
+        mine = list(view.chain(running)) if running in view.open_contexts() else []
+        rest = [b for b in super().eviction_order(view, candidates) if b not in mine]
+        return [*reversed(mine), *rest]
+
+
+class DropsForkPrefix(KVTether):
+    """When a context closes, frees every block it wrote -- including a prefix a fork still
+    uses."""
+
+    name: ClassVar[str] = "mutant-drops-fork-prefix"
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        out = set(view.dead())
+        if isinstance(op, Close):
+            out |= {b for b in view.resident() if view.block(b).writer == op.ctx}
+        return sorted(out)
+
+
+class FreesSharedAtReturn(KVTether):
+    """At a worker's return, frees every block the worker held, even ones another context
+    shares (a common system prompt, or the lead's prefix)."""
+
+    name: ClassVar[str] = "mutant-frees-shared-at-return"
+
+    def __init__(self) -> None:
+        self._held: dict[ContextId, list[BlockId]] = {}
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        out = set(view.dead())
+        if isinstance(op, Infer) and op.ctx in view.open_contexts():
+            self._held[op.ctx] = list(view.chain(op.ctx))
+        if isinstance(op, Return):
+            resident = set(view.resident())
+            out |= {b for b in self._held.pop(op.ctx, []) if b in resident}
+        return sorted(out)
+
+
+class LeadInHBM(LachesisDet):
+    """Places the lead's (long-lived) segment in HBM."""
+
+    name: ClassVar[str] = "mutant-lead-in-hbm"
+
+    def tiers_for(self, view: ModelView, cls: object) -> tuple[str, ...]:  # type: ignore[override]
+        return tuple(t.name for t in view.tiers())
+
+
+class RootFirstLRU(LRU):
+    """LRU whose tie-break goes head-first: equally recent parents go before their children."""
+
+    name: ClassVar[str] = "mutant-root-first-lru"
+    rank: ClassVar[tuple[RankTerm, ...]] = (RankTerm("last_access"), RankTerm("depth"))
+
+
+class _StaleHitEngine(Engine):
+    """Forgets suffix invalidation on ``replace``: the stale KV is kept by count."""
+
+    def apply(self, op: Op) -> None:
+        if isinstance(op, Replace) and op.ctx in self.contexts:
+            valid = self.contexts[op.ctx].valid
+            super().apply(op)
+            self.contexts[op.ctx].valid = valid
+            return
+        super().apply(op)
+
+
+class StaleHitAfterReplace(KVTether):
+    """Runs on an engine that serves stale KV after a ``replace``."""
+
+    name: ClassVar[str] = "mutant-stale-hit"
+    engine_class: ClassVar[type[Engine]] = _StaleHitEngine
+
+
+class _SegmentWriteEngine(Engine):
+    """Counts one write per tier per inference, not one per block."""
+
+    def apply(self, op: Op) -> None:
+        before = dict(self.memory.writes)
+        super().apply(op)
+        if isinstance(op, Infer):
+            for tier, n in self.memory.writes.items():
+                if n > before[tier]:
+                    self.memory.writes[tier] = before[tier] + 1
+
+
+class WritesPerSegment(KVTether):
+    """Runs on an engine that counts HBF writes per segment instead of per block."""
+
+    name: ClassVar[str] = "mutant-writes-per-segment"
+    engine_class: ClassVar[type[Engine]] = _SegmentWriteEngine
+
+
+#: import path -> the invariant it must be caught breaking
+MUTANTS: Mapping[str, str] = MappingProxyType(
+    {
+        "checkers.mutants:LateDeadReclaim": "no-live-eviction-before-dead-reclaim",
+        "checkers.mutants:MRUInverted": "suspended-mru",
+        "checkers.mutants:IndexesTemporary": "temporary-bypass",
+        "checkers.mutants:EvictsPinnedWhenFull": "pinned-never-evicted",
+        "checkers.mutants:EvictsInFlight": "no-eviction-in-flight",
+        "checkers.mutants:DropsForkPrefix": "reclaim-dead-only",
+        "checkers.mutants:FreesSharedAtReturn": "reclaim-dead-only",
+        "checkers.mutants:LeadInHBM": "deterministic-placement",
+        "checkers.mutants:RootFirstLRU": "prefix-closed-residency",
+        "checkers.mutants:StaleHitAfterReplace": "no-stale-hit",
+        "checkers.mutants:WritesPerSegment": "accounting",
+    }
+)
