@@ -215,6 +215,7 @@ class HarnessBuilder:
         i = index % len(c.msgs)
         m = self._msg(Role.TOOL, MessageKind.OBSERVATION, tokens)
         c.msgs[i] = (m, c.one_shot)
+        self.last = c.id
         return self._emit(Replace(self.t, c.id, i, m))
 
     def remove(self, pick: int, index: int, count: int) -> list[Op]:

@@ -19,7 +19,7 @@ from checkers.invariants import Monitor
 from checkers.structural import Violation
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
-from kvmodel.errors import InternalError, PolicyError, TraceError
+from kvmodel.errors import PolicyError, TraceError
 from kvmodel.observations import observation_to_json
 from kvmodel.policy import Policy, resolve_policy
 from kvmodel.trace import Op, Trace, TraceHeader, dumps_op, op_name
@@ -84,7 +84,7 @@ def check_ops(
         except PolicyError as e:
             mon.policy_error(e)
             return CheckRun(tuple(mon.violations), engine, applied + 1)
-        except InternalError as e:
+        except Exception as e:  # an engine that crashes is a finding, not a checker crash
             mon.internal_error(e)
             return CheckRun(tuple(mon.violations), engine, applied + 1)
         applied += 1

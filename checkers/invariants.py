@@ -30,7 +30,7 @@ from checkers.structural import (
     check_prefix_closed,
 )
 from kvmodel.engine import Engine
-from kvmodel.errors import InternalError, PolicyError
+from kvmodel.errors import PolicyError
 from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
 from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, TRANSITIONS, BlockClass, Event, MsgState
 from kvmodel.messages import AgentKind
@@ -323,8 +323,11 @@ class Monitor:
         else:
             self.violations.append(Violation("policy-protocol", str(err), op=self.op_index))
 
-    def internal_error(self, err: InternalError) -> None:
-        self.violations.append(Violation("engine-internal", str(err), op=self.op_index))
+    def internal_error(self, err: Exception) -> None:
+        """The engine crashed (an ``InternalError`` or worse): a bug in the engine under test."""
+        self.violations.append(
+            Violation("engine-internal", f"{type(err).__name__}: {err}", op=self.op_index)
+        )
 
     def after_op(self, op: Op) -> None:
         e = self.engine

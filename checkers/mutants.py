@@ -14,9 +14,9 @@ from typing import ClassVar
 
 from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, ContextId
-from kvmodel.lifecycle import BlockClass
+from kvmodel.lifecycle import BlockClass, MsgState
 from kvmodel.policy import Placement, RankTerm
-from kvmodel.trace import Close, Infer, Op, Replace, Return
+from kvmodel.trace import Close, Infer, Op, Remove, Replace, Return
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 from policies.kvtether import KVTether
 from policies.lachesis import LachesisDet
@@ -27,11 +27,13 @@ __all__ = [
     "DropsForkPrefix",
     "EvictsInFlight",
     "EvictsPinnedWhenFull",
+    "ForgetsHolder",
     "FreesSharedAtReturn",
     "IndexesTemporary",
     "LateDeadReclaim",
     "LeadInHBM",
     "MRUInverted",
+    "ResurrectsRemoved",
     "RootFirstLRU",
     "StaleHitAfterReplace",
     "WritesPerSegment",
@@ -191,6 +193,43 @@ class WritesPerSegment(KVTether):
 
     name: ClassVar[str] = "mutant-writes-per-segment"
     engine_class: ClassVar[type[Engine]] = _SegmentWriteEngine
+
+
+class _ForgetfulEngine(Engine):
+    """After each inference, forgets that the context holds its last chain block."""
+
+    def apply(self, op: Op) -> None:
+        super().apply(op)
+        if isinstance(op, Infer) and op.ctx in self.contexts:
+            c = self.contexts[op.ctx]
+            if c.is_open and c.materialized and c.materialized[-1].key in self.index:
+                self.blocks[self.index[c.materialized[-1].key]].holders.discard(c.id)
+
+
+class ForgetsHolder(KVTether):
+    """Runs on an engine whose chain bookkeeping loses a holder."""
+
+    name: ClassVar[str] = "mutant-forgets-holder"
+    engine_class: ClassVar[type[Engine]] = _ForgetfulEngine
+
+
+class _ResurrectingEngine(Engine):
+    """A ``remove`` forgets that the removed message expired (Expired -> live: illegal)."""
+
+    def apply(self, op: Op) -> None:
+        super().apply(op)
+        if isinstance(op, Remove) and op.ctx in self.contexts:
+            c = self.contexts[op.ctx]
+            for uid, st in list(c.stored.items()):
+                if st is MsgState.EXPIRED:
+                    del c.stored[uid]
+
+
+class ResurrectsRemoved(KVTether):
+    """Runs on an engine that brings removed messages back to life."""
+
+    name: ClassVar[str] = "mutant-resurrects-removed"
+    engine_class: ClassVar[type[Engine]] = _ResurrectingEngine
 
 
 #: import path -> the invariant it must be caught breaking

@@ -28,11 +28,11 @@ from checkers.harness import check_ops, engine_for, shrink
 from checkers.invariants import Monitor
 from checkers.structural import Violation
 from kvmodel.config import EngineConfig
-from kvmodel.errors import InternalError, PolicyError
+from kvmodel.errors import PolicyError
 from kvmodel.ids import TierName
 from kvmodel.memory import TierConfig
 from kvmodel.policy import resolve_policy
-from kvmodel.trace import Op, Trace
+from kvmodel.trace import Op, Trace, op_name
 
 __all__ = [
     "PROFILES",
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 #: Settings profiles: (max_examples, steps per example).
-PROFILES: dict[str, tuple[int, int]] = {"dev": (25, 25), "ci": (60, 30), "thorough": (600, 60)}
+PROFILES: dict[str, tuple[int, int]] = {"dev": (30, 25), "ci": (100, 30), "thorough": (600, 60)}
 
 
 def check_config(hbm: int = 4, hbf: int = 8) -> EngineConfig:
@@ -69,10 +69,13 @@ def check_config(hbm: int = 4, hbf: int = 8) -> EngineConfig:
 class SearchStats:
     examples: int = 0
     steps: int = 0
+    #: machine rules fired (or, for a trace-level search, ops by name)
     rules: Counter[str] = attrs.field(factory=Counter)
+    traces: bool = False
 
     def never_fired(self) -> list[str]:
-        return sorted(set(RULES) - {r for r, n in self.rules.items() if n})
+        names = _OP_NAMES if self.traces else RULES
+        return sorted(set(names) - {r for r, n in self.rules.items() if n})
 
 
 @attrs.frozen
@@ -99,7 +102,22 @@ durations = st.sampled_from([0.0, 0.5, 2.0])
 #: after new input, usually run the context (the harness's next request); True is drawn first
 go_on = st.sampled_from([True, False])
 #: destructive actions happen in about a quarter of the draws of their rule
-rarely = st.sampled_from([False, False, False, True])
+rarely = st.sampled_from([False, False, True])
+
+_OP_NAMES = (
+    "open",
+    "fork",
+    "append",
+    "replace",
+    "remove",
+    "pin",
+    "unpin",
+    "infer",
+    "turn_end",
+    "return",
+    "close",
+    "end_session",
+)
 
 RULES = (
     "start_session",
@@ -166,7 +184,7 @@ def make_machine(
                     self.monitor.policy_error(e)
                     self.halted = True
                     break
-                except InternalError as e:
+                except Exception as e:  # an engine crash is a finding
                     self.monitor.internal_error(e)
                     self.halted = True
                     break
@@ -251,10 +269,14 @@ def make_machine(
             self._run("fork", self.b.fork(pick, upto))
 
         @precondition(lambda self: not self.halted)
-        @rule(pick=picks, index=st.integers(0, 8), n=tokens)
-        def replace(self, pick: int, index: int, n: int) -> None:
+        @rule(pick=picks, index=st.integers(0, 8), n=tokens, go=go_on)
+        def replace(self, pick: int, index: int, n: int, go: bool) -> None:
+            """An edit in the middle (e.g. an old observation shortened), usually followed by
+            the context's next inference."""
             self._ensure_session()
             self._run("replace", self.b.replace(pick, index, n))
+            if go:
+                self._apply(self.b.infer_last(4, False, 0.5))
 
         @precondition(lambda self: not self.halted)
         @rule(confirm=rarely, pick=picks, index=st.integers(0, 8), count=st.integers(0, 3))
@@ -363,6 +385,8 @@ def _search_traces(
     def run(trace: Trace) -> None:
         stats.examples += 1
         stats.steps += len(trace.ops)
+        stats.traces = True
+        stats.rules.update(op_name(op) for op in trace.ops)
         result = check_ops(trace.ops, policy, cfg, invariants)
         for v in result.violations:
             # the whole trace, not a prefix: an offline policy's plan depends on the future

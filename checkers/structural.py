@@ -55,21 +55,31 @@ def check_accounting(engine: Engine) -> list[Violation]:
 
 
 def check_chains(engine: Engine) -> list[Violation]:
-    """Every open context's materialized chain is resident, indexed and prefix-linked (spec P3)."""
+    """Every open context's materialized chain is resident, indexed and held (spec P3).
+
+    Reads the engine's tables directly (not ``view.chain``) so that it reports, rather than
+    trips over, a corrupted chain.
+    """
     out = []
-    view = engine.view
-    for cid in view.open_contexts():
-        info = view.context(cid)
-        if info.valid_blocks > info.materialized_blocks:
-            out.append(Violation("chains", "valid prefix longer than the chain", ctx=cid))
-        chain = view.chain(cid)
-        if len(chain) != info.materialized_blocks:
-            out.append(Violation("chains", "a chain entry is not resident", ctx=cid))
+    for cid, c in engine.contexts.items():
+        if not c.is_open:
             continue
-        for depth, bid in enumerate(chain):
-            b = view.block(bid)
-            if b.depth != depth or cid not in b.holders or not b.indexed:
-                out.append(Violation("chains", f"chain entry {depth} inconsistent", bid, cid))
+        if c.valid > len(c.materialized):
+            out.append(Violation("chains", "valid prefix longer than the chain", ctx=cid))
+        for depth, spec in enumerate(c.materialized):
+            bid = engine.index.get(spec.key) if spec.key is not None else None
+            b = engine.blocks.get(bid) if bid is not None else None
+            if b is None:
+                out.append(Violation("chains", f"chain entry {depth} is not resident", ctx=cid))
+            elif b.depth != depth or cid not in b.holders or not b.indexed:
+                out.append(
+                    Violation(
+                        "chains",
+                        f"chain entry {depth} (block {bid}) is not held by its context",
+                        bid,
+                        cid,
+                    )
+                )
     return out
 
 

@@ -46,11 +46,52 @@ def _config(path: str | None) -> EngineConfig:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     trace = load_trace(args.trace)
-    result = replay(trace, args.policy, _config(args.config))
+    config = _config(args.config)
+    if args.check is not None:
+        return _replay_checked(args, trace, config)
+    result = replay(trace, args.policy, config)
     if args.observations:
         _atomic_write(Path(args.observations), result.engine.log.to_jsonl())
     _print_summary(result.summary, as_json=args.json)
     return 0
+
+
+def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig) -> int:
+    """``replay --check``: replay with the invariant monitor; exit 1 on any violation."""
+    from checkers.harness import check_ops
+    from checkers.invariants import INVARIANTS
+    from checkers.structural import Violation
+
+    names = [n for n in args.check.split(",") if n] if args.check else list(INVARIANTS)
+    unknown = [n for n in names if n not in INVARIANTS]
+    if unknown:
+        raise ConfigError(f"unknown invariant {unknown[0]!r}; known: {', '.join(INVARIANTS)}")
+    run = check_ops(trace.ops, args.policy, config, names)
+    if run.trace_error is not None:
+        raise run.trace_error.located(file=trace.source, line=trace.line_of(run.applied), op=None)
+    if args.observations:
+        _atomic_write(Path(args.observations), run.engine.log.to_jsonl())
+    first: dict[str, Violation] = {}
+    for v in run.violations:
+        first.setdefault(v.invariant, v)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "policy": args.policy,
+                    "checked": names,
+                    "violations": [attrs.asdict(v) for v in first.values()],
+                },
+                indent=2,
+            )
+        )
+    else:
+        for v in run.violations:
+            if first.get(v.invariant) is v:
+                print(f"VIOLATED {v.invariant} at op {v.op}: {v.message}")
+        held = [n for n in names if n not in first]
+        print(f"{len(first)} violated, {len(held)} held: {', '.join(held) or '-'}")
+    return 1 if first else 0
 
 
 def _print_summary(s: Summary, *, as_json: bool) -> None:
@@ -139,6 +180,65 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    """Search for counterexamples; print the policy x invariant table; write bundles."""
+    from checkers.invariants import INVARIANTS
+    from checkers.report import check_policies, render_table
+
+    names = [n for n in args.invariants.split(",") if n] if args.invariants else list(INVARIANTS)
+    unknown = [n for n in names if n not in INVARIANTS]
+    if unknown:
+        raise ConfigError(f"unknown invariant {unknown[0]!r}; known: {', '.join(INVARIANTS)}")
+    policies = [args.policy] if args.policy else list(registered_policies())
+    for p in policies:
+        resolve_policy(p)  # fail fast on a bad name (exit 2)
+    profile = args.profile or ("ci" if args.policy else "dev")
+    shrinker = args.shrink or ("hypothesis" if args.policy else "dd")
+    out = Path(args.out) if args.out else None
+    reports = check_policies(
+        policies,
+        names,
+        profile=profile,
+        max_examples=args.max_examples,
+        steps=args.steps,
+        seed=args.seed,
+        out=out,
+        hypothesis_shrink=shrinker == "hypothesis",
+    )
+    failures = {r.policy: r.failures() for r in reports if r.failures()}
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "profile": profile,
+                    "seed": args.seed,
+                    "shrink": shrinker,
+                    "reports": [r.to_json() for r in reports],
+                    "failures": failures,
+                },
+                indent=2,
+            )
+        )
+        return 1 if failures else 0
+    print(render_table(reports))
+    print()
+    for r in reports:
+        st = r.result.stats
+        never = ", ".join(st.never_fired()) or "none"
+        print(f"{r.policy}: {st.examples} examples, {st.steps} steps; rules never fired: {never}")
+        for inv, c in sorted(r.result.found.items()):
+            where = f" -> {r.bundles[inv]}" if inv in r.bundles else ""
+            tag = "CLAIM VIOLATED" if inv in r.claims else "finding"
+            print(
+                f"  {tag}: {inv}: {len(c.ops)} ops (Hypothesis {c.hypothesis_ops}, "
+                f"{'1-minimal' if c.one_minimal else 'not proven 1-minimal'}){where}"
+            )
+    if failures:
+        print(f"\nFAILED: claimed invariants violated: {failures}")
+        return 1
+    return 0
+
+
 def _lachesis_samples(paths: Sequence[str]) -> list[WorkerSample]:
     from policies.spawn_predictor import default_training_traces, samples_from
 
@@ -190,7 +290,35 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--config", help="engine config TOML (default: hbm 512 + hbf 4096 blocks)")
     r.add_argument("--observations", metavar="OUT.jsonl", help="write the observation log")
     r.add_argument("--json", action="store_true", help="print the summary as JSON")
+    r.add_argument(
+        "--check",
+        nargs="?",
+        const="",
+        metavar="INV,...",
+        help="check invariants while replaying (default: all); exit 1 if violated",
+    )
     r.set_defaults(func=_cmd_replay)
+
+    ck = sub.add_parser("check", help="search for counterexamples to the invariants")
+    ck.add_argument("policy", nargs="?", help="policy name or path (default: every built-in)")
+    ck.add_argument("--invariants", help="comma-separated invariant names (default: all)")
+    ck.add_argument(
+        "--profile",
+        choices=["dev", "ci", "thorough"],
+        help="search size (default: ci for one policy, dev for the table)",
+    )
+    ck.add_argument("--max-examples", type=int, help="Hypothesis examples (overrides profile)")
+    ck.add_argument("--steps", type=int, help="steps per example (overrides profile)")
+    ck.add_argument("--seed", type=int, default=0)
+    ck.add_argument(
+        "--shrink",
+        choices=["hypothesis", "dd"],
+        help="hypothesis: Hypothesis shrinking then delta debugging (default for one "
+        "policy); dd: delta debugging only (default for the table)",
+    )
+    ck.add_argument("--out", help="directory for counterexample bundles")
+    ck.add_argument("--json", action="store_true")
+    ck.set_defaults(func=_cmd_check)
 
     pol = sub.add_parser("policies", help="list registered policies and their claims")
     pol.add_argument("--json", action="store_true")

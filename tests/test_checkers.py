@@ -1,0 +1,153 @@
+"""The checkers: expected verdicts as data, the mutant zoo, bundles that replay, the shrinker,
+the stateful machine as a test, and the trace strategies (STYLE §10-11)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+
+from checkers.harness import check_ops, shrink
+from checkers.invariants import INVARIANTS, STRUCTURAL
+from checkers.mutants import MUTANTS
+from checkers.report import check_policies, expected_verdicts
+from checkers.stateful import check_config, make_machine
+from checkers.strategies import agent_traces
+from kvmodel.cli import main
+from kvmodel.config import load_config
+from kvmodel.policy import registered_policies, resolve_policy
+from kvmodel.replay import replay
+from kvmodel.trace import load_trace
+
+EXPECTED = expected_verdicts()
+BUILTIN = sorted(registered_policies())
+
+
+def test_expected_verdicts_cover_every_policy_and_mutant() -> None:
+    assert set(BUILTIN) <= set(EXPECTED)
+    assert set(MUTANTS) <= set(EXPECTED)
+    for p in BUILTIN:
+        assert set(EXPECTED[p]) == set(INVARIANTS), p
+        claims = set(resolve_policy(p).claims) | STRUCTURAL
+        held = {i for i, v in EXPECTED[p].items() if v == "holds"}
+        assert claims <= held, f"{p} claims what the data says is violated: {claims - held}"
+
+
+@pytest.fixture(scope="module")
+def table() -> dict[str, dict[str, str]]:
+    reports = check_policies(BUILTIN, profile="ci", hypothesis_shrink=False)
+    return {r.policy: {i: r.verdict(i) for i in INVARIANTS} for r in reports}
+
+
+@pytest.mark.parametrize("policy", BUILTIN)
+def test_checker_reaches_every_expected_verdict(policy: str, table) -> None:  # type: ignore[no-untyped-def]
+    assert table[policy] == EXPECTED[policy]
+
+
+@pytest.mark.parametrize(("mutant", "invariant"), sorted(MUTANTS.items()))
+def test_every_mutant_is_caught_with_a_replayable_bundle(
+    mutant: str, invariant: str, tmp_path: Path
+) -> None:
+    [report] = check_policies([mutant], [invariant], profile="ci", out=tmp_path)
+    assert report.verdict(invariant) == EXPECTED[mutant][invariant] == "violated"
+    c = report.result.found[invariant]
+    assert c.one_minimal
+    bundle = report.bundles[invariant]
+    trace = load_trace(bundle / "trace.jsonl")
+    config = load_config(bundle / "config.toml")
+    assert trace.ops == c.ops
+    again = check_ops(trace.ops, mutant, config, [invariant], stop_at=invariant).first(invariant)
+    assert again == c.violation  # bit for bit: same op, same message
+    assert (bundle / "steps.txt").read_text().startswith(f"counterexample: {mutant} violates")
+    assert ">>" in (bundle / "steps.txt").read_text()
+    logged = (bundle / "observations.jsonl").read_text()
+    assert logged == check_ops(trace.ops, mutant, config, ()).engine.log.to_jsonl()
+
+
+def test_bundles_replay_through_the_cli_and_the_repro_test_fails(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]
+                                                                 ) -> None:
+    out = tmp_path / "cex"
+    assert main(["check", "lru", "--invariants", "no-zombie-kv", "--out", str(out)]) == 0
+    bundle = out / "lru" / "no-zombie-kv"
+    capsys.readouterr()
+    code = main(["replay", str(bundle / "trace.jsonl"), "--policy", "lru", "--config",
+                 str(bundle / "config.toml"), "--check", "no-zombie-kv"])
+    assert code == 1
+    assert "VIOLATED no-zombie-kv" in capsys.readouterr().out
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        str(bundle / "test_repro.py")], capture_output=True, text=True,
+                       cwd=tmp_path)
+    assert r.returncode == 1, r.stdout  # the reproducer fails while the counterexample stands
+
+
+def test_check_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a claimed invariant violated (a mutant) -> 1; a finding on an unclaimed one -> 0
+    assert main(["check", "checkers.mutants:MRUInverted", "--invariants", "suspended-mru",
+                 "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["failures"] == {"checkers.mutants:MRUInverted": ["suspended-mru"]}
+    inv = d["reports"][0]["invariants"]["suspended-mru"]
+    assert inv["verdict"] == "violated" and inv["claimed"] and inv["one_minimal"]
+    assert main(["check", "lru", "--invariants", "no-zombie-kv,accounting"]) == 0
+    out = capsys.readouterr().out
+    assert "finding: no-zombie-kv" in out and "examples" in out and "never fired" in out
+    assert main(["check", "lru", "--invariants", "bogus"]) == 2
+    assert main(["check", "nope"]) == 2
+
+
+def test_shrink_reaches_one_minimal() -> None:
+    ops = list(range(40))
+
+    def fails(xs) -> bool:  # type: ignore[no-untyped-def]
+        return 7 in xs and 23 in xs and 31 in xs
+
+    small, minimal = shrink(ops, fails)  # type: ignore[arg-type]
+    assert small == [7, 23, 31] and minimal
+
+
+def test_endurance_budget_and_zombies_are_checked_on_replay() -> None:
+    from kvmodel.workloads import AgenticParams, generate_agentic
+
+    from kvmodel import EngineConfig, TierConfig
+    from kvmodel.ids import TierName
+
+    tr = generate_agentic(AgenticParams(seed=1, sessions=1, turns=1))
+    cfg = EngineConfig(16, (TierConfig(TierName("hbm"), 64),
+                            TierConfig(TierName("hbf"), 512, bytes_per_block=2**21,
+                                       pe_cycles=100)))
+    run = check_ops(tr.ops, "lru", cfg, ["endurance-budget", "no-zombie-kv"])
+    worn = run.first("endurance-budget")
+    assert worn is not None  # 100 P/E cycles on 1 GiB of flash: worn out in days
+    assert "device-years < 5" in worn.message
+    assert run.first("no-zombie-kv") is not None
+    ok = check_ops(tr.ops, "kvtether", cfg, ["no-zombie-kv", "endurance-budget"],
+                   endurance_years=0)
+    assert ok.violations == ()
+
+
+def test_claimed_invariants_hold_in_the_stateful_machine() -> None:
+    """The machine as an ordinary test: KVTether against every invariant it claims."""
+    from hypothesis.stateful import run_state_machine_as_test
+
+    claims = sorted(resolve_policy("kvtether").claims)
+    machine = make_machine("kvtether", claims, config=check_config(), fail_on=frozenset(claims))
+    run_state_machine_as_test(machine, settings=settings(max_examples=40, deadline=None,
+                                                         stateful_step_count=25))
+
+
+@given(agent_traces(max_actions=25))
+def test_agent_traces_are_always_valid(trace) -> None:  # type: ignore[no-untyped-def]
+    r = replay(trace, "kvtether", check_config())
+    assert r.summary.ops == len(trace.ops)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", BUILTIN)
+def test_claims_hold_under_the_thorough_profile(policy: str) -> None:
+    [report] = check_policies([policy], profile="thorough", hypothesis_shrink=False)
+    assert report.failures() == []
