@@ -1,7 +1,16 @@
-"""Invariant checkers over the model state and its observation log (spec/invariants.md)."""
+"""Invariant checkers, the stateful search and the mutant zoo (spec/invariants.md).
+
+``checkers.invariants`` -- every invariant as a plain function, and the ``Monitor`` for a run;
+``checkers.harness`` -- checked replay, delta-debugging shrinker, counterexample bundles;
+``checkers.stateful`` -- the Hypothesis stateful machine and ``search``;
+``checkers.strategies`` -- Hypothesis strategies for valid agent traces;
+``checkers.mutants`` -- deliberately broken policies that must be caught;
+``checkers.report`` -- ``kvmodel check``'s table and the expected verdicts.
+"""
 
 from __future__ import annotations
 
+from checkers.invariants import INVARIANTS, Monitor
 from checkers.structural import (
     Violation,
     check_accounting,
@@ -11,6 +20,8 @@ from checkers.structural import (
 )
 
 __all__ = [
+    "INVARIANTS",
+    "Monitor",
     "Violation",
     "check_accounting",
     "check_chains",

@@ -52,6 +52,14 @@ __all__ = [
     "INVARIANTS",
     "STRUCTURAL",
     "Monitor",
+    "evict_candidates",
+    "evict_live_before_dead",
+    "evict_mru",
+    "evict_priority",
+    "log_bypass",
+    "log_pinned",
+    "log_reclaim_dead",
+    "place_deterministic",
     "reachable",
 ]
 

@@ -41,7 +41,9 @@ __all__ = [
     "SearchStats",
     "check_config",
     "make_machine",
+    "run_machine",
     "search",
+    "search_settings",
 ]
 
 #: Settings profiles: (max_examples, steps per example).
@@ -336,7 +338,7 @@ def make_machine(
     return Machine
 
 
-def _settings(max_examples: int, steps: int) -> settings:
+def search_settings(max_examples: int, steps: int) -> settings:
     return settings(
         max_examples=max_examples,
         stateful_step_count=steps,
@@ -349,7 +351,7 @@ def _settings(max_examples: int, steps: int) -> settings:
     )
 
 
-def _run_machine(machine: type[RuleBasedStateMachine], s: settings, seed: int) -> bool:
+def run_machine(machine: type[RuleBasedStateMachine], s: settings, seed: int) -> bool:
     """Run the machine as a Hypothesis test; True if it failed (a counterexample was found)."""
     from hypothesis.stateful import get_state_machine_test
 
@@ -380,7 +382,7 @@ def _search_traces(
 
     from checkers.strategies import agent_traces
 
-    @_settings(max_examples, steps)
+    @search_settings(max_examples, steps)
     @given(agent_traces(max_actions=steps))
     def run(trace: Trace) -> None:
         stats.examples += 1
@@ -431,7 +433,7 @@ def search(
         _search_traces(policy, names, cfg, max_examples, steps, seed, explore, stats)
     else:
         machine = make_machine(policy, names, config=cfg, record=explore, stats=stats)
-        _run_machine(machine, _settings(max_examples, steps), seed)
+        run_machine(machine, search_settings(max_examples, steps), seed)
 
     found: dict[str, Counterexample] = {}
     for inv in [n for n in names if n in first]:
@@ -463,7 +465,7 @@ def search(
             targeted = make_machine(
                 policy, [inv], config=cfg, fail_on=frozenset({inv}), record=keep, stats=stats
             )
-            if _run_machine(targeted, _settings(max_examples, steps), seed) and last:
+            if run_machine(targeted, search_settings(max_examples, steps), seed) and last:
                 ops = last[-1][0]  # Hypothesis replays the shrunk example last
         h_len = len(ops)
 

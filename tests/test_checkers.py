@@ -92,10 +92,14 @@ def test_check_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFix
     d = json.loads(capsys.readouterr().out)
     assert d["failures"] == {"checkers.mutants:MRUInverted": ["suspended-mru"]}
     inv = d["reports"][0]["invariants"]["suspended-mru"]
-    assert inv["verdict"] == "violated" and inv["claimed"] and inv["one_minimal"]
+    assert inv["verdict"] == "violated"
+    assert inv["claimed"]
+    assert inv["one_minimal"]
     assert main(["check", "lru", "--invariants", "no-zombie-kv,accounting"]) == 0
     out = capsys.readouterr().out
-    assert "finding: no-zombie-kv" in out and "examples" in out and "never fired" in out
+    assert "finding: no-zombie-kv" in out
+    assert "examples" in out
+    assert "never fired" in out
     assert main(["check", "lru", "--invariants", "bogus"]) == 2
     assert main(["check", "nope"]) == 2
 
@@ -107,14 +111,14 @@ def test_shrink_reaches_one_minimal() -> None:
         return 7 in xs and 23 in xs and 31 in xs
 
     small, minimal = shrink(ops, fails)  # type: ignore[arg-type]
-    assert small == [7, 23, 31] and minimal
+    assert small == [7, 23, 31]
+    assert minimal
 
 
 def test_endurance_budget_and_zombies_are_checked_on_replay() -> None:
-    from kvmodel.workloads import AgenticParams, generate_agentic
-
     from kvmodel import EngineConfig, TierConfig
     from kvmodel.ids import TierName
+    from kvmodel.workloads import AgenticParams, generate_agentic
 
     tr = generate_agentic(AgenticParams(seed=1, sessions=1, turns=1))
     cfg = EngineConfig(16, (TierConfig(TierName("hbm"), 64),
