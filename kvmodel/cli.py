@@ -239,6 +239,30 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_prove(args: argparse.Namespace) -> int:
+    """Z3 proofs of a rank policy's eviction-order properties, for all feature values."""
+    from checkers.z3rank import PROPERTIES, prove_policy
+
+    policy = resolve_policy(args.policy)
+    props = args.prop.split(",") if args.prop else None
+    if props is not None and (bad := [p for p in props if p not in PROPERTIES]):
+        raise ConfigError(f"unknown property {bad[0]!r}; known: {', '.join(PROPERTIES)}")
+    try:
+        proofs = prove_policy(policy, props, timeout_ms=int(args.timeout * 1000))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if args.json:
+        print(json.dumps([attrs.asdict(p) for p in proofs], indent=2))
+    else:
+        if not proofs:
+            print(f"{policy.name}: claims no rank-order property")
+        for p in proofs:
+            print(f"{p.prop:<22} {p.rung:<9} {p.seconds * 1000:7.1f} ms")
+            for blk, vals in (p.counterexample or {}).items():
+                print(f"    {blk}: " + ", ".join(f"{k}={v}" for k, v in vals.items()))
+    return 1 if any(p.rung == "violated" for p in proofs) else 0
+
+
 def _lachesis_samples(paths: Sequence[str]) -> list[WorkerSample]:
     from policies.spawn_predictor import default_training_traces, samples_from
 
@@ -319,6 +343,13 @@ def _parser() -> argparse.ArgumentParser:
     ck.add_argument("--out", help="directory for counterexample bundles")
     ck.add_argument("--json", action="store_true")
     ck.set_defaults(func=_cmd_check)
+
+    pv = sub.add_parser("prove", help="Z3: prove a rank policy's eviction-order properties")
+    pv.add_argument("policy")
+    pv.add_argument("--prop", help="comma-separated properties (default: those it claims)")
+    pv.add_argument("--timeout", type=float, default=10.0, help="seconds per query")
+    pv.add_argument("--json", action="store_true")
+    pv.set_defaults(func=_cmd_prove)
 
     pol = sub.add_parser("policies", help="list registered policies and their claims")
     pol.add_argument("--json", action="store_true")
