@@ -11,7 +11,7 @@ from checkers.z3rank import PROPERTIES, PROPERTY_OF_CLAIM, prove_policy, prove_r
 from kvmodel.ids import BlockId, ContextId, TierName
 from kvmodel.lifecycle import BlockClass
 from kvmodel.messages import AgentKind
-from kvmodel.policy import BasePolicy, registered_policies, rank_key, resolve_policy
+from kvmodel.policy import BasePolicy, rank_key, registered_policies, resolve_policy
 from kvmodel.view import BlockInfo
 
 RANKED = [p for p in sorted(registered_policies())
