@@ -44,7 +44,7 @@ from kvmodel.observations import (
     InferObs,
     Observation,
 )
-from kvmodel.policy import Placement
+from kvmodel.policy import STRUCTURAL_CLAIMS, Placement
 from kvmodel.trace import Close, EndSession, Infer, Op, Return
 from kvmodel.view import BlockInfo, NewBlock
 
@@ -85,8 +85,8 @@ INVARIANTS: Mapping[str, str] = MappingProxyType(
     }
 )
 
-#: Checked for every policy: a violation here is a bug in the engine, not a policy finding.
-STRUCTURAL = frozenset({"accounting", "chains", "legal-transitions", "no-stale-hit"})
+#: Claimed by every policy: a violation here is a bug in the engine (or a refused decision).
+STRUCTURAL = STRUCTURAL_CLAIMS
 
 _LIVE_OR_TEMP = frozenset({BlockClass.TEMPORARY, BlockClass.SUSPENDED, BlockClass.ACTIVE})
 _RECLAIMABLE = frozenset({BlockClass.DEAD, BlockClass.EXPIRED})

@@ -20,14 +20,14 @@ the context's ``last_infer`` (see :meth:`_EngineView.block`).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
 from typing import Any, Protocol
 
 import attrs
 
+from kvmodel._admission import infer
 from kvmodel._engine_view import EngineView, named_contexts
 from kvmodel._eviction import PolicyOrder, RankIndex
-from kvmodel._resident import Placed, ResidentBlock
+from kvmodel._resident import ResidentBlock
 from kvmodel.blocks import BlockSpec
 from kvmodel.config import EngineConfig
 from kvmodel.contexts import Context
@@ -38,19 +38,12 @@ from kvmodel.lifecycle import (
     Event,
     MsgState,
     aggregate_across_contexts,
-    aggregate_within_context,
 )
 from kvmodel.messages import AgentKind
 from kvmodel.observations import (
-    AllocObs,
-    BypassObs,
-    EvictObs,
     FreeObs,
     FreeReason,
-    HitObs,
-    InferObs,
     ObservationLog,
-    RejectObs,
 )
 from kvmodel.policy import BasePolicy, Placement, Policy, RankTerm
 from kvmodel.trace import (
@@ -444,294 +437,5 @@ class Engine:
             return b.birth_state
         return aggregate_across_contexts(self.contexts[h].block_class(b.depth) for h in b.holders)
 
-    def _allocate(self, tiers: Sequence[TierName], ctx: Context) -> BlockId | None:
-        """A free slot in the first preferred tier that has one, else evict (spec M4)."""
-        for tn in tiers:
-            if self.memory.free_count(tn):
-                return self.memory.alloc(tn)
-        victim = self._victims.next_victim(tiers)
-        if victim is None:
-            return None
-        if self.probe is not None:
-            self.probe.before_evict(self, victim.id, tuple(tiers))
-        tier = victim.tier
-        self.log.add(
-            EvictObs(
-                self.log.next_seq,
-                self.now,
-                self.op_index,
-                ctx.id,
-                victim.id,
-                victim.spec.key,
-                tier,
-                victim.depth,
-                self.block_class(victim),
-            )
-        )
-        self.stats.evictions[tier] += 1
-        self._drop(victim)
-        return self.memory.alloc(tier)
-
-    # ------------------------------------------------------------------ inference (spec P7)
-
     def _infer(self, op: Infer) -> None:
-        c = self._ctx(op.ctx)
-        if not len(c):
-            raise TraceError(f"context {c.id!r} has no messages to infer on", field="ctx")
-        bs = self.block_size
-        c.phase_event(Event.INFER_START)
-        prompt_tokens = c.total_tokens
-        prompt_full = prompt_tokens // bs
-        first_temp = c.first_temporary_index()
-        cut = c.starts[first_temp] // bs if first_temp is not None else None
-        try:
-            c.admit(op.output, temporary=False)
-        except TraceError as e:
-            raise TraceError(e.problem, field="output.id") from None
-        output_tokens = sum(m.tokens for m in op.output)
-
-        # the minimal invalidation first: the chain's invalid tail is dropped (spec P7.2)
-        v = c.valid
-        for s in c.materialized[v:]:
-            self._detach(c, s)
-        del c.materialized[v:]
-        specs = c.pack_from(v)
-        hits: list[ResidentBlock] = []
-        for s in specs:
-            if s.depth >= prompt_full or s.key is None or s.key not in self.index:
-                break
-            hits.append(self.blocks[self.index[s.key]])
-        misses = specs[len(hits) :]
-        self._fl_ctx, self._fl_valid = c, v
-        self._fl = {b.id for b in hits}
-        self._bump(c)
-        for b in hits:
-            self.dead.discard(b.id)
-            self._bump(b)
-
-        hit_tokens = (v + len(hits)) * bs
-        self.log.add(
-            InferObs(
-                self.log.next_seq,
-                self.now,
-                self.op_index,
-                c.id,
-                prompt_tokens,
-                hit_tokens,
-                prompt_tokens - hit_tokens,
-                output_tokens,
-                v,
-            )
-        )
-        for b in hits:
-            self.log.add(
-                HitObs(
-                    self.log.next_seq,
-                    self.now,
-                    self.op_index,
-                    c.id,
-                    b.id,
-                    BlockKey(b.spec.key or ""),
-                    b.tier,
-                    b.depth,
-                )
-            )
-
-        needed = sum(1 for s in misses if s.key is None or s.key not in self.index)
-        free = self.memory.total_free()
-        placed: list[Placed] = []
-        ok = True
-        if needed > free:
-            available = free + self._victims.evictable()
-            if needed > available:
-                self._reject(
-                    c,
-                    f"needs {needed} blocks; {free} free and {available - free} evictable",
-                    needed,
-                    available,
-                )
-                ok = False
-        if ok:
-            ok = self._write_misses(c, misses, placed, needed, prompt_full)
-        if ok:
-            self._commit(c, v, hits, placed, cut)
-            st = self.stats
-            st.infers += 1
-            st.prompt_tokens += prompt_tokens
-            st.hit_tokens += hit_tokens
-            st.miss_tokens += prompt_tokens - hit_tokens
-            st.output_tokens += output_tokens
-        self._end_flight()
-        c.phase_event(Event.INFER_END)
-        c.suspended_at = op.t + op.duration
-        c.drop_temporaries()
-        if c.one_shot:
-            self._close(c)
-
-    def _write_misses(
-        self,
-        c: Context,
-        misses: Sequence[BlockSpec],
-        placed: list[Placed],
-        needed: int,
-        prompt_full: int,
-    ) -> bool:
-        view = self.view
-        for s in misses:
-            if s.key is not None and s.key in self.index:
-                # an orphan: resident, but its chain broke above it; recomputed in place (B6.3)
-                b = self.blocks[self.index[s.key]]
-                self.memory.rewrite(b.id)
-                b.touch = self.now
-                b.touch_op = self.op_index
-                self._fl.add(b.id)
-                self._bump(b)
-                self.dead.discard(b.id)
-                self.log.add(
-                    AllocObs(
-                        self.log.next_seq,
-                        self.now,
-                        self.op_index,
-                        c.id,
-                        b.id,
-                        s.key,
-                        b.tier,
-                        b.depth,
-                        self.block_class(b),
-                        rewrite=True,
-                    )
-                )
-                placed.append(Placed(s, b, bypass=False, fresh=False))
-                continue
-            state = aggregate_within_context(st for u in s.uids if (st := c.state(u)) is not None)
-            nb = NewBlock(
-                s.key,
-                s.depth,
-                c.id,
-                c.session,
-                c.agent,
-                state,
-                s.kinds,
-                in_prompt=s.key is not None and s.depth < prompt_full,
-                partial=s.key is None,
-                turn=c.turns,
-                turn_start_block=min(c.turn_start, c.total_tokens) // self.block_size,
-            )
-            pl = self.policy.place(view, nb)
-            self._check_placement(pl)
-            bid = self._allocate(pl.tiers, c)
-            if bid is None:
-                self._rollback(placed)
-                self._reject(
-                    c,
-                    f"no free or evictable block in tiers {list(pl.tiers)}",
-                    needed,
-                    self.memory.total_free(),
-                )
-                return False
-            b = ResidentBlock(bid, s, self.memory.tier_of(bid), self.now, c.id, c.agent, state)
-            b.touch_op = self.op_index
-            self._bump(b)
-            self.blocks[bid] = b
-            self._fl.add(bid)
-            self.log.add(
-                AllocObs(
-                    self.log.next_seq,
-                    self.now,
-                    self.op_index,
-                    c.id,
-                    bid,
-                    s.key,
-                    b.tier,
-                    s.depth,
-                    state,
-                )
-            )
-            if self.probe is not None:
-                self.probe.after_place(self, nb, pl, bid)
-            bypass = pl.bypass and s.key is not None
-            if bypass:
-                self.log.add(
-                    BypassObs(
-                        self.log.next_seq,
-                        self.now,
-                        self.op_index,
-                        c.id,
-                        bid,
-                        s.key,
-                        b.tier,
-                        s.depth,
-                    )
-                )
-            elif s.key is not None:
-                self.index[s.key] = bid
-                b.indexed = True
-            placed.append(Placed(s, b, bypass=bypass, fresh=True))
-        return True
-
-    def _check_placement(self, pl: Placement) -> None:
-        if not isinstance(pl, Placement) or not pl.tiers:
-            raise PolicyError(
-                f"policy {self.policy.name!r} place() must return a Placement "
-                f"with at least one tier (got {pl!r})",
-                kind="bad-placement",
-            )
-        for tn in pl.tiers:
-            if not self.memory.has_tier(tn):
-                raise PolicyError(
-                    f"policy {self.policy.name!r} placed a block in unknown tier "
-                    f"{tn!r}; tiers: {list(self.memory.names)}",
-                    kind="bad-placement",
-                )
-
-    def _rollback(self, placed: list[Placed]) -> None:
-        """Free what a request wrote before it was rejected mid-allocation (spec M4.4)."""
-        for p in reversed(placed):
-            if p.fresh and p.block.id in self.blocks:
-                self._free(p.block, FreeReason.REJECT)
-
-    def _reject(self, c: Context, reason: str, needed: int, available: int) -> None:
-        self.log.add(
-            RejectObs(self.log.next_seq, self.now, self.op_index, c.id, reason, needed, available)
-        )
-        self.stats.rejected += 1
-
-    def _commit(
-        self, c: Context, v: int, hits: list[ResidentBlock], placed: list[Placed], cut: int | None
-    ) -> None:
-        """Attach the new chain tail, release what is not kept, update recency (spec P7.5)."""
-        tail: list[BlockSpec] = [b.spec for b in hits]
-        for p in placed:
-            if p.spec.key is None or p.bypass:
-                break
-            tail.append(p.spec)
-        for s in tail:
-            self._attach(c, s)
-        c.materialized.extend(tail)
-        if cut is not None and len(c.materialized) > cut:
-            # a temporary leaves after this inference: what follows it is not kept (spec P8)
-            for s in c.materialized[cut:]:
-                self._detach(c, s)
-            del c.materialized[cut:]
-        c.valid = len(c.materialized)
-        c.last_infer = self.now
-        c.last_infer_op = self.op_index
-        for b in hits:
-            b.touch = self.now
-            b.touch_op = self.op_index
-            self._bump(b)
-        for p in placed:
-            if p.spec.key is None:
-                self._free(p.block, FreeReason.PARTIAL)
-            elif p.bypass:
-                self._free(p.block, FreeReason.BYPASS)
-
-    def _end_flight(self) -> None:
-        fl = self._fl
-        self._fl_ctx, self._fl_valid, self._fl = None, 0, set()
-        self._victims.end()
-        for bid in sorted(fl):
-            b = self.blocks.get(bid)
-            if b is not None:
-                self._bump(b)
-                self._refresh_dead(b)
+        infer(self, op)

@@ -34,6 +34,7 @@ __all__ = [
     "BUILTIN_POLICIES",
     "ENTRY_POINT_GROUP",
     "FEATURES",
+    "STRUCTURAL_CLAIMS",
     "BasePolicy",
     "Placement",
     "Policy",
@@ -60,6 +61,20 @@ BUILTIN_POLICIES: Mapping[str, str] = {
     "ttl": "policies.prediction:TTL",
     "vllm-prefix": "policies.vllm_prefix:VLLMPrefix",
 }
+
+
+#: Invariants every policy claims: they hold by the engine's construction whatever the policy
+#: decides within the protocol (spec/invariants.md, structural).
+STRUCTURAL_CLAIMS: frozenset[str] = frozenset(
+    {
+        "accounting",
+        "chains",
+        "legal-transitions",
+        "no-eviction-in-flight",
+        "no-stale-hit",
+        "pinned-never-evicted",
+    }
+)
 
 
 @attrs.frozen(slots=True)

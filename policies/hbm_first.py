@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kvmodel.policy import BasePolicy, RankTerm
+from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, RankTerm
 
 __all__ = ["HBMFirst"]
 
@@ -21,13 +21,4 @@ class HBMFirst(BasePolicy):
         RankTerm("last_access"),
         RankTerm("depth", descending=True),
     )
-    claims: ClassVar[frozenset[str]] = frozenset(
-        {
-            "accounting",
-            "chains",
-            "legal-transitions",
-            "no-eviction-in-flight",
-            "no-stale-hit",
-            "pinned-never-evicted",
-        }
-    )
+    claims: ClassVar[frozenset[str]] = STRUCTURAL_CLAIMS

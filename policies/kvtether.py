@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from kvmodel.ids import BlockId
 from kvmodel.lifecycle import BlockClass
-from kvmodel.policy import BasePolicy, Placement, RankTerm
+from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, Placement, RankTerm
 from kvmodel.trace import Op
 from kvmodel.view import ModelView, NewBlock
 
@@ -32,17 +32,11 @@ class KVTether(BasePolicy):
         RankTerm("last_access"),
         RankTerm("depth", descending=True),
     )
-    claims: ClassVar[frozenset[str]] = frozenset(
+    claims: ClassVar[frozenset[str]] = STRUCTURAL_CLAIMS | frozenset(
         {
-            "accounting",
-            "chains",
             "free-at-boundary",
-            "legal-transitions",
-            "no-eviction-in-flight",
             "no-live-eviction-before-dead-reclaim",
-            "no-stale-hit",
             "no-zombie-kv",
-            "pinned-never-evicted",
             "prefix-closed-residency",
             "reclaim-dead-only",
             "state-priority-eviction",

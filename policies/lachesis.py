@@ -33,7 +33,7 @@ import attrs
 from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
 from kvmodel.lifecycle import BlockClass
 from kvmodel.messages import AgentKind
-from kvmodel.policy import BasePolicy, Placement, RankTerm
+from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, Placement, RankTerm
 from kvmodel.trace import Op, Open
 from kvmodel.view import ModelView, NewBlock
 from policies.spawn_predictor import SpawnPredictor
@@ -85,18 +85,12 @@ def classify(block: NewBlock) -> tuple[SegmentClass, str, str]:
 class LachesisDet(BasePolicy):
     name: ClassVar[str] = "lachesis-det"
     rank: ClassVar[tuple[RankTerm, ...]] = _LIFECYCLE_RANK
-    claims: ClassVar[frozenset[str]] = frozenset(
+    claims: ClassVar[frozenset[str]] = STRUCTURAL_CLAIMS | frozenset(
         {
-            "accounting",
-            "chains",
             "deterministic-placement",
             "free-at-boundary",
-            "legal-transitions",
-            "no-eviction-in-flight",
             "no-live-eviction-before-dead-reclaim",
-            "no-stale-hit",
             "no-zombie-kv",
-            "pinned-never-evicted",
             "prefix-closed-residency",
             "reclaim-dead-only",
         }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kvmodel.policy import BasePolicy, RankTerm
+from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, RankTerm
 
 __all__ = ["LRU"]
 
@@ -20,14 +20,8 @@ class LRU(BasePolicy):
         RankTerm("last_access"),
         RankTerm("depth", descending=True),
     )
-    claims: ClassVar[frozenset[str]] = frozenset(
+    claims: ClassVar[frozenset[str]] = STRUCTURAL_CLAIMS | frozenset(
         {
-            "accounting",
-            "chains",
-            "legal-transitions",
-            "no-eviction-in-flight",
-            "no-stale-hit",
-            "pinned-never-evicted",
             "prefix-closed-residency",
         }
     )

@@ -25,7 +25,7 @@ from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
 from kvmodel.memory import TierConfig
 from kvmodel.observations import AllocObs, FreeObs
-from kvmodel.policy import BasePolicy, Placement
+from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, Placement
 from kvmodel.trace import Infer, Op, Trace
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 
@@ -57,14 +57,8 @@ def _roomy(trace: Trace, config: EngineConfig) -> EngineConfig:
 
 class Belady(BasePolicy):
     name: ClassVar[str] = "belady"
-    claims: ClassVar[frozenset[str]] = frozenset(
+    claims: ClassVar[frozenset[str]] = STRUCTURAL_CLAIMS | frozenset(
         {
-            "accounting",
-            "chains",
-            "legal-transitions",
-            "no-eviction-in-flight",
-            "no-stale-hit",
-            "pinned-never-evicted",
             "prefix-closed-residency",
         }
     )
@@ -126,16 +120,10 @@ def max_k_intervals(intervals: Sequence[tuple[float, float]], k: int) -> list[in
 
 class OptPlacement(BasePolicy):
     name: ClassVar[str] = "opt-placement"
-    claims: ClassVar[frozenset[str]] = frozenset(
+    claims: ClassVar[frozenset[str]] = STRUCTURAL_CLAIMS | frozenset(
         {
-            "accounting",
-            "chains",
             "free-at-boundary",
-            "legal-transitions",
-            "no-eviction-in-flight",
-            "no-stale-hit",
             "no-zombie-kv",
-            "pinned-never-evicted",
             "reclaim-dead-only",
         }
     )

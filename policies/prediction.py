@@ -21,7 +21,7 @@ import numpy as np
 
 from kvmodel.ids import BlockId, ContextId
 from kvmodel.messages import AgentKind
-from kvmodel.policy import BasePolicy
+from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy
 from kvmodel.trace import Append, Close, EndSession, Infer, Op, Replace, Return
 from kvmodel.view import BlockInfo, ModelView
 
@@ -70,19 +70,8 @@ class WaitTracker:
         return min(1.0, idle / window)
 
 
-class MORI(BasePolicy):
-    name: ClassVar[str] = "mori"
-    claims: ClassVar[frozenset[str]] = frozenset(
-        {
-            "accounting",
-            "chains",
-            "legal-transitions",
-            "no-eviction-in-flight",
-            "no-stale-hit",
-            "pinned-never-evicted",
-        }
-    )
-    window_s: ClassVar[float] = 600.0
+class _Tracking(BasePolicy):
+    """Observes every op into a :class:`WaitTracker`; reclaims nothing."""
 
     def __init__(self) -> None:
         self.tracker = WaitTracker()
@@ -90,6 +79,12 @@ class MORI(BasePolicy):
     def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
         self.tracker.observe(view, op)
         return ()
+
+
+class MORI(_Tracking):
+    name: ClassVar[str] = "mori"
+    claims: ClassVar[frozenset[str]] = STRUCTURAL_CLAIMS
+    window_s: ClassVar[float] = 600.0
 
     def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
         now = view.now
@@ -104,28 +99,15 @@ class MORI(BasePolicy):
         ]
 
 
-class TTL(BasePolicy):
+class TTL(_Tracking):
     name: ClassVar[str] = "ttl"
-    claims: ClassVar[frozenset[str]] = frozenset(
+    claims: ClassVar[frozenset[str]] = STRUCTURAL_CLAIMS | frozenset(
         {
-            "accounting",
-            "chains",
-            "legal-transitions",
-            "no-eviction-in-flight",
-            "no-stale-hit",
-            "pinned-never-evicted",
             "prefix-closed-residency",
         }
     )
     quantile: ClassVar[float] = 0.9
     default_ttl_s: ClassVar[float] = 30.0
-
-    def __init__(self) -> None:
-        self.tracker = WaitTracker()
-
-    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
-        self.tracker.observe(view, op)
-        return ()
 
     def ttl_for(self, agent: AgentKind) -> float:
         """The tool class is the agent kind: traces name no tools (see spec §ttl)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kvmodel.policy import BasePolicy, RankTerm
+from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, RankTerm
 
 __all__ = ["VLLMPrefix"]
 
@@ -27,14 +27,8 @@ class VLLMPrefix(BasePolicy):
         RankTerm("last_op"),
         RankTerm("depth", descending=True),
     )
-    claims: ClassVar[frozenset[str]] = frozenset(
+    claims: ClassVar[frozenset[str]] = STRUCTURAL_CLAIMS | frozenset(
         {
-            "accounting",
-            "chains",
-            "legal-transitions",
-            "no-eviction-in-flight",
-            "no-stale-hit",
-            "pinned-never-evicted",
             "prefix-closed-residency",
         }
     )

@@ -24,9 +24,14 @@ from kvmodel.trace import Trace, parse_trace_lines
 
 
 def msg(mid: str, tokens: int, kind: str = "user", h: str | None = None) -> dict[str, Any]:
-    role = {"system": "system", "reasoning": "assistant", "output": "assistant",
-            "tool_call": "assistant", "summary": "assistant", "observation": "tool"}.get(
-        kind, "user")
+    role = {
+        "system": "system",
+        "reasoning": "assistant",
+        "output": "assistant",
+        "tool_call": "assistant",
+        "summary": "assistant",
+        "observation": "tool",
+    }.get(kind, "user")
     d: dict[str, Any] = {"id": mid, "role": role, "kind": kind, "tokens": tokens}
     if h is not None:
         d["hash"] = h
@@ -40,8 +45,11 @@ def trace(*ops: dict[str, Any]) -> Trace:
 def config(blocks: int = 16, block_size: int = 4, hbf: int = 0) -> EngineConfig:
     tiers = [TierConfig(TierName("hbm"), blocks)]
     if hbf:
-        tiers.append(TierConfig(TierName("hbf"), hbf, bytes_per_block=1024, pe_cycles=100,
-                                write_amplification=1.0))
+        tiers.append(
+            TierConfig(
+                TierName("hbf"), hbf, bytes_per_block=1024, pe_cycles=100, write_amplification=1.0
+            )
+        )
     return EngineConfig(block_size, tuple(tiers))
 
 
@@ -53,8 +61,10 @@ def describe(o: Observation) -> str:
     """One observation as a short, stable string for golden lists."""
     match o:
         case InferObs():
-            return (f"infer {o.ctx} prompt={o.prompt_tokens} hit={o.hit_tokens} "
-                    f"miss={o.miss_tokens} own={o.own_blocks}")
+            return (
+                f"infer {o.ctx} prompt={o.prompt_tokens} hit={o.hit_tokens} "
+                f"miss={o.miss_tokens} own={o.own_blocks}"
+            )
         case HitObs():
             return f"hit {o.block} d{o.depth}"
         case AllocObs():

@@ -68,27 +68,50 @@ def test_every_mutant_is_caught_with_a_replayable_bundle(
     assert logged == check_ops(trace.ops, mutant, config, ()).engine.log.to_jsonl()
 
 
-def test_bundles_replay_through_the_cli_and_the_repro_test_fails(tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]
-                                                                 ) -> None:
+def test_bundles_replay_through_the_cli_and_the_repro_test_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "cex"
     assert main(["check", "lru", "--invariants", "no-zombie-kv", "--out", str(out)]) == 0
     bundle = out / "lru" / "no-zombie-kv"
     capsys.readouterr()
-    code = main(["replay", str(bundle / "trace.jsonl"), "--policy", "lru", "--config",
-                 str(bundle / "config.toml"), "--check", "no-zombie-kv"])
+    code = main(
+        [
+            "replay",
+            str(bundle / "trace.jsonl"),
+            "--policy",
+            "lru",
+            "--config",
+            str(bundle / "config.toml"),
+            "--check",
+            "no-zombie-kv",
+        ]
+    )
     assert code == 1
     assert "VIOLATED no-zombie-kv" in capsys.readouterr().out
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        str(bundle / "test_repro.py")], capture_output=True, text=True,
-                       cwd=tmp_path)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(bundle / "test_repro.py"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert r.returncode == 1, r.stdout  # the reproducer fails while the counterexample stands
 
 
 def test_check_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # a claimed invariant violated (a mutant) -> 1; a finding on an unclaimed one -> 0
-    assert main(["check", "checkers.mutants:MRUInverted", "--invariants", "suspended-mru",
-                 "--json"]) == 1
+    assert (
+        main(["check", "checkers.mutants:MRUInverted", "--invariants", "suspended-mru", "--json"])
+        == 1
+    )
     d = json.loads(capsys.readouterr().out)
     assert d["failures"] == {"checkers.mutants:MRUInverted": ["suspended-mru"]}
     inv = d["reports"][0]["invariants"]["suspended-mru"]
@@ -121,16 +144,19 @@ def test_endurance_budget_and_zombies_are_checked_on_replay() -> None:
     from kvmodel.workloads import AgenticParams, generate_agentic
 
     tr = generate_agentic(AgenticParams(seed=1, sessions=1, turns=1))
-    cfg = EngineConfig(16, (TierConfig(TierName("hbm"), 64),
-                            TierConfig(TierName("hbf"), 512, bytes_per_block=2**21,
-                                       pe_cycles=100)))
+    cfg = EngineConfig(
+        16,
+        (
+            TierConfig(TierName("hbm"), 64),
+            TierConfig(TierName("hbf"), 512, bytes_per_block=2**21, pe_cycles=100),
+        ),
+    )
     run = check_ops(tr.ops, "lru", cfg, ["endurance-budget", "no-zombie-kv"])
     worn = run.first("endurance-budget")
     assert worn is not None  # 100 P/E cycles on 1 GiB of flash: worn out in days
     assert "device-years < 5" in worn.message
     assert run.first("no-zombie-kv") is not None
-    ok = check_ops(tr.ops, "kvtether", cfg, ["no-zombie-kv", "endurance-budget"],
-                   endurance_years=0)
+    ok = check_ops(tr.ops, "kvtether", cfg, ["no-zombie-kv", "endurance-budget"], endurance_years=0)
     assert ok.violations == ()
 
 
@@ -140,8 +166,9 @@ def test_claimed_invariants_hold_in_the_stateful_machine() -> None:
 
     claims = sorted(resolve_policy("kvtether").claims)
     machine = make_machine("kvtether", claims, config=check_config(), fail_on=frozenset(claims))
-    run_state_machine_as_test(machine, settings=settings(max_examples=40, deadline=None,
-                                                         stateful_step_count=25))
+    run_state_machine_as_test(
+        machine, settings=settings(max_examples=40, deadline=None, stateful_step_count=25)
+    )
 
 
 @given(agent_traces(max_actions=25))

@@ -11,10 +11,27 @@ import pytest
 
 from kvmodel.cli import main
 
-SUMMARY_KEYS = ["policy", "ops", "infers", "prompt_tokens", "hit_tokens", "miss_tokens",
-                "output_tokens", "rejected", "writes", "evictions", "frees", "resident_final",
-                "dead_resident_final", "dead_resident_max", "zombie_block_seconds", "duration_s",
-                "device_years", "hbf_device_years", "token_hit_rate"]
+SUMMARY_KEYS = [
+    "policy",
+    "ops",
+    "infers",
+    "prompt_tokens",
+    "hit_tokens",
+    "miss_tokens",
+    "output_tokens",
+    "rejected",
+    "writes",
+    "evictions",
+    "frees",
+    "resident_final",
+    "dead_resident_final",
+    "dead_resident_max",
+    "zombie_block_seconds",
+    "duration_s",
+    "device_years",
+    "hbf_device_years",
+    "token_hit_rate",
+]
 
 
 @pytest.fixture
@@ -47,8 +64,10 @@ def test_bad_trace_exits_2_names_the_line_and_writes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"op":"open","t":0,"ctx":"a","session":"s","agent":"main"}\n'
-                   '{"op":"remove","t":1,"ctx":"a","index":0}\n')
+    bad.write_text(
+        '{"op":"open","t":0,"ctx":"a","session":"s","agent":"main"}\n'
+        '{"op":"remove","t":1,"ctx":"a","index":0}\n'
+    )
     obs = tmp_path / "obs.jsonl"
     assert main(["replay", str(bad), "--observations", str(obs)]) == 2
     err = capsys.readouterr().err
@@ -68,13 +87,16 @@ def test_unknown_policy_and_bad_config_exit_2(
     assert "'blocks' must be an integer >= 1 (got 0)" in capsys.readouterr().err
 
 
-def test_config_file_drives_tiers(trace_file: Path, tmp_path: Path,
-                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_config_file_drives_tiers(
+    trace_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     cfg = tmp_path / "c.toml"
-    cfg.write_text("block_size = 16\n[model]\nlayers = 2\nkv_heads = 1\nhead_dim = 8\n"
-                   "[[tiers]]\nname = 'fast'\nblocks = 64\n"
-                   "[[tiers]]\nname = 'flash'\nblocks = 4096\npe_cycles = 1000\n"
-                   "write_amplification = 1.5\n")
+    cfg.write_text(
+        "block_size = 16\n[model]\nlayers = 2\nkv_heads = 1\nhead_dim = 8\n"
+        "[[tiers]]\nname = 'fast'\nblocks = 64\n"
+        "[[tiers]]\nname = 'flash'\nblocks = 4096\npe_cycles = 1000\n"
+        "write_amplification = 1.5\n"
+    )
     assert main(["replay", str(trace_file), "--config", str(cfg), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out["writes"]) == {"fast", "flash"}
@@ -95,8 +117,12 @@ def test_policies_and_demo(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_console_script_runs() -> None:
-    r = subprocess.run([sys.executable, "-m", "kvmodel.cli", "policies", "--json"],
-                       capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "kvmodel.cli", "policies", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert {p["name"] for p in json.loads(r.stdout)} >= {"lru", "kvtether", "hbm-first"}
 
 
@@ -104,8 +130,10 @@ def test_lachesis_fit_and_cv(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     traces = []
     for seed in range(5):
         p = tmp_path / f"t{seed}.jsonl"
-        assert main(["generate", "--seed", str(seed), "--sessions", "6", "--turns", "3",
-                     "-o", str(p)]) == 0
+        assert (
+            main(["generate", "--seed", str(seed), "--sessions", "6", "--turns", "3", "-o", str(p)])
+            == 0
+        )
         traces.append(str(p))
     out = tmp_path / "w.json"
     assert main(["lachesis", "fit", *traces, "--out", str(out)]) == 0

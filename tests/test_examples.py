@@ -14,8 +14,14 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 @pytest.mark.parametrize("script", sorted(EXAMPLES.glob("*.py")), ids=lambda p: p.name)
 def test_example_output_is_golden(script: Path) -> None:
     golden = script.with_suffix(".out")
-    r = subprocess.run([sys.executable, script.name], cwd=EXAMPLES, capture_output=True,
-                       text=True, check=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, script.name],
+        cwd=EXAMPLES,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
     assert golden.exists(), f"{golden.name} missing: run the example and save its output"
     assert r.stdout == golden.read_text()
 

@@ -32,13 +32,20 @@ def test_only_admission_applies_to_an_absent_message() -> None:
 @pytest.mark.parametrize(
     ("state", "event", "after"),
     [
-        (None, E.ADMIT, S.ACTIVE), (None, E.ADMIT_TEMPORARY, S.TEMPORARY),
-        (S.ACTIVE, E.INFER_END, S.SUSPENDED), (S.SUSPENDED, E.RUN, S.ACTIVE),
-        (S.SUSPENDED, E.INFER_START, S.ACTIVE), (S.TEMPORARY, E.INFER_END, S.EXPIRED),
-        (S.SUSPENDED, E.PIN, S.PINNED), (S.PINNED, E.UNPIN_WAITING, S.SUSPENDED),
-        (S.PINNED, E.UNPIN_RUNNABLE, S.ACTIVE), (S.PINNED, E.INFER_END, S.PINNED),
-        (S.TEMPORARY, E.PIN, S.TEMPORARY), (S.PINNED, E.INVALIDATE, S.EXPIRED),
-        (S.PINNED, E.CLOSE, S.EXPIRED), (S.TEMPORARY, E.CLOSE, S.EXPIRED),
+        (None, E.ADMIT, S.ACTIVE),
+        (None, E.ADMIT_TEMPORARY, S.TEMPORARY),
+        (S.ACTIVE, E.INFER_END, S.SUSPENDED),
+        (S.SUSPENDED, E.RUN, S.ACTIVE),
+        (S.SUSPENDED, E.INFER_START, S.ACTIVE),
+        (S.TEMPORARY, E.INFER_END, S.EXPIRED),
+        (S.SUSPENDED, E.PIN, S.PINNED),
+        (S.PINNED, E.UNPIN_WAITING, S.SUSPENDED),
+        (S.PINNED, E.UNPIN_RUNNABLE, S.ACTIVE),
+        (S.PINNED, E.INFER_END, S.PINNED),
+        (S.TEMPORARY, E.PIN, S.TEMPORARY),
+        (S.PINNED, E.INVALIDATE, S.EXPIRED),
+        (S.PINNED, E.CLOSE, S.EXPIRED),
+        (S.TEMPORARY, E.CLOSE, S.EXPIRED),
     ],
 )
 def test_rows(state: MsgState | None, event: Event, after: MsgState) -> None:
@@ -47,8 +54,13 @@ def test_rows(state: MsgState | None, event: Event, after: MsgState) -> None:
 
 @pytest.mark.parametrize(
     ("state", "event"),
-    [(S.SUSPENDED, E.INFER_END), (S.SUSPENDED, E.UNPIN_RUNNABLE), (S.ACTIVE, E.UNPIN_WAITING),
-     (None, E.RUN), (S.ACTIVE, E.ADMIT)],
+    [
+        (S.SUSPENDED, E.INFER_END),
+        (S.SUSPENDED, E.UNPIN_RUNNABLE),
+        (S.ACTIVE, E.UNPIN_WAITING),
+        (None, E.RUN),
+        (S.ACTIVE, E.ADMIT),
+    ],
 )
 def test_illegal_pairs_raise_a_typed_error_naming_everything(
     state: MsgState | None, event: Event

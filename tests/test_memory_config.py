@@ -32,12 +32,21 @@ def test_free_lists_are_fifo_and_count_writes() -> None:
 
 def test_device_years_formula() -> None:
     # 100k P/E over 512 GB at WA 1.02, written at 1 GB/s: budget/rate seconds
-    y = device_years(pe_cycles=100_000, capacity_bytes=512 * 10**9, write_amplification=1.02,
-                     bytes_written=10**9 * 3600, seconds=3600)
+    y = device_years(
+        pe_cycles=100_000,
+        capacity_bytes=512 * 10**9,
+        write_amplification=1.02,
+        bytes_written=10**9 * 3600,
+        seconds=3600,
+    )
     assert y == pytest.approx(100_000 * 512 / 1.02 / SECONDS_PER_YEAR)
     assert y == pytest.approx(1.5906, rel=1e-4)
-    assert device_years(pe_cycles=1, capacity_bytes=1, write_amplification=1.0,
-                        bytes_written=0, seconds=10) is None
+    assert (
+        device_years(
+            pe_cycles=1, capacity_bytes=1, write_amplification=1.0, bytes_written=0, seconds=10
+        )
+        is None
+    )
 
 
 def test_bytes_per_block_from_the_model() -> None:
@@ -47,10 +56,22 @@ def test_bytes_per_block_from_the_model() -> None:
 
 
 def test_config_derives_bytes_per_block_and_validates(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    cfg = parse_config({"block_size": 8, "model": {"layers": 2, "kv_heads": 2, "head_dim": 4},
-                        "tiers": [{"name": "hbm", "blocks": 4},
-                                  {"name": "hbf", "blocks": 8, "bytes_per_block": 10,
-                                   "pe_cycles": 5, "write_amplification": 1.02}]})
+    cfg = parse_config(
+        {
+            "block_size": 8,
+            "model": {"layers": 2, "kv_heads": 2, "head_dim": 4},
+            "tiers": [
+                {"name": "hbm", "blocks": 4},
+                {
+                    "name": "hbf",
+                    "blocks": 8,
+                    "bytes_per_block": 10,
+                    "pe_cycles": 5,
+                    "write_amplification": 1.02,
+                },
+            ],
+        }
+    )
     assert cfg.tiers[0].bytes_per_block == 2 * 2 * 4 * 2 * 2 * 8
     assert cfg.tiers[1].bytes_per_block == 10
     assert cfg.tiers[1].write_amplification == 1.02

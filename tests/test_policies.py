@@ -269,24 +269,27 @@ def test_spec_claim_table_matches_the_code() -> None:
 
 
 def _evictions(policy: str, *ops: dict[str, object], op: int) -> list[str]:
-    return [x for x in log_of(run(policy, config(blocks=4), *ops).engine, op)
-            if x.startswith("evict")]
+    return [
+        x for x in log_of(run(policy, config(blocks=4), *ops).engine, op) if x.startswith("evict")
+    ]
 
 
 def test_mori_evicts_the_most_idle_context_first() -> None:
     """b ran at t=0 and got input at t=0.5 (not waiting since); a ran at t=1 and has waited on
     its tool ever since. At t=10 MORI evicts a's KV (the idler context) although b's is older;
     LRU evicts b's."""
-    ops = ({"op": "open", "t": 0, "ctx": "b", "session": "s", "agent": "main"},
-           {"op": "append", "t": 0, "ctx": "b", "messages": [msg("B", 8)]},
-           {"op": "infer", "t": 0, "ctx": "b", "output": []},
-           {"op": "append", "t": 0.5, "ctx": "b", "messages": [msg("B2", 4)]},
-           {"op": "open", "t": 1, "ctx": "a", "session": "s", "agent": "main"},
-           {"op": "append", "t": 1, "ctx": "a", "messages": [msg("A", 8)]},
-           {"op": "infer", "t": 1, "ctx": "a", "output": []},
-           {"op": "open", "t": 10, "ctx": "c", "session": "s", "agent": "main"},
-           {"op": "append", "t": 10, "ctx": "c", "messages": [msg("C", 4)]},
-           {"op": "infer", "t": 10, "ctx": "c", "output": []})
+    ops = (
+        {"op": "open", "t": 0, "ctx": "b", "session": "s", "agent": "main"},
+        {"op": "append", "t": 0, "ctx": "b", "messages": [msg("B", 8)]},
+        {"op": "infer", "t": 0, "ctx": "b", "output": []},
+        {"op": "append", "t": 0.5, "ctx": "b", "messages": [msg("B2", 4)]},
+        {"op": "open", "t": 1, "ctx": "a", "session": "s", "agent": "main"},
+        {"op": "append", "t": 1, "ctx": "a", "messages": [msg("A", 8)]},
+        {"op": "infer", "t": 1, "ctx": "a", "output": []},
+        {"op": "open", "t": 10, "ctx": "c", "session": "s", "agent": "main"},
+        {"op": "append", "t": 10, "ctx": "c", "messages": [msg("C", 4)]},
+        {"op": "infer", "t": 10, "ctx": "c", "output": []},
+    )
     assert _evictions("mori", *ops, op=9) == ["evict 3 d1 suspended"]
     assert _evictions("lru", *ops, op=9) == ["evict 1 d1 active"]
 
@@ -295,16 +298,18 @@ def test_ttl_protects_a_waiting_context_until_its_ttl_expires() -> None:
     """Worker b's first tool call took 1 s, so the worker TTL is 1 s; main a has no history, so
     its TTL is the 30 s default. At t=10 b's protection (until 4) is over and a's (until 31) is
     not: TTL evicts b's KV although a's is older; LRU evicts a's."""
-    ops = ({"op": "open", "t": 0, "ctx": "b", "session": "s", "agent": "worker"},
-           {"op": "append", "t": 0, "ctx": "b", "messages": [msg("B", 4)]},
-           {"op": "infer", "t": 0, "ctx": "b", "output": []},
-           {"op": "open", "t": 1, "ctx": "a", "session": "s", "agent": "main"},
-           {"op": "append", "t": 1, "ctx": "a", "messages": [msg("A", 8)]},
-           {"op": "infer", "t": 1, "ctx": "a", "output": []},
-           {"op": "append", "t": 1, "ctx": "b", "messages": [msg("B2", 4)]},
-           {"op": "infer", "t": 3, "ctx": "b", "output": []},
-           {"op": "open", "t": 10, "ctx": "c", "session": "s", "agent": "main"},
-           {"op": "append", "t": 10, "ctx": "c", "messages": [msg("C", 4)]},
-           {"op": "infer", "t": 10, "ctx": "c", "output": []})
+    ops = (
+        {"op": "open", "t": 0, "ctx": "b", "session": "s", "agent": "worker"},
+        {"op": "append", "t": 0, "ctx": "b", "messages": [msg("B", 4)]},
+        {"op": "infer", "t": 0, "ctx": "b", "output": []},
+        {"op": "open", "t": 1, "ctx": "a", "session": "s", "agent": "main"},
+        {"op": "append", "t": 1, "ctx": "a", "messages": [msg("A", 8)]},
+        {"op": "infer", "t": 1, "ctx": "a", "output": []},
+        {"op": "append", "t": 1, "ctx": "b", "messages": [msg("B2", 4)]},
+        {"op": "infer", "t": 3, "ctx": "b", "output": []},
+        {"op": "open", "t": 10, "ctx": "c", "session": "s", "agent": "main"},
+        {"op": "append", "t": 10, "ctx": "c", "messages": [msg("C", 4)]},
+        {"op": "infer", "t": 10, "ctx": "c", "output": []},
+    )
     assert _evictions("ttl", *ops, op=10) == ["evict 3 d1 suspended"]
     assert _evictions("lru", *ops, op=10) == ["evict 2 d1 suspended"]

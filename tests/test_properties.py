@@ -7,11 +7,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from checkers import check_accounting, check_chains, check_no_zombie, check_prefix_closed
+from checkers.invariants import reachable
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import KVModelError, TraceError
 from kvmodel.ids import ContextId, TierName
-from kvmodel.lifecycle import TRANSITIONS, Event, MsgState
+from kvmodel.lifecycle import MsgState
 from kvmodel.memory import TierConfig
 from kvmodel.policy import resolve_policy
 from kvmodel.replay import replay
@@ -21,13 +22,22 @@ from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, ran
 POLICIES = ["lru", "kvtether", "hbm-first"]
 
 configs = st.builds(
-    lambda bs, a, b: EngineConfig(bs, (TierConfig(TierName("hbm"), a),
-                                       TierConfig(TierName("hbf"), b, bytes_per_block=64,
-                                                  pe_cycles=10))),
-    st.sampled_from([1, 2, 4, 16]), st.integers(1, 24), st.integers(1, 24),
+    lambda bs, a, b: EngineConfig(
+        bs,
+        (
+            TierConfig(TierName("hbm"), a),
+            TierConfig(TierName("hbf"), b, bytes_per_block=64, pe_cycles=10),
+        ),
+    ),
+    st.sampled_from([1, 2, 4, 16]),
+    st.integers(1, 24),
+    st.integers(1, 24),
 )
-traces = st.builds(lambda seed, n: random_trace(RandomParams(seed=seed, ops=n)),
-                   st.integers(0, 2**32 - 1), st.integers(1, 90))
+traces = st.builds(
+    lambda seed, n: random_trace(RandomParams(seed=seed, ops=n)),
+    st.integers(0, 2**32 - 1),
+    st.integers(1, 90),
+)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -62,28 +72,11 @@ def test_agentic_replay_is_byte_identical() -> None:
     assert len(logs) == 1
 
 
-def _reachable(before: MsgState | None, after: MsgState) -> bool:
-    """``after`` follows from ``before`` by a path of table rows (one op may raise several
-    events on one message, e.g. an output message is admitted, then ``infer_end``)."""
-    seen: set[MsgState | None] = {before}
-    frontier: list[MsgState | None] = [before]
-    while frontier:
-        s = frontier.pop()
-        for e in Event:
-            nxt = TRANSITIONS.get((s, e))
-            if nxt is after:
-                return True
-            if nxt is not None and nxt not in seen:
-                seen.add(nxt)
-                frontier.append(nxt)
-    return False
-
-
 def test_reachability_rejects_what_the_table_forbids() -> None:
-    assert _reachable(None, MsgState.SUSPENDED)
-    assert not _reachable(MsgState.EXPIRED, MsgState.ACTIVE)
-    assert not _reachable(MsgState.SUSPENDED, MsgState.TEMPORARY)
-    assert not _reachable(MsgState.PINNED, MsgState.TEMPORARY)
+    assert reachable(None, MsgState.SUSPENDED)
+    assert not reachable(MsgState.EXPIRED, MsgState.ACTIVE)
+    assert not reachable(MsgState.SUSPENDED, MsgState.TEMPORARY)
+    assert not reachable(MsgState.PINNED, MsgState.TEMPORARY)
 
 
 @given(tr=traces, cfg=configs)
@@ -97,7 +90,7 @@ def test_every_state_change_is_a_row_of_the_table(tr, cfg) -> None:  # type: ign
         for k, s in now.items():
             old = prev.get(k)
             if old is not s:
-                assert _reachable(old, s), (i, op, k, old, s)
+                assert reachable(old, s), (i, op, k, old, s)
         assert set(prev) <= set(now)  # instances are never forgotten
         prev = now
 

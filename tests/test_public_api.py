@@ -43,8 +43,10 @@ def test_all_is_sorted_and_complete(mod: types.ModuleType) -> None:
     if mod.__name__ in ("kvmodel", "policies", "checkers", "kvmodel.workloads"):
         return  # packages re-export; their own definitions are checked in their modules
     defined = {
-        n for n, v in vars(mod).items()
-        if not n.startswith("_") and (inspect.isclass(v) or inspect.isfunction(v))
+        n
+        for n, v in vars(mod).items()
+        if not n.startswith("_")
+        and (inspect.isclass(v) or inspect.isfunction(v))
         and getattr(v, "__module__", None) == mod.__name__
     }
     assert defined <= set(names), f"{mod.__name__} defines public {defined - set(names)}"

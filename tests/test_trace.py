@@ -15,8 +15,9 @@ from kvmodel.trace import iter_trace_lines, load_trace, parse_trace_lines
 from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, random_trace
 
 OPEN = '{"op":"open","t":0,"ctx":"a","session":"s","agent":"main"}'
-APPEND = ('{"op":"append","t":1,"ctx":"a","messages":[{"id":"m","role":"user","kind":"user",'
-          '"tokens":5}]}')
+APPEND = (
+    '{"op":"append","t":1,"ctx":"a","messages":[{"id":"m","role":"user","kind":"user","tokens":5}]}'
+)
 
 
 def _err(*lines: str) -> TraceError:
@@ -35,10 +36,22 @@ def _err(*lines: str) -> TraceError:
         ('{"op":"teleport","t":1}', 2, None, "op", "expected one of"),
         ('{"op":"close","t":1,"ctx":"a","why":1}', 2, "close", "why", "unknown field"),
         ('{"op":"close","t":"soon","ctx":"a"}', 2, "close", "t", "finite number"),
-        ('{"op":"append","t":1,"ctx":"a","messages":[{"id":"m","role":"user","kind":"user",'
-         '"tokens":0}]}', 2, "append", "messages[0].tokens", "integer >= 1"),
-        ('{"op":"append","t":1,"ctx":"a","messages":[{"id":"m","role":"user","kind":"poem",'
-         '"tokens":3}]}', 2, "append", "messages[0].kind", "one of system|"),
+        (
+            '{"op":"append","t":1,"ctx":"a","messages":[{"id":"m","role":"user","kind":"user",'
+            '"tokens":0}]}',
+            2,
+            "append",
+            "messages[0].tokens",
+            "integer >= 1",
+        ),
+        (
+            '{"op":"append","t":1,"ctx":"a","messages":[{"id":"m","role":"user","kind":"poem",'
+            '"tokens":3}]}',
+            2,
+            "append",
+            "messages[0].kind",
+            "one of system|",
+        ),
         ('{"op":"remove","t":1,"ctx":"a","index":true}', 2, "remove", "index", "an integer"),
         ('{"op":"close","t":1,"ctx":"zz"}', 2, "close", "ctx", "unknown context 'zz'"),
         ('{"op":"unpin","t":1,"ctx":"a","ttl":3}', 2, "unpin", "ttl", "no ttl on unpin"),
@@ -109,8 +122,10 @@ def test_generated_workload_round_trips_and_matches_the_schema() -> None:
     schema = json.loads((Path(__file__).parent.parent / "spec" / "trace.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
-    for tr in (generate_agentic(AgenticParams(sessions=2, turns=2)),
-               random_trace(RandomParams(seed=3, ops=200))):
+    for tr in (
+        generate_agentic(AgenticParams(sessions=2, turns=2)),
+        random_trace(RandomParams(seed=3, ops=200)),
+    ):
         lines = list(iter_trace_lines(tr))
         for line in lines:
             validator.validate(json.loads(line))

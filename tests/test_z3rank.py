@@ -14,9 +14,13 @@ from kvmodel.messages import AgentKind
 from kvmodel.policy import BasePolicy, rank_key, registered_policies, resolve_policy
 from kvmodel.view import BlockInfo
 
-RANKED = [p for p in sorted(registered_policies())
-          if isinstance(pol := resolve_policy(p), BasePolicy) and pol.rank
-          and type(pol).eviction_order is BasePolicy.eviction_order]
+RANKED = [
+    p
+    for p in sorted(registered_policies())
+    if isinstance(pol := resolve_policy(p), BasePolicy)
+    and pol.rank
+    and type(pol).eviction_order is BasePolicy.eviction_order
+]
 
 
 @pytest.mark.parametrize("policy", RANKED)
@@ -30,19 +34,36 @@ def test_every_claimed_order_property_is_proved(policy: str) -> None:
 
 def _info(vals: dict[str, str]) -> BlockInfo:
     num = lambda k: float(Fraction(vals[k]))  # noqa: E731
-    return BlockInfo(BlockId(int(vals["id"])), None, TierName("hbm"), int(vals["tier"]),
-                     int(vals["depth"]), BlockClass(vals["state"]), num("last_access"),
-                     int(vals["last_op"]), num("suspend_time"), num("alloc_time"),
-                     tuple(ContextId(f"c{i}") for i in range(int(vals["holders"]))),
-                     ContextId("w"), AgentKind.MAIN, frozenset(), True)
+    return BlockInfo(
+        BlockId(int(vals["id"])),
+        None,
+        TierName("hbm"),
+        int(vals["tier"]),
+        int(vals["depth"]),
+        BlockClass(vals["state"]),
+        num("last_access"),
+        int(vals["last_op"]),
+        num("suspend_time"),
+        num("alloc_time"),
+        tuple(ContextId(f"c{i}") for i in range(int(vals["holders"]))),
+        ContextId("w"),
+        AgentKind.MAIN,
+        frozenset(),
+        True,
+    )
 
 
-@pytest.mark.parametrize(("policy", "prop"), [
-    ("lru", "dead-before-live"), ("lru", "mru-within-suspended"),
-    ("vllm-prefix", "class-priority"), ("lachesis-det", "mru-within-suspended"),
-    ("checkers.mutants:MRUInverted", "mru-within-suspended"),
-    ("checkers.mutants:LateDeadReclaim", "dead-before-live"),
-])
+@pytest.mark.parametrize(
+    ("policy", "prop"),
+    [
+        ("lru", "dead-before-live"),
+        ("lru", "mru-within-suspended"),
+        ("vllm-prefix", "class-priority"),
+        ("lachesis-det", "mru-within-suspended"),
+        ("checkers.mutants:MRUInverted", "mru-within-suspended"),
+        ("checkers.mutants:LateDeadReclaim", "dead-before-live"),
+    ],
+)
 def test_violations_replay_in_the_executable_rank(policy: str, prop: str) -> None:
     rank = resolve_policy(policy).rank  # type: ignore[attr-defined]
     proof = prove_rank(rank, prop)

@@ -1,0 +1,335 @@
+"""Admission of one inference: lookup, allocation through the policy, eviction, commit.
+
+The engine's hot path (spec P7, B6, M4), kept apart from the op dispatch in :mod:`kvmodel.engine`;
+these functions mutate the engine they are given and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from kvmodel._resident import Placed, ResidentBlock
+from kvmodel.blocks import BlockSpec
+from kvmodel.contexts import Context
+from kvmodel.errors import PolicyError, TraceError
+from kvmodel.ids import BlockId, BlockKey, TierName
+from kvmodel.lifecycle import Event, aggregate_within_context
+from kvmodel.observations import (
+    AllocObs,
+    BypassObs,
+    EvictObs,
+    FreeReason,
+    HitObs,
+    InferObs,
+    RejectObs,
+)
+from kvmodel.policy import Placement
+from kvmodel.trace import Infer
+from kvmodel.view import NewBlock
+
+if TYPE_CHECKING:
+    from kvmodel.engine import Engine
+
+__all__ = ["infer"]
+
+
+def allocate(e: Engine, tiers: Sequence[TierName], ctx: Context) -> BlockId | None:
+    """A free slot in the first preferred tier that has one, else evict (spec M4)."""
+    for tn in tiers:
+        if e.memory.free_count(tn):
+            return e.memory.alloc(tn)
+    victim = e._victims.next_victim(tiers)
+    if victim is None:
+        return None
+    if e.probe is not None:
+        e.probe.before_evict(e, victim.id, tuple(tiers))
+    tier = victim.tier
+    e.log.add(
+        EvictObs(
+            e.log.next_seq,
+            e.now,
+            e.op_index,
+            ctx.id,
+            victim.id,
+            victim.spec.key,
+            tier,
+            victim.depth,
+            e.block_class(victim),
+        )
+    )
+    e.stats.evictions[tier] += 1
+    e._drop(victim)
+    return e.memory.alloc(tier)
+
+
+# ------------------------------------------------------------------ inference (spec P7)
+
+
+def infer(e: Engine, op: Infer) -> None:
+    c = e._ctx(op.ctx)
+    if not len(c):
+        raise TraceError(f"context {c.id!r} has no messages to infer on", field="ctx")
+    bs = e.block_size
+    c.phase_event(Event.INFER_START)
+    prompt_tokens = c.total_tokens
+    prompt_full = prompt_tokens // bs
+    first_temp = c.first_temporary_index()
+    cut = c.starts[first_temp] // bs if first_temp is not None else None
+    try:
+        c.admit(op.output, temporary=False)
+    except TraceError as err:
+        raise TraceError(err.problem, field="output.id") from None
+    output_tokens = sum(m.tokens for m in op.output)
+
+    # the minimal invalidation first: the chain's invalid tail is dropped (spec P7.2)
+    v = c.valid
+    for s in c.materialized[v:]:
+        e._detach(c, s)
+    del c.materialized[v:]
+    specs = c.pack_from(v)
+    hits: list[ResidentBlock] = []
+    for s in specs:
+        if s.depth >= prompt_full or s.key is None or s.key not in e.index:
+            break
+        hits.append(e.blocks[e.index[s.key]])
+    misses = specs[len(hits) :]
+    e._fl_ctx, e._fl_valid = c, v
+    e._fl = {b.id for b in hits}
+    e._bump(c)
+    for b in hits:
+        e.dead.discard(b.id)
+        e._bump(b)
+
+    hit_tokens = (v + len(hits)) * bs
+    e.log.add(
+        InferObs(
+            e.log.next_seq,
+            e.now,
+            e.op_index,
+            c.id,
+            prompt_tokens,
+            hit_tokens,
+            prompt_tokens - hit_tokens,
+            output_tokens,
+            v,
+        )
+    )
+    for b in hits:
+        e.log.add(
+            HitObs(
+                e.log.next_seq,
+                e.now,
+                e.op_index,
+                c.id,
+                b.id,
+                BlockKey(b.spec.key or ""),
+                b.tier,
+                b.depth,
+            )
+        )
+
+    needed = sum(1 for s in misses if s.key is None or s.key not in e.index)
+    free = e.memory.total_free()
+    placed: list[Placed] = []
+    ok = True
+    if needed > free:
+        available = free + e._victims.evictable()
+        if needed > available:
+            reject(
+                e,
+                c,
+                f"needs {needed} blocks; {free} free and {available - free} evictable",
+                needed,
+                available,
+            )
+            ok = False
+    if ok:
+        ok = write_misses(e, c, misses, placed, needed, prompt_full)
+    if ok:
+        commit(e, c, v, hits, placed, cut)
+        st = e.stats
+        st.infers += 1
+        st.prompt_tokens += prompt_tokens
+        st.hit_tokens += hit_tokens
+        st.miss_tokens += prompt_tokens - hit_tokens
+        st.output_tokens += output_tokens
+    end_flight(e)
+    c.phase_event(Event.INFER_END)
+    c.suspended_at = op.t + op.duration
+    c.drop_temporaries()
+    if c.one_shot:
+        e._close(c)
+
+
+def write_misses(
+    e: Engine,
+    c: Context,
+    misses: Sequence[BlockSpec],
+    placed: list[Placed],
+    needed: int,
+    prompt_full: int,
+) -> bool:
+    view = e.view
+    for s in misses:
+        if s.key is not None and s.key in e.index:
+            # an orphan: resident, but its chain broke above it; recomputed in place (B6.3)
+            b = e.blocks[e.index[s.key]]
+            e.memory.rewrite(b.id)
+            b.touch = e.now
+            b.touch_op = e.op_index
+            e._fl.add(b.id)
+            e._bump(b)
+            e.dead.discard(b.id)
+            e.log.add(
+                AllocObs(
+                    e.log.next_seq,
+                    e.now,
+                    e.op_index,
+                    c.id,
+                    b.id,
+                    s.key,
+                    b.tier,
+                    b.depth,
+                    e.block_class(b),
+                    rewrite=True,
+                )
+            )
+            placed.append(Placed(s, b, bypass=False, fresh=False))
+            continue
+        state = aggregate_within_context(st for u in s.uids if (st := c.state(u)) is not None)
+        nb = NewBlock(
+            s.key,
+            s.depth,
+            c.id,
+            c.session,
+            c.agent,
+            state,
+            s.kinds,
+            in_prompt=s.key is not None and s.depth < prompt_full,
+            partial=s.key is None,
+            turn=c.turns,
+            turn_start_block=min(c.turn_start, c.total_tokens) // e.block_size,
+        )
+        pl = e.policy.place(view, nb)
+        check_placement(e, pl)
+        bid = allocate(e, pl.tiers, c)
+        if bid is None:
+            rollback(e, placed)
+            reject(
+                e,
+                c,
+                f"no free or evictable block in tiers {list(pl.tiers)}",
+                needed,
+                e.memory.total_free(),
+            )
+            return False
+        b = ResidentBlock(bid, s, e.memory.tier_of(bid), e.now, c.id, c.agent, state)
+        b.touch_op = e.op_index
+        e._bump(b)
+        e.blocks[bid] = b
+        e._fl.add(bid)
+        e.log.add(
+            AllocObs(
+                e.log.next_seq,
+                e.now,
+                e.op_index,
+                c.id,
+                bid,
+                s.key,
+                b.tier,
+                s.depth,
+                state,
+            )
+        )
+        if e.probe is not None:
+            e.probe.after_place(e, nb, pl, bid)
+        bypass = pl.bypass and s.key is not None
+        if bypass:
+            e.log.add(
+                BypassObs(
+                    e.log.next_seq,
+                    e.now,
+                    e.op_index,
+                    c.id,
+                    bid,
+                    s.key,
+                    b.tier,
+                    s.depth,
+                )
+            )
+        elif s.key is not None:
+            e.index[s.key] = bid
+            b.indexed = True
+        placed.append(Placed(s, b, bypass=bypass, fresh=True))
+    return True
+
+
+def check_placement(e: Engine, pl: Placement) -> None:
+    if not isinstance(pl, Placement) or not pl.tiers:
+        raise PolicyError(
+            f"policy {e.policy.name!r} place() must return a Placement "
+            f"with at least one tier (got {pl!r})",
+            kind="bad-placement",
+        )
+    for tn in pl.tiers:
+        if not e.memory.has_tier(tn):
+            raise PolicyError(
+                f"policy {e.policy.name!r} placed a block in unknown tier "
+                f"{tn!r}; tiers: {list(e.memory.names)}",
+                kind="bad-placement",
+            )
+
+
+def rollback(e: Engine, placed: list[Placed]) -> None:
+    """Free what a request wrote before it was rejected mid-allocation (spec M4.4)."""
+    for p in reversed(placed):
+        if p.fresh and p.block.id in e.blocks:
+            e._free(p.block, FreeReason.REJECT)
+
+
+def reject(e: Engine, c: Context, reason: str, needed: int, available: int) -> None:
+    e.log.add(RejectObs(e.log.next_seq, e.now, e.op_index, c.id, reason, needed, available))
+    e.stats.rejected += 1
+
+
+def commit(
+    e: Engine, c: Context, v: int, hits: list[ResidentBlock], placed: list[Placed], cut: int | None
+) -> None:
+    """Attach the new chain tail, release what is not kept, update recency (spec P7.5)."""
+    tail: list[BlockSpec] = [b.spec for b in hits]
+    for p in placed:
+        if p.spec.key is None or p.bypass:
+            break
+        tail.append(p.spec)
+    for s in tail:
+        e._attach(c, s)
+    c.materialized.extend(tail)
+    if cut is not None and len(c.materialized) > cut:
+        # a temporary leaves after this inference: what follows it is not kept (spec P8)
+        for s in c.materialized[cut:]:
+            e._detach(c, s)
+        del c.materialized[cut:]
+    c.valid = len(c.materialized)
+    c.last_infer = e.now
+    c.last_infer_op = e.op_index
+    for b in hits:
+        b.touch = e.now
+        b.touch_op = e.op_index
+        e._bump(b)
+    for p in placed:
+        if p.spec.key is None:
+            e._free(p.block, FreeReason.PARTIAL)
+        elif p.bypass:
+            e._free(p.block, FreeReason.BYPASS)
+
+
+def end_flight(e: Engine) -> None:
+    fl = e._fl
+    e._fl_ctx, e._fl_valid, e._fl = None, 0, set()
+    e._victims.end()
+    for bid in sorted(fl):
+        b = e.blocks.get(bid)
+        if b is not None:
+            e._bump(b)
+            e._refresh_dead(b)
