@@ -239,6 +239,23 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_import(args: argparse.Namespace) -> int:
+    """Turn logs of real LLM requests into a trace (``kvmodel import openai LOG... -o T``)."""
+    from kvmodel.importers import import_openai
+
+    trace, report = import_openai(args.paths)
+    text = "".join(line + "\n" for line in iter_trace_lines(trace))
+    _atomic_write(Path(args.output), text)
+    print(
+        f"{report.conversations} conversations, {report.requests} requests -> "
+        f"{report.ops} ops in {args.output}; {report.skipped} records skipped",
+        file=sys.stderr,
+    )
+    for w in report.warnings:
+        print(f"  skipped: {w}", file=sys.stderr)
+    return 0
+
+
 def _cmd_prove(args: argparse.Namespace) -> int:
     """Z3 proofs of a rank policy's eviction-order properties, for all feature values."""
     from checkers.z3rank import PROPERTIES, prove_policy
@@ -343,6 +360,16 @@ def _parser() -> argparse.ArgumentParser:
     ck.add_argument("--out", help="directory for counterexample bundles")
     ck.add_argument("--json", action="store_true")
     ck.set_defaults(func=_cmd_check)
+
+    im = sub.add_parser("import", help="import real agent logs as a trace")
+    im.add_argument("format", choices=["openai"], help="log format")
+    im.add_argument(
+        "paths",
+        nargs="+",
+        help="log files (tau-bench, mini-swe-agent, SWE-agent, or lists of OpenAI chat requests)",
+    )
+    im.add_argument("-o", "--output", required=True, help="trace file to write")
+    im.set_defaults(func=_cmd_import)
 
     pv = sub.add_parser("prove", help="Z3: prove a rank policy's eviction-order properties")
     pv.add_argument("policy")
