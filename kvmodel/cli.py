@@ -241,9 +241,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 def _cmd_import(args: argparse.Namespace) -> int:
     """Turn logs of real LLM requests into a trace (``kvmodel import openai LOG... -o T``)."""
-    from kvmodel.importers import import_openai
+    from kvmodel.importers import import_claude_code, import_openai
 
-    trace, report = import_openai(args.paths)
+    importer = import_openai if args.format == "openai" else import_claude_code
+    trace, report = importer(args.paths)
     text = "".join(line + "\n" for line in iter_trace_lines(trace))
     _atomic_write(Path(args.output), text)
     print(
@@ -362,11 +363,12 @@ def _parser() -> argparse.ArgumentParser:
     ck.set_defaults(func=_cmd_check)
 
     im = sub.add_parser("import", help="import real agent logs as a trace")
-    im.add_argument("format", choices=["openai"], help="log format")
+    im.add_argument("format", choices=["openai", "claude-code"], help="log format")
     im.add_argument(
         "paths",
         nargs="+",
-        help="log files (tau-bench, mini-swe-agent, SWE-agent, or lists of OpenAI chat requests)",
+        help="openai: tau-bench, mini-swe-agent, SWE-agent or request-list JSON files; "
+        "claude-code: session .jsonl transcripts (sub-agents read from <session>/subagents/)",
     )
     im.add_argument("-o", "--output", required=True, help="trace file to write")
     im.set_defaults(func=_cmd_import)

@@ -15,8 +15,11 @@ from kvmodel.trace import load_trace, op_name
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 LOGS = sorted(
-    [*SHARED.glob("tau_bench/*.json"), *SHARED.glob("mini_swe_agent_gemini3pro/*.json"),
-     *SHARED.glob("swe_agent_demo/*.traj")]
+    [
+        *SHARED.glob("tau_bench/*.json"),
+        *SHARED.glob("mini_swe_agent_gemini3pro/*.json"),
+        *SHARED.glob("swe_agent_demo/*.traj"),
+    ]
 )
 pytestmark = pytest.mark.skipif(not LOGS, reason=f"no shared traces under {SHARED}")
 
@@ -66,3 +69,41 @@ def test_unreadable_log_is_a_located_error(tmp_path: Path) -> None:
     odd.write_text("42")
     assert main(["import", "openai", str(odd), "-o", str(tmp_path / "o.jsonl")]) == 2
     assert not (tmp_path / "o.jsonl").exists()
+
+
+CLAUDE = sorted(SHARED.glob("claude_code_spotter/*.jsonl"))
+
+
+@pytest.mark.skipif(not CLAUDE, reason="no Claude Code transcript in shared traces")
+def test_claude_code_session_with_subagent_and_compaction(tmp_path: Path) -> None:
+    out = tmp_path / "cc.jsonl"
+    assert main(["import", "claude-code", str(CLAUDE[0]), "-o", str(out)]) == 0
+    trace = load_trace(out)
+    k = Counter(op_name(o) for o in trace.ops)
+    assert k["open"] == 2  # main + the Explore sub-agent
+    assert k["return"] == 1
+    assert k["fork"] == k["close"] == 1  # the compaction call forks the main context
+    assert k["remove"] == 1  # ... and the main context restarts from the summary
+    assert k["turn_end"] >= 1
+    s = replay(trace, "kvtether", load_config_big()).summary
+    assert s.rejected == 0
+    assert s.infers == k["infer"]
+    # each call's prompt is large (the transcript omits a ~26k-token prefix, sized from usage)
+    assert s.prompt_tokens / s.infers > 26_000
+
+
+def load_config_big():  # type: ignore[no-untyped-def]
+    from kvmodel import EngineConfig, TierConfig
+    from kvmodel.ids import TierName
+
+    return EngineConfig(16, (TierConfig(TierName("hbm"), 40_000),))
+
+
+def test_claude_code_bad_transcript_is_located(tmp_path: Path) -> None:
+    from kvmodel.importers import import_claude_code
+
+    bad = tmp_path / "s.jsonl"
+    bad.write_text('{"type":"user","timestamp":"2026-01-01T00:00:00Z"}\n{oops\n')
+    with pytest.raises(TraceError) as ei:
+        import_claude_code([bad])
+    assert (ei.value.file, ei.value.line) == (str(bad), 2)

@@ -1,0 +1,378 @@
+"""Import a Claude Code session transcript (JSONL, a tree via ``parentUuid``) into a trace.
+
+What is read (see ``../shared/traces/README.md`` for the format's quirks):
+
+* the main transcript in file order: ``user`` records (prompt text, or ``tool_result`` blocks)
+  are appended; consecutive ``assistant`` records sharing one ``message.id`` are one API call,
+  an ``infer`` whose outputs are its blocks (``thinking`` -> reasoning, ``text`` -> output,
+  ``tool_use`` -> tool_call); a new user prompt first ends the turn (``turn_end``: Claude Code
+  does not re-send old thinking);
+* the fixed prefix the transcript omits (system prompt, tools) is one system message per agent
+  kind, sized from the first call's ``usage`` (input + cache creation + cache read tokens) minus
+  the visible messages; other sizes are characters / 2.2 (characters / 4 under-counts: README);
+* ``Task`` sub-agents: the ``tool_result`` whose ``toolUseResult.agentId`` names a transcript in
+  ``<session>/subagents/agent-<id>.jsonl`` becomes a worker (``open`` with a spawn record from
+  the Task input, its own calls, then ``return`` of the result into the main context);
+* auto-compaction (``compact_boundary`` then an ``isCompactSummary`` user record): a fork of the
+  main context plus the compaction instruction, one ``infer`` producing the summary, ``close``;
+  then the main context drops its history and continues from the summary.
+
+Records that cannot be interpreted are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from kvmodel.errors import TraceError
+from kvmodel.ids import ContextId, MessageId, SessionId
+from kvmodel.importers.openai import ImportReport
+from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
+from kvmodel.trace import (
+    Append,
+    Close,
+    EndSession,
+    Fork,
+    Infer,
+    Op,
+    Open,
+    Remove,
+    Return,
+    Trace,
+    TraceHeader,
+    TurnEnd,
+)
+
+__all__ = ["import_claude_code"]
+
+_CHARS_PER_TOKEN = 2.2
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise TraceError(f"cannot read transcript: {e.strerror}", file=str(path)) from None
+    out = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TraceError(f"malformed JSON: {e.msg}", file=str(path), line=n) from None
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def _seconds(ts: str) -> float:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def _size(obj: Any) -> int:
+    text = obj if isinstance(obj, str) else json.dumps(obj, sort_keys=True)
+    return max(1, round(len(text) / _CHARS_PER_TOKEN))
+
+
+def _hash(*parts: str) -> str:
+    h = hashlib.blake2b(digest_size=12)
+    h.update("\x1f".join(parts).encode())
+    return h.hexdigest()
+
+
+class _Agent:
+    """Builds one agent's ops (main or a sub-agent) on the shared timeline."""
+
+    def __init__(self, imp: _Importer, ctx: str, agent: AgentKind) -> None:
+        self.imp = imp
+        self.ctx = ContextId(ctx)
+        self.agent = agent
+        self.live_reasoning = False
+        self.sized_prefix = False
+        self.n_messages = 0
+
+    def msg(self, role: Role, kind: MessageKind, tokens: int, h: str) -> Message:
+        self.imp.n += 1
+        self.n_messages += 1
+        return Message(MessageId(f"{self.ctx}.m{self.imp.n}"), role, kind, max(1, tokens), h)
+
+    def calls(self, records: list[dict[str, Any]], t0: float) -> None:
+        """Append user records and infer assistant calls, in order."""
+        i = 0
+        while i < len(records):
+            r = records[i]
+            t = _seconds(r["timestamp"]) - t0
+            if r.get("type") == "assistant":
+                mid = (r.get("message") or {}).get("id")
+                group = [r]
+                while (
+                    i + 1 < len(records)
+                    and records[i + 1].get("type") == "assistant"
+                    and (records[i + 1].get("message") or {}).get("id") == mid
+                ):
+                    i += 1
+                    group.append(records[i])
+                self.infer(group, t)
+            elif r.get("type") == "user":
+                self.imp.user(self, r, t, t0)
+            i += 1
+
+    def infer(self, group: list[dict[str, Any]], t: float) -> None:
+        out: list[Message] = []
+        for r in group:
+            for block in (r.get("message") or {}).get("content") or []:
+                if not isinstance(block, dict):
+                    continue
+                kind = {
+                    "thinking": MessageKind.REASONING,
+                    "text": MessageKind.OUTPUT,
+                    "tool_use": MessageKind.TOOL_CALL,
+                }.get(str(block.get("type")))
+                if kind is None:
+                    continue
+                body = block.get("thinking") or block.get("text") or block.get("input") or ""
+                out.append(
+                    self.msg(
+                        Role.ASSISTANT,
+                        kind,
+                        _size(body),
+                        _hash("out", str(block.get("id", "")), json.dumps(body)),
+                    )
+                )
+        usage = (group[0].get("message") or {}).get("usage") or {}
+        if not self.sized_prefix and usage:
+            self.sized_prefix = True
+            total = sum(
+                int(usage.get(k) or 0)
+                for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+            )
+            self.imp.prefix_tokens.setdefault(self.agent, max(1, total - self.imp.visible))
+        self.live_reasoning |= any(m.kind is MessageKind.REASONING for m in out)
+        self.imp.ops.append(Infer(t, self.ctx, tuple(out)))
+
+
+class _Importer:
+    def __init__(self, path: Path, report: ImportReport) -> None:
+        self.path = path
+        self.report = report
+        self.sid = SessionId(path.stem)
+        self.ops: list[Op | _RemoveAll] = []
+        self.n = 0
+        self.visible = 0
+        self.prefix_tokens: dict[AgentKind, int] = {}
+        self.subagents = path.parent / path.stem / "subagents"
+
+    def prefix(self, agent: _Agent, t: float) -> Append:
+        """The omitted fixed prefix; its size is patched once a call's usage is known."""
+        m = agent.msg(Role.SYSTEM, MessageKind.SYSTEM, 1, f"claude-code-{agent.agent.value}-prefix")
+        return Append(t, agent.ctx, (m,))
+
+    def user(self, agent: _Agent, r: dict[str, Any], t: float, t0: float) -> None:
+        content = (r.get("message") or {}).get("content")
+        if isinstance(content, str):
+            if agent.live_reasoning:
+                self.ops.append(TurnEnd(t, agent.ctx))
+                agent.live_reasoning = False
+            m = agent.msg(Role.USER, MessageKind.USER, _size(content), _hash("user", content))
+            self.visible += m.tokens
+            self.ops.append(Append(t, agent.ctx, (m,)))
+            return
+        if not isinstance(content, list):
+            self.report.skip(f"{self.path.name}: user record {r.get('uuid')} has no content")
+            return
+        for block in content:
+            if not isinstance(block, dict) or block.get("type") != "tool_result":
+                continue
+            body = block.get("content", "")
+            result = r.get("toolUseResult")
+            agent_id = result.get("agentId") if isinstance(result, dict) else None
+            m = agent.msg(
+                Role.TOOL,
+                MessageKind.OBSERVATION,
+                _size(body),
+                _hash("tool", str(block.get("tool_use_id", "")), json.dumps(body)),
+            )
+            if (
+                isinstance(result, dict)
+                and agent_id
+                and (self.subagents / f"agent-{agent_id}.jsonl").exists()
+            ):
+                self.worker(agent, str(agent_id), result, m, t, t0)
+            else:
+                self.ops.append(Append(t, agent.ctx, (m,)))
+
+    def worker(
+        self,
+        parent: _Agent,
+        agent_id: str,
+        result: dict[str, Any],
+        res: Message,
+        t: float,
+        t0: float,
+    ) -> None:
+        recs = [
+            x
+            for x in _read(self.subagents / f"agent-{agent_id}.jsonl")
+            if x.get("type") in ("user", "assistant") and x.get("timestamp")
+        ]
+        if not recs:
+            self.report.skip(f"{self.path.name}: sub-agent {agent_id} transcript is empty")
+            self.ops.append(Append(t, parent.ctx, (res,)))
+            return
+        w = _Agent(self, f"{self.sid}.agent-{agent_id}", AgentKind.WORKER)
+        start = _seconds(recs[0]["timestamp"]) - t0
+        prompt = str(result.get("prompt", ""))
+        spawn = SpawnRecord(
+            prompt, tuple(sorted({str(result.get("subagent_type", "Task"))})), _size(prompt)
+        )
+        self.ops += [
+            Open(start, w.ctx, self.sid, AgentKind.WORKER, parent.ctx, spawn),
+            self.prefix(w, start),
+        ]
+        w.calls(recs, t0)
+        self.ops.append(
+            Return(
+                max(t, start),
+                w.ctx,
+                parent.ctx,
+                Message(res.id, res.role, MessageKind.RESULT, res.tokens, res.hash),
+            )
+        )
+
+    def compaction(self, main: _Agent, summary: dict[str, Any], t: float, t0: float) -> None:
+        files = sorted(self.subagents.glob("agent-acompact-*.jsonl"))
+        done = {o.ctx for o in self.ops if isinstance(o, Fork)}
+        comp = next((f for f in files if ContextId(f"{self.sid}.{f.stem}") not in done), None)
+        content = (summary.get("message") or {}).get("content")
+        text = content if isinstance(content, str) else json.dumps(content)
+        if comp is not None:
+            recs = [x for x in _read(comp) if x.get("timestamp")]
+            start = min(_seconds(x["timestamp"]) - t0 for x in recs) if recs else t
+            cid = ContextId(f"{self.sid}.{comp.stem}")
+            ins = main.msg(Role.USER, MessageKind.INSTRUCTION, 400, "claude-code-compaction")
+            out = main.msg(Role.ASSISTANT, MessageKind.SUMMARY, _size(text), _hash("sum", text))
+            self.ops += [
+                Fork(start, cid, main.ctx),
+                Append(start, cid, (ins,)),
+                Infer(start, cid, (out,)),
+                Close(max(start, t), cid),
+            ]
+        else:
+            self.report.skip(f"{self.path.name}: no compaction transcript for a boundary")
+        self.ops.append(_RemoveAll(t, main.ctx))
+        m = main.msg(Role.USER, MessageKind.SUMMARY, _size(text), _hash("summary", text))
+        self.ops.append(Append(t, main.ctx, (m,)))
+        main.live_reasoning = False
+
+    def run(self) -> list[Op]:
+        records = [r for r in _read(self.path) if r.get("timestamp")]
+        if not records:
+            raise TraceError("no timestamped records in transcript", file=str(self.path))
+        t0 = _seconds(records[0]["timestamp"])
+        main = _Agent(self, f"{self.sid}.main", AgentKind.MAIN)
+        self.ops += [Open(0.0, main.ctx, self.sid, AgentKind.MAIN), self.prefix(main, 0.0)]
+        chunk: list[dict[str, Any]] = []
+        pending_boundary = False
+        for r in records:
+            typ = r.get("type")
+            if typ == "system" and r.get("subtype") == "compact_boundary":
+                main.calls(chunk, t0)
+                chunk = []
+                pending_boundary = True
+            elif typ == "user" and r.get("isCompactSummary"):
+                main.calls(chunk, t0)
+                chunk = []
+                self.compaction(main, r, _seconds(r["timestamp"]) - t0, t0)
+                pending_boundary = False
+            elif typ in ("user", "assistant") and not r.get("isSidechain"):
+                chunk.append(r)
+        main.calls(chunk, t0)
+        if pending_boundary:
+            self.report.skip(f"{self.path.name}: compact boundary without a summary")
+        self.ops.append(EndSession(_seconds(records[-1]["timestamp"]) - t0, self.sid))
+        return self._finish()
+
+    def _finish(self) -> list[Op]:
+        """Patch prefix sizes, resolve remove-all markers, order the ops on one timeline."""
+        lengths: dict[ContextId, int] = {}
+        reasoning: dict[ContextId, int] = {}
+        out: list[Op] = []
+        for op in sorted(self.ops, key=lambda o: o.t):
+            if (
+                isinstance(op, Append)
+                and op.messages[0].kind is MessageKind.SYSTEM
+                and op.messages[0].hash is not None
+                and op.messages[0].hash.endswith("-prefix")
+            ):
+                agent = AgentKind(op.messages[0].hash.split("-")[2])
+                m = op.messages[0]
+                size = self.prefix_tokens.get(agent, 1)
+                op = Append(op.t, op.ctx, (Message(m.id, m.role, m.kind, size, m.hash),))
+            if isinstance(op, _RemoveAll):
+                n = lengths.get(op.ctx, 0)
+                if n > 1:
+                    out.append(Remove(op.t, op.ctx, 1, n - 1))
+                    lengths[op.ctx] = 1
+                continue
+            out.append(op)
+            _track(lengths, reasoning, op)
+        return out
+
+
+@attrs.frozen(slots=True)
+class _RemoveAll:
+    """Marker: drop everything after the prefix (resolved once lengths are known)."""
+
+    t: float
+    ctx: ContextId
+
+
+def _track(lengths: dict[ContextId, int], reasoning: dict[ContextId, int], op: Op) -> None:
+    """Message counts per context, so that a remove-all marker can name its range."""
+    match op:
+        case Open():
+            lengths[op.ctx] = reasoning[op.ctx] = 0
+        case Fork():
+            lengths[op.ctx] = lengths.get(op.src, 0)
+            reasoning[op.ctx] = reasoning.get(op.src, 0)
+        case Append():
+            lengths[op.ctx] = lengths.get(op.ctx, 0) + len(op.messages)
+        case Infer():
+            lengths[op.ctx] = lengths.get(op.ctx, 0) + len(op.output)
+            reasoning[op.ctx] = reasoning.get(op.ctx, 0) + sum(
+                1 for m in op.output if m.kind is MessageKind.REASONING
+            )
+        case Remove():
+            lengths[op.ctx] = lengths.get(op.ctx, 0) - op.count
+            reasoning[op.ctx] = 0  # only used to drop the whole history
+        case Return():
+            lengths[op.into] = lengths.get(op.into, 0) + 1
+        case TurnEnd():
+            lengths[op.ctx] = lengths.get(op.ctx, 0) - reasoning.get(op.ctx, 0)
+            reasoning[op.ctx] = 0
+
+
+def import_claude_code(paths: Iterable[str | Path]) -> tuple[Trace, ImportReport]:
+    report = ImportReport()
+    ops: list[Op] = []
+    names = []
+    for p in paths:
+        path = Path(p)
+        mine = _Importer(path, report).run()
+        ops += mine
+        names.append(path.name)
+        report.conversations += 1
+        report.requests += sum(1 for o in mine if isinstance(o, Infer))
+    report.ops = len(ops)
+    ops.sort(key=lambda o: o.t)
+    return Trace(
+        TraceHeader(1, {"kvtrace": 1, "importer": "claude-code", "sources": names}), tuple(ops)
+    ), report
