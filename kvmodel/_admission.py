@@ -171,6 +171,7 @@ def write_misses(
     prompt_full: int,
 ) -> bool:
     view = e.view
+    reasoning_block = c.first_reasoning_block()
     for s in misses:
         if s.key is not None and s.key in e.index:
             # an orphan: resident, but its chain broke above it; recomputed in place (B6.3)
@@ -210,6 +211,7 @@ def write_misses(
             partial=s.key is None,
             turn=c.turns,
             turn_start_block=min(c.turn_start, c.total_tokens) // e.block_size,
+            reasoning_block=reasoning_block,
         )
         pl = e.policy.place(view, nb)
         check_placement(e, pl)

@@ -257,6 +257,41 @@ def _cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    """One workload (built-in generator or a trace file) under one policy: the metrics."""
+    from kvmodel.metrics import compute_metrics
+    from kvmodel.presets import hardware_config
+
+    if args.workload == "agentic":
+        trace = generate_agentic(
+            AgenticParams(seed=args.seed, sessions=args.sessions, turns=args.turns)
+        )
+    else:
+        trace = load_trace(args.workload)
+    if args.preset:
+        split, _, model = args.preset.partition(":")
+        config = hardware_config(split, model or "llama-4-maverick", scale=args.scale)
+    else:
+        config = _config(args.config)
+    m = compute_metrics(replay(trace, args.policy, config))
+    if args.json:
+        print(json.dumps(m.to_json(), indent=2))
+        return 0
+    print(
+        f"policy {m.policy} on {args.workload}: hit rate {m.token_hit_rate:.1%}, "
+        f"recomputed {m.recomputed_tokens} tokens, est. cost ${m.cost_usd:.2f}"
+    )
+    print(
+        f"  TTFT mean {m.ttft_s_mean * 1000:.0f} ms, modelled latency {m.latency_s_total:.0f} s;"
+        f" zombie block-s {m.zombie_block_seconds:.0f}; evictions {m.evictions} "
+        f"({m.regretted_evictions} regretted)"
+    )
+    for tier, w in m.writes.items():
+        y = m.device_years.get(tier)
+        print(f"  {tier}: {w} block writes" + (f", {y:.3g} device-years" if y else ""))
+    return 0
+
+
 def _cmd_prove(args: argparse.Namespace) -> int:
     """Z3 proofs of a rank policy's eviction-order properties, for all feature values."""
     from checkers.z3rank import PROPERTIES, prove_policy
@@ -322,6 +357,12 @@ def _cmd_lachesis_cv(args: argparse.Namespace) -> int:
     return 0
 
 
+def _workload_args(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--sessions", type=int, default=4)
+    sp.add_argument("--turns", type=int, default=3)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kvmodel", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -362,6 +403,25 @@ def _parser() -> argparse.ArgumentParser:
     ck.add_argument("--json", action="store_true")
     ck.set_defaults(func=_cmd_check)
 
+    sm = sub.add_parser("simulate", help="metrics of one workload under one policy")
+    sm.add_argument("--workload", default="agentic", help="'agentic' or a trace file")
+    sm.add_argument("--policy", default="kvtether")
+    sm.add_argument("--config", help="engine config TOML")
+    sm.add_argument(
+        "--preset",
+        metavar="SPLIT[:MODEL]",
+        help="hardware preset, e.g. 2/6:llama-4-maverick (see kvmodel.presets)",
+    )
+    sm.add_argument(
+        "--scale",
+        type=float,
+        default=0.005,
+        help="shrink preset capacities (default 0.005, for seconds-long runs)",
+    )
+    _workload_args(sm)
+    sm.add_argument("--json", action="store_true")
+    sm.set_defaults(func=_cmd_simulate)
+
     im = sub.add_parser("import", help="import real agent logs as a trace")
     im.add_argument("format", choices=["openai", "claude-code"], help="log format")
     im.add_argument(
@@ -384,18 +444,13 @@ def _parser() -> argparse.ArgumentParser:
     pol.add_argument("--json", action="store_true")
     pol.set_defaults(func=_cmd_policies)
 
-    def workload_args(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--seed", type=int, default=0)
-        sp.add_argument("--sessions", type=int, default=4)
-        sp.add_argument("--turns", type=int, default=3)
-
     g = sub.add_parser("generate", help="write a generated agent workload trace")
-    workload_args(g)
+    _workload_args(g)
     g.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
     g.set_defaults(func=_cmd_generate)
 
     d = sub.add_parser("demo", help="compare built-in policies on a generated agent workload")
-    workload_args(d)
+    _workload_args(d)
     d.add_argument("--policies", help="comma-separated policy names (default: all registered)")
     d.add_argument("--config", help="engine config TOML (default: hbm 256 + hbf 1024 blocks)")
     d.add_argument("--json", action="store_true")

@@ -34,6 +34,7 @@ class Context:
     """One agent context. Mutated only by the engine; policies see :class:`ContextInfo`."""
 
     __slots__ = (
+        "_first_reasoning",
         "_next_uid",
         "_pin_depth",
         "agent",
@@ -103,6 +104,8 @@ class Context:
         #: completed turns (``turn_end`` ops) and the token offset where the current turn began
         self.turns = 0
         self.turn_start = 0
+        #: cache of the first reasoning message's index: -1 none, None unknown (after an edit)
+        self._first_reasoning: int | None = -1
         self._pin_depth: int | None = None  # cache of the deepest pinned block, see pin_depth()
         #: bumped by the engine whenever anything a block's features depend on may have changed
         self.version = 0
@@ -152,6 +155,16 @@ class Context:
                         deepest = max(deepest, (self.starts[i] + m.tokens - 1) // self.block_size)
             self._pin_depth = deepest
         return self._pin_depth
+
+    def first_reasoning_block(self) -> int | None:
+        """Index of the block holding the first reasoning token (None: no reasoning). KV before
+        it survives every turn-end strip (Lachesis's reasoning-stripped segment)."""
+        if self._first_reasoning is None:
+            self._first_reasoning = next(
+                (i for i, (m, _) in enumerate(self.entries) if m.kind is MessageKind.REASONING), -1
+            )
+        i = self._first_reasoning
+        return None if i < 0 else self.starts[i] // self.block_size
 
     def first_temporary_index(self) -> int | None:
         if not self.temporaries:
@@ -226,6 +239,7 @@ class Context:
     def _restart(self, index: int) -> None:
         """Recompute token offsets from message ``index`` on."""
         self._pin_depth = None
+        self._first_reasoning = None
         del self.starts[index:]
         pos = self.starts[-1] + self.entries[len(self.starts) - 1][0].tokens if self.starts else 0
         for m, _ in self.entries[index:]:
@@ -243,6 +257,8 @@ class Context:
             self.starts.append(self.total_tokens)
             self.entries.append((m, uid))
             self.live_ids[m.id] = uid
+            if m.kind is MessageKind.REASONING and self._first_reasoning == -1:
+                self._first_reasoning = len(self.entries) - 1
 
     def _check_index(self, index: int, field: str, *, allow_end: bool = False) -> None:
         hi = len(self.entries) + (1 if allow_end else 0)
@@ -267,6 +283,7 @@ class Context:
         self._apply(uid, Event.ADMIT_TEMPORARY if self.one_shot else Event.ADMIT, new=True)
         self.entries[index] = (message, uid)
         self.live_ids[message.id] = uid
+        self._first_reasoning = None
         self._invalidate_from(index)
         if message.tokens != old_m.tokens:
             self._restart(index)
@@ -369,6 +386,7 @@ class Context:
             self._expire(uid, Event.CLOSE)
         self.entries = []
         self.starts = []
+        self._first_reasoning = -1
         self.is_open = False
         self.closed_at = t
 
@@ -398,6 +416,7 @@ class Context:
                 child.stored[uid] = MsgState.TEMPORARY
                 child.temporaries.add(uid)
         child.starts = list(self.starts[:upto])
+        child._first_reasoning = None
         keep = min(self.valid, shared_tokens // self.block_size)
         child.materialized = list(self.materialized[:keep])
         child.valid = keep

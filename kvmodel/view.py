@@ -71,6 +71,9 @@ class NewBlock:
     #: blocks below it were written in earlier turns (Lachesis's reasoning-stripped history)
     turn: int = 0
     turn_start_block: int = 0
+    #: the block holding the context's first reasoning token (None: no reasoning): KV before
+    #: it survives turn-end strips
+    reasoning_block: int | None = None
 
 
 @attrs.frozen(slots=True)

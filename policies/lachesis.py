@@ -2,10 +2,10 @@
 
 **Deterministic path** (``lachesis-det``). Harness knowledge fixes a segment's lifetime class:
 
-* main agent (single-agent): KV written within the current turn is the reasoning-laden segment,
-  *short-lived* (the turn-end strip discards it); KV below the current turn's first block was
-  written in earlier turns and re-materialised after a strip, the reasoning-stripped segment,
-  *long-lived*;
+* main agent (single-agent): KV from the context's first reasoning token on is the
+  reasoning-laden segment, *short-lived* (the turn-end strip discards it); KV before it survives
+  every strip -- the reasoning-stripped history, re-materialised after each strip, and the
+  system prompt and user message written before the turn's first reasoning -- *long-lived*;
 * multi-agent: the lead's KV is long-lived; workers', reviewers' and compactors' short-lived.
 
 Short-lived KV goes HBM-first, long-lived KV HBF-first (the configured tier order is read as
@@ -77,7 +77,8 @@ def classify(block: NewBlock) -> tuple[SegmentClass, str, str]:
         case AgentKind.COMPACTOR:
             return SegmentClass.SHORT, f"{block.ctx}/compaction", "inference end"
         case _:
-            if block.depth < block.turn_start_block:
+            # only KV at or after the first reasoning token dies at the turn-end strip
+            if block.reasoning_block is None or block.depth < block.reasoning_block:
                 return SegmentClass.LONG, f"{block.ctx}/history", "close"
             return SegmentClass.SHORT, f"{block.ctx}/turn{block.turn}", "turn_end"
 

@@ -1,0 +1,80 @@
+"""Metrics (cost, latency, regretted evictions) and hardware presets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from scenario import config, msg, run
+
+from kvmodel.cli import main
+from kvmodel.errors import ConfigError
+from kvmodel.metrics import Prices, Timing, compute_metrics, regretted_evictions, share_of_optimum
+from kvmodel.presets import HBF_STACK_BYTES, HBM_STACK_BYTES, MODELS, hardware_config
+from kvmodel.workloads import AgenticParams, generate_agentic
+
+
+def test_cost_and_latency_formulas() -> None:
+    r = run("lru", config(),
+            {"op": "open", "t": 0, "ctx": "a", "session": "s", "agent": "main"},
+            {"op": "append", "t": 0, "ctx": "a", "messages": [msg("A", 8)]},
+            {"op": "infer", "t": 1, "ctx": "a", "output": [msg("O", 4, "output")]},
+            {"op": "append", "t": 2, "ctx": "a", "messages": [msg("B", 4)]},
+            {"op": "infer", "t": 3, "ctx": "a", "output": []})
+    m = compute_metrics(r, Prices(input=1.0, cached_input=0.5, output=2.0),
+                        Timing(prefill_tok_per_s=4.0, ttft_overhead_s=1.0, tpot_s=0.5))
+    # infer 1: 8 missed; infer 2: 16 prompt, 12 hit (A and O), 4 missed; 4 output tokens
+    assert m.recomputed_tokens == 12
+    assert m.cost_usd == pytest.approx((12 * 1.0 + 12 * 0.5 + 4 * 2.0) / 1e6)
+    assert m.ttft_s_mean == pytest.approx(((8 / 4 + 1) + (4 / 4 + 1)) / 2)
+    assert m.latency_s_total == pytest.approx((8 / 4 + 1) + (4 / 4 + 1) + 4 * 0.5)
+
+
+def test_regretted_evictions_count_keys_written_again() -> None:
+    ops = [{"op": "open", "t": 0, "ctx": "a", "session": "s", "agent": "main"},
+           {"op": "append", "t": 0, "ctx": "a", "messages": [msg("A", 8)]},
+           {"op": "infer", "t": 1, "ctx": "a", "output": []},
+           {"op": "open", "t": 2, "ctx": "b", "session": "s", "agent": "main"},
+           {"op": "append", "t": 2, "ctx": "b", "messages": [msg("B", 8)]},
+           {"op": "infer", "t": 3, "ctx": "b", "output": []},  # evicts A's second block
+           {"op": "append", "t": 4, "ctx": "a", "messages": [msg("A2", 4)]},
+           {"op": "infer", "t": 5, "ctx": "a", "output": []}]  # ... which a needs again
+    e = run("lru", config(blocks=3), *ops).engine
+    assert regretted_evictions(e) == 1
+    assert sum(1 for o in e.log if o.kind == "evict") == 3  # b's two blocks went for A2
+    assert share_of_optimum(3, 4) == 0.75
+
+
+def test_presets_use_documented_numbers() -> None:
+    assert MODELS["llama-4-maverick"].bytes_per_token() == 48 * 8 * 128 * 2 * 2
+    assert MODELS["qwen3-235b-a22b"].bytes_per_token() == 94 * 4 * 128 * 2 * 2
+    assert HBF_STACK_BYTES == 16 * HBM_STACK_BYTES
+    c = hardware_config("1/7", "qwen3-235b-a22b", kv_fraction=1.0)
+    bpb = MODELS["qwen3-235b-a22b"].bytes_per_block(16)
+    assert c.tiers[0].blocks == HBM_STACK_BYTES // bpb
+    assert c.tiers[1].blocks == 7 * HBF_STACK_BYTES // bpb
+    assert (c.tiers[1].pe_cycles, c.tiers[1].write_amplification) == (100_000, 1.02)
+    h3 = hardware_config("8/8*", "llama-4-maverick", scale=0.01)
+    assert h3.tiers[1].blocks > 0
+    with pytest.raises(ConfigError, match="unknown split"):
+        hardware_config("5/5", "llama-4-maverick")
+
+
+def test_lachesis_turns_hbm_over_where_hbm_first_does_not() -> None:
+    from kvmodel.replay import replay
+
+    tr = generate_agentic(AgenticParams(seed=0, sessions=4, turns=3, p_spawn=0.4))
+    cfg = hardware_config("2/6", "llama-4-maverick", scale=0.005)
+    base = compute_metrics(replay(tr, "hbm-first", cfg))
+    lach = compute_metrics(replay(tr, "lachesis-det", cfg))
+    opt = compute_metrics(replay(tr, "opt-placement", cfg))
+    assert lach.writes["hbm"] > 5 * base.writes["hbm"]
+    assert base.device_years["hbf"] < lach.device_years["hbf"] <= opt.device_years["hbf"]  # type: ignore[operator]
+
+
+def test_simulate_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--policy", "lachesis", "--preset", "2/6", "--sessions", "2",
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["policy"] == "lachesis"
+    assert set(d["writes"]) == {"hbm", "hbf"}
