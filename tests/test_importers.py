@@ -107,3 +107,11 @@ def test_claude_code_bad_transcript_is_located(tmp_path: Path) -> None:
     with pytest.raises(TraceError) as ei:
         import_claude_code([bad])
     assert (ei.value.file, ei.value.line) == (str(bad), 2)
+
+
+def test_imports_are_deterministic(tmp_path: Path) -> None:
+    from kvmodel.trace import iter_trace_lines
+
+    a, _ = import_openai(LOGS)
+    b, _ = import_openai(LOGS)
+    assert list(iter_trace_lines(a)) == list(iter_trace_lines(b))
