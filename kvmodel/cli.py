@@ -292,6 +292,52 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    """The paper-style comparison (see kvmodel.compare); --out writes plots and JSON."""
+    from kvmodel.compare import CACHE_POLICIES, PLACEMENT_POLICIES, compare
+
+    if args.workload == "agentic":
+        trace = generate_agentic(
+            AgenticParams(seed=args.seed, sessions=args.sessions, turns=args.turns, p_spawn=0.4)
+        )
+    else:
+        trace = load_trace(args.workload)
+    pols = args.policies.split(",") if args.policies else None
+    cache = [p for p in (pols or CACHE_POLICIES) if p in CACHE_POLICIES or pols]
+    place = [p for p in (pols or PLACEMENT_POLICIES) if p in PLACEMENT_POLICIES]
+    for p in cache + place:
+        resolve_policy(p)
+    cmp = compare(
+        trace,
+        _config(args.config) if args.config else default_config(hbm_blocks=256, hbf_blocks=1024),
+        splits=args.splits.split(","),
+        model=args.model,
+        scale=args.scale,
+        cache_policies=[p for p in cache if p not in PLACEMENT_POLICIES],
+        placement_policies=place,
+        progress=not args.json,
+    )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "cache": {k: v.to_json() for k, v in cmp.cache.items()},
+                    "placement": {
+                        s: {k: v.to_json() for k, v in r.items()} for s, r in cmp.placement.items()
+                    },
+                    "ratios": cmp.ratios(),
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(cmp.render())
+    if args.out:
+        for path in cmp.plot(Path(args.out)):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
 def _cmd_prove(args: argparse.Namespace) -> int:
     """Z3 proofs of a rank policy's eviction-order properties, for all feature values."""
     from checkers.z3rank import PROPERTIES, prove_policy
@@ -421,6 +467,18 @@ def _parser() -> argparse.ArgumentParser:
     _workload_args(sm)
     sm.add_argument("--json", action="store_true")
     sm.set_defaults(func=_cmd_simulate)
+
+    cp = sub.add_parser("compare", help="paper-style comparison of cache and placement policies")
+    cp.add_argument("--workload", default="agentic", help="'agentic' or a trace file")
+    cp.add_argument("--policies", help="comma-separated subset (default: both families)")
+    cp.add_argument("--splits", default="1/7,2/6,3/5,4/4,8/8*")
+    cp.add_argument("--model", default="llama-4-maverick")
+    cp.add_argument("--scale", type=float, default=0.005)
+    cp.add_argument("--config", help="engine config TOML for the cache comparison")
+    cp.add_argument("--out", help="directory for plots (PNG)")
+    cp.add_argument("--json", action="store_true")
+    _workload_args(cp)
+    cp.set_defaults(func=_cmd_compare)
 
     im = sub.add_parser("import", help="import real agent logs as a trace")
     im.add_argument("format", choices=["openai", "claude-code"], help="log format")

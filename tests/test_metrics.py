@@ -78,3 +78,26 @@ def test_simulate_cli(capsys: pytest.CaptureFixture[str]) -> None:
     d = json.loads(capsys.readouterr().out)
     assert d["policy"] == "lachesis"
     assert set(d["writes"]) == {"hbm", "hbf"}
+
+
+def test_compare_prints_ratios_beside_the_papers_and_plots(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("matplotlib")
+    assert main(["compare", "--sessions", "2", "--turns", "2", "--splits", "2/6,8/8*",
+                 "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "(paper: -40.0% on average (KVTether))" in out
+    assert "lachesis_years_vs_hbm_first: 2/6" in out
+    assert (tmp_path / "cache.png").stat().st_size > 1000
+    assert (tmp_path / "placement.png").stat().st_size > 1000
+
+
+def test_compare_json_has_every_policy_and_split(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["compare", "--sessions", "2", "--turns", "1", "--splits", "1/7",
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert set(d["cache"]) == {"kvtether", "lru", "mori", "belady"}
+    assert set(d["placement"]["1/7"]) == {"lachesis", "lachesis-det", "hbm-first",
+                                          "opt-placement"}
+    # Belady bounds the online cache policies' hits on this workload
+    assert all(d["cache"]["belady"]["token_hit_rate"] >= m["token_hit_rate"]
+               for m in d["cache"].values())
