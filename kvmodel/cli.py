@@ -22,7 +22,7 @@ from kvmodel.errors import ConfigError, KVModelError, PolicyNotFoundError, Trace
 from kvmodel.policy import registered_policies, resolve_policy
 from kvmodel.replay import Summary, replay
 from kvmodel.trace import Trace, iter_trace_lines, load_trace
-from kvmodel.workloads import AgenticParams, generate_agentic
+from kvmodel.workloads import PRESETS, AgenticParams, generate_agentic
 
 if TYPE_CHECKING:
     from policies.spawn_predictor import WorkerSample
@@ -135,7 +135,15 @@ def _cmd_policies(args: argparse.Namespace) -> int:
 
 
 def _agentic_from(args: argparse.Namespace) -> Trace:
-    return generate_agentic(AgenticParams(seed=args.seed, sessions=args.sessions, turns=args.turns))
+    """The built-in generator: a calibrated preset (``--preset``), else the ad-hoc knobs."""
+    if getattr(args, "preset_workload", None):
+        p = attrs.evolve(PRESETS[args.preset_workload], seed=args.seed)
+        if args.sessions is not None:
+            p = attrs.evolve(p, sessions=args.sessions)
+        return generate_agentic(p)
+    return generate_agentic(
+        AgenticParams(seed=args.seed, sessions=args.sessions or 4, turns=args.turns)
+    )
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
@@ -160,7 +168,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         print(json.dumps([r.to_json() for r in rows], indent=2))
         return 0
     print(
-        f"workload: agentic seed={args.seed} sessions={args.sessions} turns={args.turns} "
+        f"workload: {args.preset_workload or 'agentic'} seed={args.seed} "
+        f"sessions={args.sessions or 4} turns={args.turns} "
         f"({len(trace.ops)} ops); tiers: "
         + ", ".join(f"{t.name}={t.blocks} blocks" for t in config.tiers)
     )
@@ -263,9 +272,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from kvmodel.presets import hardware_config
 
     if args.workload == "agentic":
-        trace = generate_agentic(
-            AgenticParams(seed=args.seed, sessions=args.sessions, turns=args.turns)
-        )
+        trace = _agentic_from(args)
     else:
         trace = load_trace(args.workload)
     if args.preset:
@@ -297,9 +304,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from kvmodel.compare import CACHE_POLICIES, PLACEMENT_POLICIES, compare
 
     if args.workload == "agentic":
-        trace = generate_agentic(
-            AgenticParams(seed=args.seed, sessions=args.sessions, turns=args.turns, p_spawn=0.4)
-        )
+        # Lachesis measures on a multi-agent trace: that preset by default, 8 sessions
+        args.preset_workload = args.preset_workload or "multi-agent"
+        args.sessions = args.sessions or 8
+        trace = _agentic_from(args)
     else:
         trace = load_trace(args.workload)
     pols = args.policies.split(",") if args.policies else None
@@ -405,8 +413,14 @@ def _cmd_lachesis_cv(args: argparse.Namespace) -> int:
 
 def _workload_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--sessions", type=int, default=4)
+    sp.add_argument("--sessions", type=int, help="sessions (default: 4, or the preset's)")
     sp.add_argument("--turns", type=int, default=3)
+    sp.add_argument(
+        "--workload-preset",
+        dest="preset_workload",
+        choices=sorted(PRESETS),
+        help="a calibrated generator preset (see kvmodel.workloads.PRESETS)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -36,7 +36,7 @@ from kvmodel.trace import (
     TurnEnd,
 )
 
-__all__ = ["AgenticParams", "generate_agentic"]
+__all__ = ["PRESETS", "AgenticParams", "generate_agentic"]
 
 
 @attrs.frozen(slots=True)
@@ -57,6 +57,22 @@ class AgenticParams:
     tpot_s: float = 0.03
     prefill_tok_per_s: float = 20_000.0
     user_delay_median_s: float = 120.0
+    #: the orchestrating agent is a ``lead`` (multi-agent) rather than a ``main`` agent
+    lead: bool = False
+
+
+#: Calibrated presets (tests/test_workloads.py measures them against these ranges):
+#:
+#: * ``single-agent`` -- multi-turn ReAct with reasoning and turn-end strips; the
+#:   reasoning-laden (short-lived) share of the KV written per session has a median in
+#:   66-83% (Lachesis §3.3); user think time log-normal, median 120 s.
+#: * ``multi-agent`` -- one task per session, a lead fanning out workers; worker lifetime
+#:   spread p10->p90 within 3.7-23.6x, Kendall tau between worker lifetime and write volume
+#:   about 0.5-0.7 (paper 0.51-0.72), lead outliving the median worker 4-6x (paper 4.0-6.1x).
+PRESETS: dict[str, AgenticParams] = {
+    "single-agent": AgenticParams(sessions=24, turns=3, p_spawn=0.0),
+    "multi-agent": AgenticParams(sessions=24, turns=1, rounds=4, p_spawn=0.6, lead=True),
+}
 
 
 class _Session:
@@ -155,7 +171,7 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
     s = _Session(p, rng, f"s{index}", t0)
     main = ContextId(f"s{index}.main")
     t = t0
-    s.ops.append(Open(t, main, s.sid, AgentKind.MAIN))
+    s.ops.append(Open(t, main, s.sid, AgentKind.LEAD if p.lead else AgentKind.MAIN))
     sys_m = Message(
         MessageId(f"{main}.sys"),
         Role.SYSTEM,
