@@ -24,7 +24,9 @@ from kvmodel.ids import ContextId, MessageId, SessionId
 from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
 from kvmodel.trace import (
     Append,
+    Close,
     EndSession,
+    Fork,
     Infer,
     Op,
     Open,
@@ -57,6 +59,7 @@ class AgenticParams:
     tpot_s: float = 0.03
     prefill_tok_per_s: float = 20_000.0
     user_delay_median_s: float = 120.0
+    p_fork: float = 0.1  # chance a turn ends with a discarded alternative on a fork
     #: the orchestrating agent is a ``lead`` (multi-agent) rather than a ``main`` agent
     lead: bool = False
 
@@ -185,6 +188,7 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
         s.ops.append(Pin(t, main, 0, 1, p.pin_ttl_s))
     n_workers = 0
     n_compactions = 0
+    n_forks = 0
     for turn in range(p.turns):
         if turn:
             t += round(s.lognormal(p.user_delay_median_s, 1.0), 3)
@@ -222,6 +226,20 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
         history.extend(out)
         s.ops.append(TurnEnd(t, main))
         history = [m for m in history if m.kind is not MessageKind.REASONING]
+        if rng.random() < p.p_fork:
+            # the harness explores an alternative answer on a branch, then discards it
+            n_forks += 1
+            branch = ContextId(f"s{index}.f{n_forks}")
+            alt = s.msg(Role.USER, MessageKind.INSTRUCTION, 40 + int(rng.integers(0, 80)))
+            s.ops += [Fork(t, branch, main), Append(t, branch, (alt,))]
+            t_b = s.infer(
+                t,
+                branch,
+                sum(m.tokens for m in history) + alt.tokens,
+                [s.msg(Role.ASSISTANT, MessageKind.OUTPUT, s.lognormal(150))],
+            )
+            s.ops.append(Close(t_b, branch))
+            t = t_b  # the harness waits for the alternative before going on
         if sum(m.tokens for m in history) > p.compact_at_tokens:
             n_compactions += 1
             comp = ContextId(f"s{index}.c{n_compactions}")
