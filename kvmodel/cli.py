@@ -271,6 +271,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from kvmodel.metrics import compute_metrics
     from kvmodel.presets import hardware_config
 
+    if args.workload in PRESETS:
+        args.preset_workload = args.workload
+        args.workload = "agentic"
     if args.workload == "agentic":
         trace = _agentic_from(args)
     else:
@@ -303,6 +306,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     """The paper-style comparison (see kvmodel.compare); --out writes plots and JSON."""
     from kvmodel.compare import CACHE_POLICIES, PLACEMENT_POLICIES, compare
 
+    if args.workload in PRESETS:
+        args.preset_workload = args.workload
+        args.workload = "agentic"
     if args.workload == "agentic":
         # Lachesis measures on a multi-agent trace: that preset by default, 8 sessions
         args.preset_workload = args.preset_workload or "multi-agent"
@@ -464,7 +470,11 @@ def _parser() -> argparse.ArgumentParser:
     ck.set_defaults(func=_cmd_check)
 
     sm = sub.add_parser("simulate", help="metrics of one workload under one policy")
-    sm.add_argument("--workload", default="agentic", help="'agentic' or a trace file")
+    sm.add_argument(
+        "--workload",
+        default="agentic",
+        help="'agentic', a preset (single-agent, multi-agent) or a trace file",
+    )
     sm.add_argument("--policy", default="kvtether")
     sm.add_argument("--config", help="engine config TOML")
     sm.add_argument(
@@ -483,7 +493,11 @@ def _parser() -> argparse.ArgumentParser:
     sm.set_defaults(func=_cmd_simulate)
 
     cp = sub.add_parser("compare", help="paper-style comparison of cache and placement policies")
-    cp.add_argument("--workload", default="agentic", help="'agentic' or a trace file")
+    cp.add_argument(
+        "--workload",
+        default="agentic",
+        help="'agentic', a preset (single-agent, multi-agent) or a trace file",
+    )
     cp.add_argument("--policies", help="comma-separated subset (default: both families)")
     cp.add_argument("--splits", default="1/7,2/6,3/5,4/4,8/8*")
     cp.add_argument("--model", default="llama-4-maverick")

@@ -55,8 +55,10 @@ class TraceError(KVModelError, ValueError):
 
     def _render(self) -> str:
         where = []
-        if self.file is not None or self.line is not None:
-            where.append(f"{self.file or '<trace>'}:{self.line if self.line is not None else '?'}")
+        if self.line is not None:
+            where.append(f"{self.file or '<trace>'}:{self.line}")
+        elif self.file is not None:
+            where.append(self.file)
         what = []
         if self.op is not None:
             what.append(f"op {self.op!r}")
