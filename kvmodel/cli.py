@@ -288,7 +288,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         print(json.dumps(m.to_json(), indent=2))
         return 0
     print(
-        f"policy {m.policy} on {args.workload}: hit rate {m.token_hit_rate:.1%}, "
+        f"policy {m.policy} on {args.preset_workload or args.workload}: "
+        f"hit rate {m.token_hit_rate:.1%}, "
         f"recomputed {m.recomputed_tokens} tokens, est. cost ${m.cost_usd:.2f}"
     )
     print(
