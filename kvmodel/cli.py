@@ -146,6 +146,23 @@ def _agentic_from(args: argparse.Namespace) -> Trace:
     )
 
 
+def _workload(
+    args: argparse.Namespace,
+    *,
+    default_preset: str | None = None,
+    default_sessions: int | None = None,
+) -> Trace:
+    """``--workload``: 'agentic', a preset name, or a trace file."""
+    if args.workload in PRESETS:
+        args.preset_workload = args.workload
+        args.workload = "agentic"
+    if args.workload != "agentic":
+        return load_trace(args.workload)
+    args.preset_workload = args.preset_workload or default_preset
+    args.sessions = args.sessions or default_sessions
+    return _agentic_from(args)
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     trace = _agentic_from(args)
     text = "".join(line + "\n" for line in iter_trace_lines(trace))
@@ -271,13 +288,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from kvmodel.metrics import compute_metrics
     from kvmodel.presets import hardware_config
 
-    if args.workload in PRESETS:
-        args.preset_workload = args.workload
-        args.workload = "agentic"
-    if args.workload == "agentic":
-        trace = _agentic_from(args)
-    else:
-        trace = load_trace(args.workload)
+    trace = _workload(args)
     if args.preset:
         split, _, model = args.preset.partition(":")
         config = hardware_config(split, model or "llama-4-maverick", scale=args.scale)
@@ -307,16 +318,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     """The paper-style comparison (see kvmodel.compare); --out writes plots and JSON."""
     from kvmodel.compare import CACHE_POLICIES, PLACEMENT_POLICIES, compare
 
-    if args.workload in PRESETS:
-        args.preset_workload = args.workload
-        args.workload = "agentic"
-    if args.workload == "agentic":
-        # Lachesis measures on a multi-agent trace: that preset by default, 8 sessions
-        args.preset_workload = args.preset_workload or "multi-agent"
-        args.sessions = args.sessions or 8
-        trace = _agentic_from(args)
-    else:
-        trace = load_trace(args.workload)
+    # Lachesis measures on a multi-agent trace: that preset by default, 8 sessions
+    trace = _workload(args, default_preset="multi-agent", default_sessions=8)
     pols = args.policies.split(",") if args.policies else None
     cache = [p for p in (pols or CACHE_POLICIES) if p in CACHE_POLICIES or pols]
     place = [p for p in (pols or PLACEMENT_POLICIES) if p in PLACEMENT_POLICIES]
