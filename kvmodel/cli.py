@@ -356,6 +356,24 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_kv_events(args: argparse.Namespace) -> int:
+    """Check a vLLM KV-event log (BlockStored/BlockRemoved/AllBlocksCleared) for what it shows."""
+    from checkers.kv_events import check_kv_events, load_kv_events
+
+    events = load_kv_events(args.log)
+    try:
+        found = check_kv_events(events)
+    except TraceError as e:
+        raise e.located(file=args.log, line=None, op=None) from None
+    if args.json:
+        print(json.dumps([attrs.asdict(f) for f in found], indent=2))
+    else:
+        for f in found:
+            print(f"{args.log}:{f.line}: {f.rule}: {f.message}")
+        print(f"{len(events)} events, {len(found)} findings")
+    return 1 if found else 0
+
+
 def _cmd_prove(args: argparse.Namespace) -> int:
     """Z3 proofs of a rank policy's eviction-order properties, for all feature values."""
     from checkers.z3rank import PROPERTIES, prove_policy
@@ -522,6 +540,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     im.add_argument("-o", "--output", required=True, help="trace file to write")
     im.set_defaults(func=_cmd_import)
+
+    ke = sub.add_parser("kv-events", help="check a vLLM KV-event log (a partial log)")
+    ke.add_argument("log", help="JSONL of BlockStored/BlockRemoved/AllBlocksCleared events")
+    ke.add_argument("--json", action="store_true")
+    ke.set_defaults(func=_cmd_kv_events)
 
     pv = sub.add_parser("prove", help="Z3: prove a rank policy's eviction-order properties")
     pv.add_argument("policy")
