@@ -14,7 +14,8 @@ An ``infer`` is the heart (spec P7)::
 
 Work per inference is proportional to the blocks packed from ``v`` (new blocks), not to the
 context's length: the kept prefix is reused by count, and block recency for it is derived from
-the context's ``last_infer`` (see :meth:`_EngineView.block`).
+the context's ``last_infer`` (see ``EngineView.block`` in :mod:`kvmodel._engine_view`); the
+hot path itself lives in :mod:`kvmodel._admission`.
 """
 
 from __future__ import annotations
