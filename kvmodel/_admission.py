@@ -14,7 +14,7 @@ from kvmodel.blocks import BlockSpec
 from kvmodel.contexts import Context
 from kvmodel.errors import PolicyError, TraceError
 from kvmodel.ids import BlockId, BlockKey, TierName
-from kvmodel.lifecycle import Event, aggregate_within_context
+from kvmodel.lifecycle import BlockClass, Event, aggregate_within_context
 from kvmodel.observations import (
     AllocObs,
     BypassObs,
@@ -134,7 +134,16 @@ def infer(e: Engine, op: Infer) -> None:
     placed: list[Placed] = []
     ok = True
     if needed > free:
-        available = free + e._victims.evictable()
+        # orphans among the misses are recomputed in place: evictable now, in flight soon
+        orphans = sum(
+            1
+            for s in misses
+            if s.key is not None
+            and s.key in e.index
+            and e.view.block(e.index[s.key]).state is not BlockClass.PINNED
+            and not e.in_flight(e.blocks[e.index[s.key]])
+        )
+        available = free + e._victims.evictable() - orphans
         if needed > available:
             reject(
                 e,

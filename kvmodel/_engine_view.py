@@ -139,3 +139,12 @@ class EngineView:
     def chain(self, ctx: ContextId) -> Sequence[BlockId]:
         e = self._e
         return [e.index[s.key] for s in e.contexts[ctx].materialized if s.key is not None]
+
+    def evictable(self, block: BlockId) -> bool:
+        e = self._e
+        b = e.blocks.get(block)
+        return (
+            b is not None
+            and not e.in_flight(b)
+            and self.block(block).state is not (BlockClass.PINNED)
+        )

@@ -356,6 +356,19 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_oracle(args: argparse.Namespace) -> int:
+    """Log conformance: is IMPL_LOG a behaviour the reference policy allows on TRACE?"""
+    from checkers.oracle import check_log, load_log
+
+    trace = load_trace(args.trace)
+    verdict = check_log(trace, load_log(args.log), args.policy, _config(args.config))
+    if args.json:
+        print(json.dumps(attrs.asdict(verdict), indent=2))
+    else:
+        print(verdict.render())
+    return {"OK": 0, "ILLEGAL": 1}.get(verdict.verdict, 3)
+
+
 def _cmd_kv_events(args: argparse.Namespace) -> int:
     """Check a vLLM KV-event log (BlockStored/BlockRemoved/AllBlocksCleared) for what it shows."""
     from checkers.kv_events import check_kv_events, load_kv_events
@@ -540,6 +553,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     im.add_argument("-o", "--output", required=True, help="trace file to write")
     im.set_defaults(func=_cmd_import)
+
+    orc = sub.add_parser("oracle", help="check an implementation's log against the reference")
+    orc.add_argument("trace")
+    orc.add_argument("log", help="the implementation's observation log (JSONL, spec T4)")
+    orc.add_argument("--policy", required=True, help="the reference policy (a rank policy)")
+    orc.add_argument("--config", help="engine config TOML the implementation ran with")
+    orc.add_argument("--json", action="store_true")
+    orc.set_defaults(func=_cmd_oracle)
 
     ke = sub.add_parser("kv-events", help="check a vLLM KV-event log (a partial log)")
     ke.add_argument("log", help="JSONL of BlockStored/BlockRemoved/AllBlocksCleared events")
