@@ -252,6 +252,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         st = r.result.stats
         never = ", ".join(st.never_fired()) or "none"
         print(f"{r.policy}: {st.examples} examples, {st.steps} steps; rules never fired: {never}")
+        fired = ", ".join(f"{k} {n}" for k, n in sorted(st.rules.items()) if n)
+        print(f"  rules fired: {fired}")
         for inv, c in sorted(r.result.found.items()):
             where = f" -> {r.bundles[inv]}" if inv in r.bundles else ""
             tag = "CLAIM VIOLATED" if inv in r.claims else "finding"
