@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,41 +16,38 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from kvmodel.config import EngineConfig, default_config, load_config
+from kvmodel._cli_common import agentic_from, atomic_write, engine_config
+from kvmodel._cli_study import (
+    cmd_compare,
+    cmd_import,
+    cmd_kv_events,
+    cmd_lachesis_cv,
+    cmd_lachesis_fit,
+    cmd_oracle,
+    cmd_prove,
+    cmd_simulate,
+)
+from kvmodel.config import EngineConfig, default_config
 from kvmodel.errors import ConfigError, KVModelError, PolicyNotFoundError, TraceError
 from kvmodel.policy import registered_policies, resolve_policy
 from kvmodel.replay import Summary, replay
 from kvmodel.trace import Trace, iter_trace_lines, load_trace
-from kvmodel.workloads import PRESETS, AgenticParams, generate_agentic
+from kvmodel.workloads import PRESETS
 
 if TYPE_CHECKING:
-    from policies.spawn_predictor import WorkerSample
+    pass
 
 __all__ = ["main"]
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def _config(path: str | None) -> EngineConfig:
-    return load_config(path) if path else default_config()
-
-
 def _cmd_replay(args: argparse.Namespace) -> int:
     trace = load_trace(args.trace)
-    config = _config(args.config)
+    config = engine_config(args.config)
     if args.check is not None:
         return _replay_checked(args, trace, config)
     result = replay(trace, args.policy, config)
     if args.observations:
-        _atomic_write(Path(args.observations), result.engine.log.to_jsonl())
+        atomic_write(Path(args.observations), result.engine.log.to_jsonl())
     _print_summary(result.summary, as_json=args.json)
     return 0
 
@@ -70,7 +66,7 @@ def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig
     if run.trace_error is not None:
         raise run.trace_error.located(file=trace.source, line=trace.line_of(run.applied), op=None)
     if args.observations:
-        _atomic_write(Path(args.observations), run.engine.log.to_jsonl())
+        atomic_write(Path(args.observations), run.engine.log.to_jsonl())
     first: dict[str, Violation] = {}
     for v in run.violations:
         first.setdefault(v.invariant, v)
@@ -134,50 +130,23 @@ def _cmd_policies(args: argparse.Namespace) -> int:
     return 0
 
 
-def _agentic_from(args: argparse.Namespace) -> Trace:
-    """The built-in generator: a calibrated preset (``--preset``), else the ad-hoc knobs."""
-    if getattr(args, "preset_workload", None):
-        p = attrs.evolve(PRESETS[args.preset_workload], seed=args.seed)
-        if args.sessions is not None:
-            p = attrs.evolve(p, sessions=args.sessions)
-        return generate_agentic(p)
-    return generate_agentic(
-        AgenticParams(seed=args.seed, sessions=args.sessions or 4, turns=args.turns)
-    )
-
-
-def _workload(
-    args: argparse.Namespace,
-    *,
-    default_preset: str | None = None,
-    default_sessions: int | None = None,
-) -> Trace:
-    """``--workload``: 'agentic', a preset name, or a trace file."""
-    if args.workload in PRESETS:
-        args.preset_workload = args.workload
-        args.workload = "agentic"
-    if args.workload != "agentic":
-        return load_trace(args.workload)
-    args.preset_workload = args.preset_workload or default_preset
-    args.sessions = args.sessions or default_sessions
-    return _agentic_from(args)
-
-
 def _cmd_generate(args: argparse.Namespace) -> int:
-    trace = _agentic_from(args)
+    trace = agentic_from(args)
     text = "".join(line + "\n" for line in iter_trace_lines(trace))
     if args.output == "-":
         sys.stdout.write(text)
     else:
-        _atomic_write(Path(args.output), text)
+        atomic_write(Path(args.output), text)
     return 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     """The built-in default job: one generated agent workload, every built-in policy."""
-    trace = _agentic_from(args)
+    trace = agentic_from(args)
     config = (
-        _config(args.config) if args.config else default_config(hbm_blocks=256, hbf_blocks=1024)
+        engine_config(args.config)
+        if args.config
+        else default_config(hbm_blocks=256, hbf_blocks=1024)
     )
     names = args.policies.split(",") if args.policies else list(registered_policies())
     rows = [replay(trace, n, config).summary for n in names]
@@ -267,193 +236,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_import(args: argparse.Namespace) -> int:
-    """Turn logs of real LLM requests into a trace (``kvmodel import openai LOG... -o T``)."""
-    from kvmodel.importers import import_claude_code, import_openai
-
-    importer = import_openai if args.format == "openai" else import_claude_code
-    trace, report = importer(args.paths)
-    text = "".join(line + "\n" for line in iter_trace_lines(trace))
-    _atomic_write(Path(args.output), text)
-    print(
-        f"{report.conversations} conversations, {report.requests} requests -> "
-        f"{report.ops} ops in {args.output}; {report.skipped} records skipped",
-        file=sys.stderr,
-    )
-    for w in report.warnings:
-        print(f"  skipped: {w}", file=sys.stderr)
-    return 0
-
-
-def _cmd_simulate(args: argparse.Namespace) -> int:
-    """One workload (built-in generator or a trace file) under one policy: the metrics."""
-    from kvmodel.metrics import compute_metrics
-    from kvmodel.presets import hardware_config
-
-    trace = _workload(args)
-    if args.preset:
-        split, _, model = args.preset.partition(":")
-        config = hardware_config(split, model or "llama-4-maverick", scale=args.scale)
-    else:
-        config = _config(args.config)
-    m = compute_metrics(replay(trace, args.policy, config))
-    if args.json:
-        print(json.dumps(m.to_json(), indent=2))
-        return 0
-    print(
-        f"policy {m.policy} on {args.preset_workload or args.workload}: "
-        f"hit rate {m.token_hit_rate:.1%}, "
-        f"recomputed {m.recomputed_tokens} tokens, est. cost ${m.cost_usd:.2f}"
-    )
-    print(
-        f"  TTFT mean {m.ttft_s_mean * 1000:.0f} ms, modelled latency {m.latency_s_total:.0f} s;"
-        f" zombie block-s {m.zombie_block_seconds:.0f}; evictions {m.evictions} "
-        f"({m.regretted_evictions} regretted)"
-    )
-    for tier, w in m.writes.items():
-        y = m.device_years.get(tier)
-        print(f"  {tier}: {w} block writes" + (f", {y:.3g} device-years" if y else ""))
-    return 0
-
-
-def _cmd_compare(args: argparse.Namespace) -> int:
-    """The paper-style comparison (see kvmodel.compare); --out writes plots and JSON."""
-    from kvmodel.compare import CACHE_POLICIES, PLACEMENT_POLICIES, compare
-
-    # Lachesis measures on a multi-agent trace: that preset by default, 8 sessions
-    trace = _workload(args, default_preset="multi-agent", default_sessions=8)
-    pols = args.policies.split(",") if args.policies else None
-    cache = [p for p in (pols or CACHE_POLICIES) if p in CACHE_POLICIES or pols]
-    place = [p for p in (pols or PLACEMENT_POLICIES) if p in PLACEMENT_POLICIES]
-    for p in cache + place:
-        resolve_policy(p)
-    cmp = compare(
-        trace,
-        _config(args.config) if args.config else default_config(hbm_blocks=256, hbf_blocks=1024),
-        splits=args.splits.split(","),
-        model=args.model,
-        scale=args.scale,
-        cache_policies=[p for p in cache if p not in PLACEMENT_POLICIES],
-        placement_policies=place,
-        progress=not args.json,
-    )
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "cache": {k: v.to_json() for k, v in cmp.cache.items()},
-                    "placement": {
-                        s: {k: v.to_json() for k, v in r.items()} for s, r in cmp.placement.items()
-                    },
-                    "ratios": cmp.ratios(),
-                },
-                indent=2,
-            )
-        )
-    else:
-        print(cmp.render())
-    if args.out:
-        for path in cmp.plot(Path(args.out)):
-            print(f"wrote {path}", file=sys.stderr)
-    return 0
-
-
-def _cmd_oracle(args: argparse.Namespace) -> int:
-    """Log conformance: is IMPL_LOG a behaviour the reference policy allows on TRACE?"""
-    from checkers.oracle import check_log, load_log
-
-    trace = load_trace(args.trace)
-    verdict = check_log(trace, load_log(args.log), args.policy, _config(args.config))
-    if args.json:
-        print(json.dumps(attrs.asdict(verdict), indent=2))
-    else:
-        print(verdict.render())
-    return {"OK": 0, "ILLEGAL": 1}.get(verdict.verdict, 3)
-
-
-def _cmd_kv_events(args: argparse.Namespace) -> int:
-    """Check a vLLM KV-event log (BlockStored/BlockRemoved/AllBlocksCleared) for what it shows."""
-    from checkers.kv_events import check_kv_events, load_kv_events
-
-    events = load_kv_events(args.log)
-    try:
-        found = check_kv_events(events)
-    except TraceError as e:
-        raise e.located(file=args.log, line=None, op=None) from None
-    if args.json:
-        print(json.dumps([attrs.asdict(f) for f in found], indent=2))
-    else:
-        for f in found:
-            print(f"{args.log}:{f.line}: {f.rule}: {f.message}")
-        print(f"{len(events)} events, {len(found)} findings")
-    return 1 if found else 0
-
-
-def _cmd_prove(args: argparse.Namespace) -> int:
-    """Z3 proofs of a rank policy's eviction-order properties, for all feature values."""
-    from checkers.z3rank import PROPERTIES, prove_policy
-
-    policy = resolve_policy(args.policy)
-    props = args.prop.split(",") if args.prop else None
-    if props is not None and (bad := [p for p in props if p not in PROPERTIES]):
-        raise ConfigError(f"unknown property {bad[0]!r}; known: {', '.join(PROPERTIES)}")
-    try:
-        proofs = prove_policy(policy, props, timeout_ms=int(args.timeout * 1000))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    if args.json:
-        print(json.dumps([attrs.asdict(p) for p in proofs], indent=2))
-    else:
-        if not proofs:
-            print(f"{policy.name}: claims no rank-order property")
-        for p in proofs:
-            print(f"{p.prop:<22} {p.rung:<9} {p.seconds * 1000:7.1f} ms")
-            for blk, vals in (p.counterexample or {}).items():
-                print(f"    {blk}: " + ", ".join(f"{k}={v}" for k, v in vals.items()))
-    return 1 if any(p.rung == "violated" for p in proofs) else 0
-
-
-def _lachesis_samples(paths: Sequence[str]) -> list[WorkerSample]:
-    from policies.spawn_predictor import default_training_traces, samples_from
-
-    traces = [load_trace(p) for p in paths] if paths else default_training_traces()
-    return samples_from(traces)
-
-
-def _cmd_lachesis_fit(args: argparse.Namespace) -> int:
-    from policies.spawn_predictor import DEFAULT_TRAINING, SpawnPredictor
-
-    samples = _lachesis_samples(args.traces)
-    model = SpawnPredictor.fit(samples, ridge=args.ridge or DEFAULT_TRAINING["ridge"])
-    model.save(args.out)
-    print(
-        f"fitted on {len(samples)} workers from "
-        f"{len({s.session for s in samples})} sessions; weights written to {args.out}"
-    )
-    return 0
-
-
-def _cmd_lachesis_cv(args: argparse.Namespace) -> int:
-    from policies.spawn_predictor import cross_validate
-
-    samples = _lachesis_samples(args.traces)
-    r = cross_validate(samples, folds=args.folds, select=args.select)
-    if args.json:
-        print(json.dumps(attrs.asdict(r), indent=2))
-        return 0
-    print(f"{r.workers} workers, {r.sessions} sessions, grouped {r.folds}-fold CV by session")
-    print(f"  Kendall tau (predicted vs true lifetime): {r.kendall_tau:6.3f}   (paper: 0.53)")
-    print(
-        f"  shortest-lived tenth captured at {args.select:.0%}: "
-        f"{r.shortest_tenth_captured:6.1%}   (paper: 62.8%)"
-    )
-    print(
-        f"  longest-lived tenth selected at {args.select:.0%}:  "
-        f"{r.longest_tenth_selected:6.1%}   (paper: 0%)"
-    )
-    return 0
-
-
 def _workload_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--sessions", type=int, help="sessions (default: 4, or the preset's)")
@@ -527,7 +309,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _workload_args(sm)
     sm.add_argument("--json", action="store_true")
-    sm.set_defaults(func=_cmd_simulate)
+    sm.set_defaults(func=cmd_simulate)
 
     cp = sub.add_parser("compare", help="paper-style comparison of cache and placement policies")
     cp.add_argument(
@@ -543,7 +325,7 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("--out", help="directory for plots (PNG)")
     cp.add_argument("--json", action="store_true")
     _workload_args(cp)
-    cp.set_defaults(func=_cmd_compare)
+    cp.set_defaults(func=cmd_compare)
 
     im = sub.add_parser("import", help="import real agent logs as a trace")
     im.add_argument("format", choices=["openai", "claude-code"], help="log format")
@@ -554,7 +336,7 @@ def _parser() -> argparse.ArgumentParser:
         "claude-code: session .jsonl transcripts (sub-agents read from <session>/subagents/)",
     )
     im.add_argument("-o", "--output", required=True, help="trace file to write")
-    im.set_defaults(func=_cmd_import)
+    im.set_defaults(func=cmd_import)
 
     orc = sub.add_parser("oracle", help="check an implementation's log against the reference")
     orc.add_argument("trace")
@@ -562,19 +344,19 @@ def _parser() -> argparse.ArgumentParser:
     orc.add_argument("--policy", required=True, help="the reference policy (a rank policy)")
     orc.add_argument("--config", help="engine config TOML the implementation ran with")
     orc.add_argument("--json", action="store_true")
-    orc.set_defaults(func=_cmd_oracle)
+    orc.set_defaults(func=cmd_oracle)
 
     ke = sub.add_parser("kv-events", help="check a vLLM KV-event log (a partial log)")
     ke.add_argument("log", help="JSONL of BlockStored/BlockRemoved/AllBlocksCleared events")
     ke.add_argument("--json", action="store_true")
-    ke.set_defaults(func=_cmd_kv_events)
+    ke.set_defaults(func=cmd_kv_events)
 
     pv = sub.add_parser("prove", help="Z3: prove a rank policy's eviction-order properties")
     pv.add_argument("policy")
     pv.add_argument("--prop", help="comma-separated properties (default: those it claims)")
     pv.add_argument("--timeout", type=float, default=10.0, help="seconds per query")
     pv.add_argument("--json", action="store_true")
-    pv.set_defaults(func=_cmd_prove)
+    pv.set_defaults(func=cmd_prove)
 
     pol = sub.add_parser("policies", help="list registered policies and their claims")
     pol.add_argument("--json", action="store_true")
@@ -598,13 +380,13 @@ def _parser() -> argparse.ArgumentParser:
     lf.add_argument("traces", nargs="*", help="trace files (default: built-in training traces)")
     lf.add_argument("--out", required=True, help="weights JSON to write")
     lf.add_argument("--ridge", type=float, help="ridge penalty (default 1.0)")
-    lf.set_defaults(func=_cmd_lachesis_fit)
+    lf.set_defaults(func=cmd_lachesis_fit)
     lc = lsub.add_parser("cv", help="grouped k-fold CV: Kendall tau and 10%% selection shares")
     lc.add_argument("traces", nargs="*", help="trace files (default: built-in training traces)")
     lc.add_argument("--folds", type=int, default=5)
     lc.add_argument("--select", type=float, default=0.1)
     lc.add_argument("--json", action="store_true")
-    lc.set_defaults(func=_cmd_lachesis_cv)
+    lc.set_defaults(func=cmd_lachesis_cv)
     return p
 
 
