@@ -16,7 +16,6 @@ a malformed line is a :class:`~kvmodel.errors.TraceError` naming the file and li
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,12 @@ from typing import Any
 import attrs
 
 from kvmodel.errors import TraceError
+from kvmodel.jsonl import read_jsonl
 
 __all__ = ["EventFinding", "check_kv_events", "load_kv_events"]
+
+
+_TYPES = ("BlockStored", "BlockRemoved", "AllBlocksCleared")
 
 
 @attrs.frozen
@@ -36,28 +39,12 @@ class EventFinding:
 
 
 def load_kv_events(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise TraceError(f"cannot read event log: {e.strerror}", file=str(p)) from None
     out = []
-    for n, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            ev = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise TraceError(f"malformed JSON: {e.msg}", file=str(p), line=n) from None
-        if not isinstance(ev, dict) or ev.get("type") not in (
-            "BlockStored",
-            "BlockRemoved",
-            "AllBlocksCleared",
-        ):
+    for n, ev in read_jsonl(path, "event log"):
+        if not isinstance(ev, dict) or ev.get("type") not in _TYPES:
             raise TraceError(
-                "expected an event with type BlockStored|BlockRemoved|"
-                f"AllBlocksCleared (got {raw[:60]!r})",
-                file=str(p),
+                f"expected an event with type {'|'.join(_TYPES)} (got {str(ev)[:60]!r})",
+                file=str(path),
                 line=n,
                 field="type",
             )

@@ -16,7 +16,6 @@ decide (it ends before the trace does, or names ops the trace does not have).
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -28,6 +27,7 @@ from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import ConfigError, TraceError
 from kvmodel.ids import BlockId
+from kvmodel.jsonl import read_jsonl
 from kvmodel.observations import observation_to_json
 from kvmodel.policy import BasePolicy, Placement, Policy, rank_key, resolve_policy
 from kvmodel.trace import Op, Trace
@@ -61,19 +61,8 @@ class OracleVerdict:
 
 
 def load_log(path: str | Path) -> list[dict[str, Any]]:
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise TraceError(f"cannot read implementation log: {e.strerror}", file=str(p)) from None
     out = []
-    for n, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            rec = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise TraceError(f"malformed JSON: {e.msg}", file=str(p), line=n) from None
+    for n, rec in read_jsonl(path, "implementation log"):
         if (
             not isinstance(rec, dict)
             or not isinstance(rec.get("op"), int)
@@ -81,7 +70,7 @@ def load_log(path: str | Path) -> list[dict[str, Any]]:
         ):
             raise TraceError(
                 "expected an observation record with integer 'op' and 'kind'",
-                file=str(p),
+                file=str(path),
                 line=n,
                 field="op",
             )

@@ -34,6 +34,7 @@ import attrs
 from kvmodel.errors import TraceError
 from kvmodel.ids import ContextId, MessageId, SessionId
 from kvmodel.importers.openai import ImportReport
+from kvmodel.jsonl import read_jsonl
 from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
 from kvmodel.trace import (
     Append,
@@ -56,21 +57,7 @@ _CHARS_PER_TOKEN = 2.2
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise TraceError(f"cannot read transcript: {e.strerror}", file=str(path)) from None
-    out = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise TraceError(f"malformed JSON: {e.msg}", file=str(path), line=n) from None
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+    return [rec for _, rec in read_jsonl(path, "transcript") if isinstance(rec, dict)]
 
 
 def _seconds(ts: str) -> float:
