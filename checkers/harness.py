@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -32,6 +32,9 @@ __all__ = [
     "shrink",
     "write_bundle",
 ]
+
+
+T = TypeVar("T")
 
 
 def engine_for(policy: Policy, config: EngineConfig) -> Engine:
@@ -96,8 +99,8 @@ def check_ops(
 
 
 def shrink(
-    ops: Sequence[Op], fails: Callable[[Sequence[Op]], bool], *, budget: int = 2000
-) -> tuple[list[Op], bool]:
+    ops: Sequence[T], fails: Callable[[Sequence[T]], bool], *, budget: int = 2000
+) -> tuple[list[T], bool]:
     """Delta debugging (ddmin) over ops, then single-op deletion to a fixpoint.
 
     Returns the shortened ops and whether they are **1-minimal** (no single op can be deleted

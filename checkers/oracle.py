@@ -1,39 +1,61 @@
-"""Log conformance: is an implementation's observation log one the reference policy allows?
+"""Log conformance: is an implementation's observation log one the reference allows?
 
 The implementation logs what it did on a trace in the observation-log schema
-(spec/trace-format.md T4; blocks are compared by hash-chain ``key``, slot ids are its own).
-The oracle replays the trace in the reference engine under the named policy and compares, op by
-op, the decisions: hits, writes (with tier), bypasses, reclaims, rejections -- and evictions,
-**nondeterminism-aware**: at each eviction the policy's rule admits every candidate tied with
-the best on the rank key (all terms but the final id tie-break); the implementation's victim
-must lie in that set, and the reference then *follows* the implementation's choice, so that one
-legal tie-break does not make every later record differ.
+(spec/trace-format.md T4, minimum in spec/invariants.md §Oracle; blocks are compared by
+hash-chain ``key``, slot ids are its own). Two modes:
+
+* **policy mode** (:func:`check_log`, :class:`Conformance`): the reference replays the trace under
+  the named rank policy and compares, op by op, the decisions -- blocks reused, writes (with
+  tier), bypasses, reclaims, rejections, the number of evictions -- and the evictions themselves,
+  **nondeterminism-aware**: at each eviction the policy's rule admits every candidate tied with
+  the best on the rank key (all terms but the final id tie-break); the implementation's victim
+  must lie in that set, and the reference then *follows* it, so one legal tie-break does not
+  make every later record differ.
+* **invariants-only mode** (:func:`check_log_invariants`): no policy is assumed. The reference
+  engine is driven by the log itself (a puppet policy places, evicts and reclaims exactly as the
+  log says) and the invariant monitor judges the run it reconstructs, as a history checker
+  judges a database against an isolation level rather than against one execution.
 
 Verdicts: ``OK``; ``ILLEGAL`` with the first divergent op, what the reference allowed and what
-the implementation did, and the resident state just before; ``UNKNOWN`` when the log cannot
-decide (it ends before the trace does, or names ops the trace does not have).
+the implementation did, the resident state just before, and (policy mode) a shortened trace
+prefix that still diverges; ``UNKNOWN`` when the log cannot decide (it ends before the trace
+does, or names ops the trace does not have).
+
+:class:`Conformance` is incremental (one op and its records at a time), so the same code checks
+a finished log and drives lockstep differential testing (:mod:`checkers.lockstep`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import attrs
 
+from checkers.harness import shrink
+from checkers.invariants import Monitor
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
-from kvmodel.errors import ConfigError, TraceError
-from kvmodel.ids import BlockId
+from kvmodel.errors import ConfigError, PolicyError, TraceError
+from kvmodel.ids import BlockId, BlockKey, TierName
 from kvmodel.jsonl import read_jsonl
 from kvmodel.observations import observation_to_json
 from kvmodel.policy import BasePolicy, Placement, Policy, rank_key, resolve_policy
-from kvmodel.trace import Op, Trace
+from kvmodel.trace import Infer, Op, Trace, dumps_op
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 
-__all__ = ["OracleVerdict", "check_log", "load_log"]
+__all__ = [
+    "Conformance",
+    "OracleVerdict",
+    "check_log",
+    "check_log_invariants",
+    "load_log",
+    "rank_policy",
+]
+
+Record = Mapping[str, Any]
 
 
 @attrs.frozen
@@ -44,6 +66,9 @@ class OracleVerdict:
     expected: tuple[str, ...] = ()
     got: tuple[str, ...] = ()
     state_before: tuple[str, ...] = ()
+    #: policy mode, ILLEGAL: a shortened trace (JSON lines) and log that still diverge
+    shortened_trace: tuple[str, ...] = ()
+    shortened_log: tuple[dict[str, Any], ...] = ()
 
     def render(self) -> str:
         lines = [
@@ -52,11 +77,16 @@ class OracleVerdict:
             + (f": {self.reason}" if self.reason else "")
         ]
         if self.expected or self.got:
-            lines.append("  reference allows: " + "; ".join(self.expected))
-            lines.append("  implementation:   " + "; ".join(self.got))
+            lines.append("  reference allows: " + ("; ".join(self.expected) or "(nothing)"))
+            lines.append("  implementation:   " + ("; ".join(self.got) or "(nothing)"))
         if self.state_before:
             lines.append("  resident before the op:")
             lines += [f"    {s}" for s in self.state_before]
+        if self.shortened_trace:
+            lines.append(
+                f"  shortened trace that still diverges ({len(self.shortened_trace)} ops):"
+            )
+            lines += [f"    {s}" for s in self.shortened_trace]
         return "\n".join(lines)
 
 
@@ -78,22 +108,36 @@ def load_log(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
-def _decisions(records: Iterable[dict[str, Any]]) -> dict[int, list[str]]:
-    """Per op, the comparable decisions (eviction victims are checked separately)."""
-    out: dict[int, list[str]] = defaultdict(list)
+def _by_op(log: Iterable[Record]) -> dict[int, list[Record]]:
+    out: dict[int, list[Record]] = defaultdict(list)
+    for r in log:
+        out[int(r["op"])].append(r)
+    return out
+
+
+def _decisions(records: Iterable[Record], own_keys: Sequence[BlockKey]) -> list[str]:
+    """The comparable decisions of one op (eviction victims are checked separately).
+
+    Reuse is compared as a set of keys: an implementation may report its context's own kept
+    prefix as ``own_blocks`` on the ``infer`` record (as the reference does) or as ``hit``
+    records (as a cache that looks every block up does); ``own_keys`` names those blocks.
+    """
+    out: list[str] = []
     for r in records:
         k = r["kind"]
-        if k == "hit":
-            out[r["op"]].append(f"hit {r.get('key')}")
+        if k == "infer":
+            out += [f"reuse {key}" for key in own_keys[: int(r.get("own_blocks") or 0)]]
+        elif k == "hit":
+            out.append(f"reuse {r.get('key')}")
         elif k == "alloc":
-            out[r["op"]].append(f"write {r.get('key')} in {r.get('tier')}")
+            out.append(f"write {r.get('key')} in {r.get('tier')}")
         elif k == "bypass":
-            out[r["op"]].append(f"bypass {r.get('key')}")
+            out.append(f"bypass {r.get('key')}")
         elif k == "free" and r.get("reason") == "reclaim":
-            out[r["op"]].append(f"reclaim {r.get('key')}")
+            out.append(f"reclaim {r.get('key')}")
         elif k == "reject":
-            out[r["op"]].append("reject")
-    return {op: sorted(v) for op, v in out.items()}
+            out.append("reject")
+    return sorted(set(out)) if len(set(out)) == len(out) else sorted(out)
 
 
 class _Follow(BasePolicy):
@@ -101,10 +145,10 @@ class _Follow(BasePolicy):
 
     name: ClassVar[str] = "oracle-follow"
 
-    def __init__(self, inner: BasePolicy, victims: dict[int, list[str]]) -> None:
+    def __init__(self, inner: BasePolicy) -> None:
         self.inner = inner
-        self.victims = {op: list(v) for op, v in victims.items()}
-        self.illegal: tuple[int, str, tuple[str, ...], str] | None = None
+        self.wanted: list[str] = []
+        self.illegal: tuple[str, tuple[str, ...], str] | None = None
 
     @property
     def claims(self) -> frozenset[str]:  # type: ignore[override]
@@ -117,25 +161,24 @@ class _Follow(BasePolicy):
         return self.inner.on_op(view, op)
 
     def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
-        op = view.now_op
-        wanted = self.victims.get(op) or []
-        keyed = sorted(candidates, key=lambda b: rank_key(self.inner.rank, b))
-        for key in list(wanted):
+        rank = self.inner.rank
+        keyed = sorted(candidates, key=lambda b: rank_key(rank, b))
+        while self.wanted and self.illegal is None:
             keyed = [b for b in keyed if view.evictable(b.id)]
-            if self.illegal is not None or not keyed:
+            if not keyed:
                 break
-            best = rank_key(self.inner.rank, keyed[0])[:-1]
-            admissible = [b for b in keyed if rank_key(self.inner.rank, b)[:-1] == best]
+            key = self.wanted[0]
+            best = rank_key(rank, keyed[0])[:-1]
+            admissible = [b for b in keyed if rank_key(rank, b)[:-1] == best]
             pick = next((b for b in admissible if b.key == key), None)
             if pick is None:
                 self.illegal = (
-                    op,
                     "eviction outside the admissible set",
                     tuple(f"evict {b.key} ({b.state.value})" for b in admissible),
                     f"evict {key}",
                 )
                 break
-            wanted.remove(key)
+            self.wanted.pop(0)
             keyed.remove(pick)
             yield pick.id
         yield from (b.id for b in keyed)
@@ -149,9 +192,16 @@ def _state(engine: Engine) -> tuple[str, ...]:
     )
 
 
-def check_log(
-    trace: Trace, log: Sequence[dict[str, Any]], policy: str | Policy, config: EngineConfig
-) -> OracleVerdict:
+def _own_keys(engine: Engine, op: Op) -> list[BlockKey]:
+    """Before an inference: the keys of its context's materialized chain (the own prefix)."""
+    if not isinstance(op, Infer) or op.ctx not in engine.contexts:
+        return []
+    v = engine.view
+    return [v.block(b).key or BlockKey("") for b in v.chain(op.ctx)]
+
+
+def rank_policy(policy: str | Policy) -> BasePolicy:
+    """``policy`` if the oracle can judge against it: a policy given by a declarative rank."""
     inner = resolve_policy(policy)
     if (
         not isinstance(inner, BasePolicy)
@@ -162,41 +212,203 @@ def check_log(
             f"policy {inner.name!r} has no declarative rank: the oracle needs one "
             "to know which victims its rule admits"
         )
-    n_ops = len(trace.ops)
-    if any(r["op"] >= n_ops for r in log):
-        return OracleVerdict("UNKNOWN", reason="the log names ops the trace does not have")
-    victims: dict[int, list[str]] = defaultdict(list)
-    for r in log:
-        if r["kind"] == "evict":
-            victims[r["op"]].append(str(r.get("key")))
-    got = _decisions(log)
-    follow = _Follow(inner, victims)
-    engine = Engine(config, follow)
-    last_logged = max((r["op"] for r in log), default=-1)
-    for i, op in enumerate(trace.ops):
-        before = _state(engine)
-        seen = len(engine.log)
-        engine.apply(op)
-        if follow.illegal is not None:
-            at, why, allowed, did = follow.illegal
-            return OracleVerdict("ILLEGAL", at, why, allowed, (did,), before)
-        mine = _decisions(observation_to_json(o) for o in engine.log.since(seen)).get(i, [])
-        theirs = got.get(i, [])
-        if i >= last_logged and mine != theirs:
-            # the log's last op may be cut short: that is a truncated log, not a verdict
+    return inner
+
+
+class Conformance:
+    """The reference, one op at a time, judging what an implementation did on that op.
+
+    ``step(i, op, records)`` applies op ``i`` (ops must come in order) with the
+    implementation's records for it and returns ``None`` while they conform, else the verdict.
+    """
+
+    def __init__(self, policy: str | Policy, config: EngineConfig) -> None:
+        self.follow = _Follow(rank_policy(policy))
+        self.engine = Engine(config, self.follow)
+        self.ops = 0
+
+    def step(
+        self, i: int, op: Op, records: Sequence[Record], *, last: bool = False
+    ) -> OracleVerdict | None:
+        """``last``: the implementation's log may end inside this op (a cut-short log)."""
+        before = _state(self.engine)
+        own = _own_keys(self.engine, op)
+        self.follow.wanted = [str(r.get("key")) for r in records if r["kind"] == "evict"]
+        n_wanted = len(self.follow.wanted)
+        seen = len(self.engine.log)
+        self.engine.apply(op)
+        self.ops += 1
+        if self.follow.illegal is not None:
+            why, allowed, did = self.follow.illegal
+            return OracleVerdict("ILLEGAL", i, why, allowed, (did,), before)
+        ref = [observation_to_json(o) for o in self.engine.log.since(seen)]
+        mine, theirs = _decisions(ref, own), _decisions(records, own)
+        n_evicted = sum(r["kind"] == "evict" for r in ref)
+        if last and (mine != theirs or n_evicted != n_wanted):
             return OracleVerdict("UNKNOWN", i, "the log ends before the trace does")
         if mine != theirs:
             return OracleVerdict(
                 "ILLEGAL", i, "decisions differ", tuple(mine), tuple(theirs), before
             )
-        left = victims.get(i, [])
-        if left and not any(o.kind == "evict" for o in engine.log.since(seen)):
+        if n_evicted != n_wanted:
             return OracleVerdict(
                 "ILLEGAL",
                 i,
-                "eviction the reference did not need",
-                (),
-                tuple(f"evict {k}" for k in left),
+                f"the reference evicts {n_evicted} block(s) here, the implementation {n_wanted}",
+                tuple(f"evict {r['key']}" for r in ref if r["kind"] == "evict"),
+                tuple(f"evict {r.get('key')}" for r in records if r["kind"] == "evict"),
                 before,
             )
+        return None
+
+
+def _verdict(
+    trace: Trace,
+    by_op: Mapping[int, Sequence[Record]],
+    policy: str | Policy,
+    config: EngineConfig,
+    *,
+    complete: bool = False,
+) -> OracleVerdict:
+    n_ops = len(trace.ops)
+    if any(op >= n_ops or op < 0 for op in by_op):
+        return OracleVerdict("UNKNOWN", reason="the log names ops the trace does not have")
+    last_logged = len(trace.ops) if complete else max(by_op, default=-1)
+    conf = Conformance(policy, config)
+    for i, op in enumerate(trace.ops):
+        v = conf.step(i, op, by_op.get(i, ()), last=i >= last_logged)
+        if v is not None:
+            return v
+    return OracleVerdict("OK")
+
+
+def check_log(
+    trace: Trace,
+    log: Sequence[Record],
+    policy: str | Policy,
+    config: EngineConfig,
+    *,
+    shorten: bool = True,
+    budget: int = 300,
+) -> OracleVerdict:
+    """Policy mode. On ILLEGAL, ``shorten`` also delta-debugs the trace prefix up to the
+    divergent op (dropping ops together with their log records, ``budget`` replays at most)
+    to a shorter trace whose restricted log still diverges at its last op."""
+    by_op = _by_op(log)
+    verdict = _verdict(trace, by_op, policy, config)
+    if verdict.verdict != "ILLEGAL" or verdict.op is None or not shorten:
+        return verdict
+    at = verdict.op
+    keep = list(range(at))  # op `at` itself always stays: it is the divergence
+
+    def restricted(kept: Sequence[int]) -> tuple[Trace, dict[int, list[Record]]]:
+        idx = [*kept, at]
+        sub = Trace(trace.header, tuple(trace.ops[j] for j in idx))
+        recs: dict[int, list[Record]] = {
+            n: [{**r, "op": n} for r in by_op.get(j, ())] for n, j in enumerate(idx)
+        }
+        return sub, {n: r for n, r in recs.items() if r}
+
+    def diverges(kept: Sequence[int]) -> bool:
+        sub, recs = restricted(kept)
+        try:
+            v = _verdict(sub, recs, policy, config, complete=True)
+        except TraceError:  # e.g. an `open` dropped while its context is still used
+            return False
+        return v.verdict == "ILLEGAL" and v.op == len(kept)
+
+    if not diverges(keep):  # a divergence that needs the ops after it cannot be cut
+        return verdict
+    short, _ = shrink(keep, lambda ops: diverges(list(ops)), budget=budget)
+    sub, recs = restricted(short)
+    return attrs.evolve(
+        verdict,
+        shortened_trace=tuple(dumps_op(o) for o in sub.ops),
+        shortened_log=tuple(dict(r) for n in sorted(recs) for r in recs[n]),
+    )
+
+
+# ---------------------------------------------------------------- invariants-only mode
+
+
+class _Puppet(BasePolicy):
+    """Places, evicts and reclaims exactly as the implementation's log says, op by op."""
+
+    name: ClassVar[str] = "oracle-puppet"
+    #: no policy is assumed, so no worker is exempt from deterministic-placement
+    predicts_workers: ClassVar[bool] = False
+
+    def __init__(self, by_op: Mapping[int, Sequence[Record]]) -> None:
+        self.by_op = by_op
+        self.missing: str | None = None
+
+    def _records(self, view: ModelView, kind: str) -> list[Record]:
+        return [r for r in self.by_op.get(view.now_op, ()) if r["kind"] == kind]
+
+    def _ids(self, view: ModelView, keys: Iterable[object]) -> list[BlockId]:
+        where = {view.block(b).key: b for b in view.resident()}
+        return [where[BlockKey(str(k))] for k in keys if BlockKey(str(k)) in where]
+
+    def place(self, view: ModelView, block: NewBlock) -> Placement:
+        allocs = [
+            r
+            for r in self._records(view, "alloc")
+            if r.get("depth") == block.depth and r.get("ctx") in (None, block.ctx)
+        ]
+        if not allocs:
+            self.missing = f"no write of block {block.depth} of {block.ctx} in the log"
+            return Placement(tuple(t.name for t in view.tiers()))
+        bypassed = {r.get("key") for r in self._records(view, "bypass")}
+        tier = TierName(str(allocs[0].get("tier")))
+        return Placement((tier,), bypass=block.key is not None and block.key in bypassed)
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        return self._ids(view, (r.get("key") for r in self._records(view, "evict")))
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        frees = self._records(view, "free")
+        return self._ids(view, (r.get("key") for r in frees if r.get("reason") == "reclaim"))
+
+
+def check_log_invariants(
+    trace: Trace, log: Sequence[Record], config: EngineConfig, invariants: Iterable[str]
+) -> OracleVerdict:
+    """Invariants-only mode: reconstruct the implementation's run from its log and judge it by
+    the named invariants alone. A log that cannot be followed -- its hits, writes or rejections
+    are not what its own residency gives on this trace -- is ILLEGAL as inconsistent."""
+    by_op = _by_op(log)
+    n_ops = len(trace.ops)
+    if any(op >= n_ops or op < 0 for op in by_op):
+        return OracleVerdict("UNKNOWN", reason="the log names ops the trace does not have")
+    last_logged = max(by_op, default=-1)
+    puppet = _Puppet(by_op)
+    engine = Engine(config, puppet)
+    mon = Monitor(engine, invariants)
+    for i, op in enumerate(trace.ops):
+        before = _state(engine)
+        own = _own_keys(engine, op)
+        seen = len(engine.log)
+        mon.before_op(op)
+        try:
+            engine.apply(op)
+        except PolicyError as e:
+            mon.policy_error(e)
+        else:
+            mon.after_op(op)
+        if mon.violations:
+            v = mon.violations[0]
+            return OracleVerdict("ILLEGAL", i, f"{v.invariant}: {v.message}", (), (), before)
+        mine = _decisions((observation_to_json(o) for o in engine.log.since(seen)), own)
+        theirs = _decisions(by_op.get(i, ()), own)
+        if mine != theirs or puppet.missing is not None:
+            if i >= last_logged:
+                return OracleVerdict("UNKNOWN", i, "the log ends before the trace does")
+            why = puppet.missing or "its decisions are not what its own residency gives"
+            return OracleVerdict(
+                "ILLEGAL", i, f"the log is inconsistent: {why}", tuple(mine), tuple(theirs), before
+            )
+    mon.at_end()
+    if mon.violations:
+        v = mon.violations[0]
+        return OracleVerdict("ILLEGAL", v.op, f"{v.invariant}: {v.message}")
     return OracleVerdict("OK")

@@ -18,7 +18,7 @@ import attrs
 from kvmodel._cli_common import atomic_write, engine_config, workload
 from kvmodel.config import default_config
 from kvmodel.errors import ConfigError, TraceError
-from kvmodel.policy import resolve_policy
+from kvmodel.policy import STRUCTURAL_CLAIMS, resolve_policy
 from kvmodel.presets import hardware_config
 from kvmodel.replay import replay
 from kvmodel.trace import iter_trace_lines, load_trace
@@ -131,11 +131,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_oracle(args: argparse.Namespace) -> int:
-    """Log conformance: is IMPL_LOG a behaviour the reference policy allows on TRACE?"""
-    from checkers.oracle import check_log, load_log
+    """Log conformance: is IMPL_LOG a behaviour the reference allows on TRACE?"""
+    from checkers.invariants import INVARIANTS
+    from checkers.oracle import check_log, check_log_invariants, load_log
 
     trace = load_trace(args.trace)
-    verdict = check_log(trace, load_log(args.log), args.policy, engine_config(args.config))
+    log = load_log(args.log)
+    config = engine_config(args.config)
+    if args.invariants_only:
+        names = args.invariant.split(",") if args.invariant else sorted(STRUCTURAL_CLAIMS)
+        if bad := [n for n in names if n not in INVARIANTS]:
+            raise ConfigError(f"unknown invariant {bad[0]!r}; known: {', '.join(INVARIANTS)}")
+        verdict = check_log_invariants(trace, log, config, names)
+    else:
+        verdict = check_log(trace, log, args.policy, config)
     if args.json:
         print(json.dumps(attrs.asdict(verdict), indent=2))
     else:

@@ -341,7 +341,17 @@ def _parser() -> argparse.ArgumentParser:
     orc = sub.add_parser("oracle", help="check an implementation's log against the reference")
     orc.add_argument("trace")
     orc.add_argument("log", help="the implementation's observation log (JSONL, spec T4)")
-    orc.add_argument("--policy", required=True, help="the reference policy (a rank policy)")
+    mode = orc.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--policy", help="the reference policy (a rank policy)")
+    mode.add_argument(
+        "--invariants-only",
+        action="store_true",
+        help="assume no policy: the log must only never break the invariants",
+    )
+    orc.add_argument(
+        "--invariant",
+        help="comma-separated invariants for --invariants-only (default: the structural ones)",
+    )
     orc.add_argument("--config", help="engine config TOML the implementation ran with")
     orc.add_argument("--json", action="store_true")
     orc.set_defaults(func=cmd_oracle)

@@ -10,13 +10,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from checkers.oracle import check_log
+from checkers.invariants import INVARIANTS
+from checkers.oracle import check_log, check_log_invariants
 from kvmodel import EngineConfig, TierConfig
 from kvmodel.cli import main
 from kvmodel.ids import TierName
 from kvmodel.observations import observation_to_json
+from kvmodel.policy import resolve_policy
 from kvmodel.replay import replay
-from kvmodel.trace import dump_trace
+from kvmodel.trace import Infer, Trace, dump_trace, parse_trace_lines
 from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, random_trace
 
 CFG = EngineConfig(4, (TierConfig(TierName("hbm"), 8), TierConfig(TierName("hbf"), 8)))
@@ -62,14 +64,19 @@ def test_perturbed_logs_are_caught() -> None:
     assert check_log(tr, beyond, "kvtether", cfg).verdict == "UNKNOWN"
 
 
-def test_oracle_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    tr = random_trace(RandomParams(seed=4, ops=60))
+def _files(tmp_path: Path, tr: Trace) -> tuple[Path, Path, Path]:
+    """The trace, LRU's log of it and CFG, as files."""
     trace_file, log_file, cfg_file = tmp_path / "t.jsonl", tmp_path / "l.jsonl", tmp_path / "c.toml"
     dump_trace(tr, trace_file)
     cfg_file.write_text(
         'block_size = 4\n[[tiers]]\nname = "hbm"\nblocks = 8\n[[tiers]]\nname = "hbf"\nblocks = 8\n'
     )
     log_file.write_text("".join(json.dumps(r) + "\n" for r in _log(tr, "lru")))
+    return trace_file, log_file, cfg_file
+
+
+def test_oracle_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace_file, log_file, cfg_file = _files(tmp_path, random_trace(RandomParams(seed=4, ops=60)))
     assert (
         main(
             ["oracle", str(trace_file), str(log_file), "--policy", "lru", "--config", str(cfg_file)]
@@ -81,3 +88,92 @@ def test_oracle_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["oracle", str(trace_file), str(log_file), "--policy", "lru"]) == 2
     assert f"{log_file}:2" in capsys.readouterr().err
     assert main(["oracle", str(trace_file), str(log_file), "--policy", "mori"]) == 2
+
+
+def test_an_illegal_log_comes_with_a_shortened_prefix_that_still_diverges() -> None:
+    tr = generate_agentic(AgenticParams(seed=3, sessions=3, turns=2))
+    cfg = EngineConfig(16, (TierConfig(TierName("hbm"), 96), TierConfig(TierName("hbf"), 160)))
+    v = check_log(tr, _log(tr, "lru", cfg), "kvtether", cfg)
+    assert v.op is not None
+    assert 0 < len(v.shortened_trace) < v.op + 1
+    short = parse_trace_lines(v.shortened_trace)
+    again = check_log(short, list(v.shortened_log), "kvtether", cfg, shorten=False)
+    # the shortened pair diverges at its last op (a complete log, so not UNKNOWN)
+    assert again.verdict in ("ILLEGAL", "UNKNOWN")
+    assert again.op == len(short.ops) - 1
+
+
+def test_a_reference_log_that_drops_evictions_is_caught_even_without_a_victim_named() -> None:
+    tr = generate_agentic(AgenticParams(seed=3, sessions=3, turns=2))
+    cfg = EngineConfig(16, (TierConfig(TierName("hbm"), 96), TierConfig(TierName("hbf"), 160)))
+    log = _log(tr, "kvtether", cfg)
+    i = next(k for k, r in enumerate(log) if r["kind"] == "evict")
+    v = check_log(tr, log[:i] + log[i + 1 :], "kvtether", cfg)
+    assert v.verdict == "ILLEGAL"
+    assert v.op == log[i]["op"]
+
+
+def test_reuse_may_be_logged_as_hits_of_the_own_prefix() -> None:
+    """A cache that looks every block up logs its context's own prefix as hits (spec Oracle)."""
+    tr = random_trace(RandomParams(seed=5, ops=80))
+    log = _log(tr, "vllm-prefix")
+    ref = replay(tr, "vllm-prefix", CFG).engine
+    assert any(r["kind"] == "infer" and r["own_blocks"] for r in log)
+    # rewrite: own_blocks -> 0 and one hit per own block, keys from the chain before each op
+    from kvmodel.engine import Engine
+
+    eng = Engine(CFG, resolve_policy("vllm-prefix"))
+    out: list[dict[str, object]] = []
+    by_op: dict[int, list[dict[str, object]]] = {}
+    for r in log:
+        by_op.setdefault(r["op"], []).append(r)
+    for i, op in enumerate(tr.ops):
+        chain = (
+            [eng.view.block(b).key for b in eng.view.chain(op.ctx)] if isinstance(op, Infer) else []
+        )
+        for r in by_op.get(i, []):
+            if r["kind"] == "infer" and r["own_blocks"]:
+                out.append({**r, "own_blocks": 0})
+                out += [{"op": i, "kind": "hit", "key": k} for k in chain[: int(r["own_blocks"])]]
+            else:
+                out.append(r)
+        eng.apply(op)
+    assert len(ref.log) == len(eng.log)
+    assert check_log(tr, out, "vllm-prefix", CFG).verdict == "OK"
+    # and without those hits, the own prefix is not reused: decisions differ
+    no_own = [r for r in out if not (r["kind"] == "hit" and "block" not in r)]
+    assert check_log(tr, no_own, "vllm-prefix", CFG).verdict == "ILLEGAL"
+
+
+@pytest.mark.parametrize("policy", [*RANKED, "mori", "ttl", "belady"])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_invariants_only_accepts_every_reference_log_on_its_claims(policy: str, seed: int) -> None:
+    tr = random_trace(RandomParams(seed=seed, ops=60))
+    claims = set(resolve_policy(policy).claims) & set(INVARIANTS)
+    assert check_log_invariants(tr, _log(tr, policy), CFG, sorted(claims)).verdict == "OK"
+
+
+def test_invariants_only_judges_by_the_invariants_not_a_policy() -> None:
+    tr = random_trace(RandomParams(seed=1, ops=60))
+    lru = _log(tr, "lru")
+    v = check_log_invariants(tr, lru, CFG, ["no-zombie-kv"])
+    assert v.verdict == "ILLEGAL"
+    assert v.reason.startswith("no-zombie-kv")
+    # LRU's log breaks no structural invariant, and KVTether's log satisfies no-zombie-kv
+    assert check_log_invariants(tr, lru, CFG, ["accounting", "chains"]).verdict == "OK"
+    assert check_log_invariants(tr, _log(tr, "kvtether"), CFG, ["no-zombie-kv"]).verdict == "OK"
+    # a log that hits a block it had evicted is inconsistent with its own residency
+    i = next(k for k, r in enumerate(lru) if r["kind"] == "evict")
+    later = next(k for k, r in enumerate(lru) if k > i and r["kind"] == "hit")
+    forged = [*lru[:later], {**lru[later], "key": lru[i]["key"]}, *lru[later + 1 :]]
+    assert check_log_invariants(tr, forged, CFG, ["accounting"]).verdict == "ILLEGAL"
+    assert check_log_invariants(tr, lru[: len(lru) // 2], CFG, ["chains"]).verdict == "UNKNOWN"
+
+
+def test_oracle_cli_invariants_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace_file, log_file, cfg_file = _files(tmp_path, random_trace(RandomParams(seed=1, ops=60)))
+    base = ["oracle", str(trace_file), str(log_file), "--config", str(cfg_file)]
+    assert main([*base, "--invariants-only"]) == 0
+    assert main([*base, "--invariants-only", "--invariant", "no-zombie-kv"]) == 1
+    assert "no-zombie-kv" in capsys.readouterr().out
+    assert main([*base, "--invariants-only", "--invariant", "no-such"]) == 2
