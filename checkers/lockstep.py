@@ -141,4 +141,7 @@ def differential(
         found = find(strategy, diverges, settings=opts)
     except NoSuchExample:
         return LockstepResult(OracleVerdict("OK"), None, tried)
-    return LockstepResult(run_lockstep(found, make_impl, policy, config), found, tried)
+    verdict = run_lockstep(found, make_impl, policy, config)
+    if verdict.op is not None:  # the ops after the divergence play no part in it
+        found = Trace(found.header, found.ops[: verdict.op + 1])
+    return LockstepResult(verdict, found, tried)

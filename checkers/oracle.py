@@ -27,6 +27,7 @@ a finished log and drives lockstep differential testing (:mod:`checkers.lockstep
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -118,9 +119,10 @@ def _by_op(log: Iterable[Record]) -> dict[int, list[Record]]:
 def _decisions(records: Iterable[Record], own_keys: Sequence[BlockKey]) -> list[str]:
     """The comparable decisions of one op (eviction victims are checked separately).
 
-    Reuse is compared as a set of keys: an implementation may report its context's own kept
-    prefix as ``own_blocks`` on the ``infer`` record (as the reference does) or as ``hit``
-    records (as a cache that looks every block up does); ``own_keys`` names those blocks.
+    Reuse is compared by key: an implementation may report its context's own kept prefix as
+    ``own_blocks`` on the ``infer`` record (as the reference does) or as ``hit`` records (as a
+    cache that looks every block up does); ``own_keys`` names those blocks. A rejected
+    inference reuses nothing, so its lookups are not compared.
     """
     out: list[str] = []
     for r in records:
@@ -137,7 +139,9 @@ def _decisions(records: Iterable[Record], own_keys: Sequence[BlockKey]) -> list[
             out.append(f"reclaim {r.get('key')}")
         elif k == "reject":
             out.append("reject")
-    return sorted(set(out)) if len(set(out)) == len(out) else sorted(out)
+    if "reject" in out:  # a refused inference reused nothing, whatever its lookup found
+        out = [d for d in out if not d.startswith("reuse ")]
+    return sorted(out)
 
 
 class _Follow(BasePolicy):
@@ -161,27 +165,48 @@ class _Follow(BasePolicy):
         return self.inner.on_op(view, op)
 
     def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        """The implementation's next victims while each is admissible, then the rank order.
+
+        A heap of cached rank keys (as :meth:`BasePolicy.eviction_order`): O(n) to build, and
+        per victim O((ties + 1) log n) -- the tied run is popped, searched, and pushed back.
+        """
         rank = self.inner.rank
-        keyed = sorted(candidates, key=lambda b: rank_key(rank, b))
+        cache = self._rank_cache()
+        heap: list[tuple[tuple[float, ...], BlockId, BlockInfo]] = []
+        for b in candidates:
+            hit = cache.get(b.id)
+            if hit is None or hit[0] is not b:
+                hit = (b, rank_key(rank, b))
+                cache[b.id] = hit
+            heap.append((hit[1], b.id, b))
+        heapq.heapify(heap)
         while self.wanted and self.illegal is None:
-            keyed = [b for b in keyed if view.evictable(b.id)]
-            if not keyed:
+            while heap and not view.evictable(heap[0][1]):
+                heapq.heappop(heap)
+            if not heap:
                 break
+            best = heap[0][0][:-1]
+            tied = []
+            while heap and heap[0][0][:-1] == best:
+                entry = heapq.heappop(heap)
+                if view.evictable(entry[1]):
+                    tied.append(entry)
             key = self.wanted[0]
-            best = rank_key(rank, keyed[0])[:-1]
-            admissible = [b for b in keyed if rank_key(rank, b)[:-1] == best]
-            pick = next((b for b in admissible if b.key == key), None)
+            pick = next((e for e in tied if e[2].key == key), None)
             if pick is None:
                 self.illegal = (
                     "eviction outside the admissible set",
-                    tuple(f"evict {b.key} ({b.state.value})" for b in admissible),
+                    tuple(f"evict {e[2].key} ({e[2].state.value})" for e in tied),
                     f"evict {key}",
                 )
                 break
             self.wanted.pop(0)
-            keyed.remove(pick)
-            yield pick.id
-        yield from (b.id for b in keyed)
+            for e in tied:
+                if e is not pick:
+                    heapq.heappush(heap, e)
+            yield pick[1]
+        while heap:
+            yield heapq.heappop(heap)[1]
 
 
 def _state(engine: Engine) -> tuple[str, ...]:
@@ -223,41 +248,52 @@ class Conformance:
     """
 
     def __init__(self, policy: str | Policy, config: EngineConfig) -> None:
+        self.policy, self.config = policy, config
         self.follow = _Follow(rank_policy(policy))
         self.engine = Engine(config, self.follow)
         self.ops = 0
+        self._seen: list[tuple[Op, list[str]]] = []  # each op and the victims it followed
+
+    def _state_before(self, i: int) -> tuple[str, ...]:
+        """The resident state before op ``i``, rebuilt on demand (only a divergence needs it,
+        and snapshotting every op would cost O(resident) per op)."""
+        again = Conformance(self.policy, self.config)
+        for op, victims in self._seen[:i]:
+            again.follow.wanted = list(victims)
+            again.engine.apply(op)
+        return _state(again.engine)
 
     def step(
         self, i: int, op: Op, records: Sequence[Record], *, last: bool = False
     ) -> OracleVerdict | None:
         """``last``: the implementation's log may end inside this op (a cut-short log)."""
-        before = _state(self.engine)
         own = _own_keys(self.engine, op)
-        self.follow.wanted = [str(r.get("key")) for r in records if r["kind"] == "evict"]
-        n_wanted = len(self.follow.wanted)
+        wanted = [str(r.get("key")) for r in records if r["kind"] == "evict"]
+        self.follow.wanted = list(wanted)
+        self._seen.append((op, wanted))
         seen = len(self.engine.log)
         self.engine.apply(op)
         self.ops += 1
         if self.follow.illegal is not None:
             why, allowed, did = self.follow.illegal
-            return OracleVerdict("ILLEGAL", i, why, allowed, (did,), before)
+            return OracleVerdict("ILLEGAL", i, why, allowed, (did,), self._state_before(i))
         ref = [observation_to_json(o) for o in self.engine.log.since(seen)]
         mine, theirs = _decisions(ref, own), _decisions(records, own)
         n_evicted = sum(r["kind"] == "evict" for r in ref)
-        if last and (mine != theirs or n_evicted != n_wanted):
+        if last and (mine != theirs or n_evicted != len(wanted)):
             return OracleVerdict("UNKNOWN", i, "the log ends before the trace does")
         if mine != theirs:
             return OracleVerdict(
-                "ILLEGAL", i, "decisions differ", tuple(mine), tuple(theirs), before
+                "ILLEGAL", i, "decisions differ", tuple(mine), tuple(theirs), self._state_before(i)
             )
-        if n_evicted != n_wanted:
+        if n_evicted != len(wanted):
             return OracleVerdict(
                 "ILLEGAL",
                 i,
-                f"the reference evicts {n_evicted} block(s) here, the implementation {n_wanted}",
+                f"the reference evicts {n_evicted} block(s) here, the implementation {len(wanted)}",
                 tuple(f"evict {r['key']}" for r in ref if r["kind"] == "evict"),
-                tuple(f"evict {r.get('key')}" for r in records if r["kind"] == "evict"),
-                before,
+                tuple(f"evict {k}" for k in wanted),
+                self._state_before(i),
             )
         return None
 
@@ -339,35 +375,44 @@ class _Puppet(BasePolicy):
     predicts_workers: ClassVar[bool] = False
 
     def __init__(self, by_op: Mapping[int, Sequence[Record]]) -> None:
-        self.by_op = by_op
         self.missing: str | None = None
+        #: per op: the tier of each (ctx, depth) written, bypassed keys, victims, reclaims
+        self.writes: dict[int, dict[tuple[object, object], str]] = defaultdict(dict)
+        self.bypassed: dict[int, set[object]] = defaultdict(set)
+        self.victims: dict[int, list[object]] = defaultdict(list)
+        self.reclaims: dict[int, list[object]] = defaultdict(list)
+        for op, records in by_op.items():
+            for r in records:
+                k = r["kind"]
+                if k == "alloc":
+                    self.writes[op].setdefault((r.get("ctx"), r.get("depth")), str(r.get("tier")))
+                elif k == "bypass":
+                    self.bypassed[op].add(r.get("key"))
+                elif k == "evict":
+                    self.victims[op].append(r.get("key"))
+                elif k == "free" and r.get("reason") == "reclaim":
+                    self.reclaims[op].append(r.get("key"))
 
-    def _records(self, view: ModelView, kind: str) -> list[Record]:
-        return [r for r in self.by_op.get(view.now_op, ()) if r["kind"] == kind]
-
-    def _ids(self, view: ModelView, keys: Iterable[object]) -> list[BlockId]:
+    def _ids(self, view: ModelView, keys: Sequence[object]) -> list[BlockId]:
+        if not keys:
+            return []
         where = {view.block(b).key: b for b in view.resident()}
         return [where[BlockKey(str(k))] for k in keys if BlockKey(str(k)) in where]
 
     def place(self, view: ModelView, block: NewBlock) -> Placement:
-        allocs = [
-            r
-            for r in self._records(view, "alloc")
-            if r.get("depth") == block.depth and r.get("ctx") in (None, block.ctx)
-        ]
-        if not allocs:
+        writes = self.writes.get(view.now_op, {})
+        tier = writes.get((block.ctx, block.depth)) or writes.get((None, block.depth))
+        if tier is None:
             self.missing = f"no write of block {block.depth} of {block.ctx} in the log"
             return Placement(tuple(t.name for t in view.tiers()))
-        bypassed = {r.get("key") for r in self._records(view, "bypass")}
-        tier = TierName(str(allocs[0].get("tier")))
-        return Placement((tier,), bypass=block.key is not None and block.key in bypassed)
+        bypass = block.key is not None and block.key in self.bypassed.get(view.now_op, ())
+        return Placement((TierName(tier),), bypass=bypass)
 
     def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
-        return self._ids(view, (r.get("key") for r in self._records(view, "evict")))
+        return self._ids(view, self.victims.get(view.now_op, []))
 
     def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
-        frees = self._records(view, "free")
-        return self._ids(view, (r.get("key") for r in frees if r.get("reason") == "reclaim"))
+        return self._ids(view, self.reclaims.get(view.now_op, []))
 
 
 def check_log_invariants(
