@@ -58,15 +58,15 @@ def _run(mods: BlockPoolModules, seeds: range) -> tuple[Counter[str], Counter[st
 
 
 def test_the_real_block_pool_agrees_with_vllm_prefix(pool: BlockPoolModules) -> None:
-    verdicts, kinds = _run(pool, range(400))
-    assert verdicts == Counter({"OK": 400})  # zero false alarms
-    assert kinds["evictions"] > 1000  # the traces put the pool under pressure
+    verdicts, kinds = _run(pool, range(1000))
+    assert verdicts == Counter({"OK": 1000})  # zero false alarms
+    assert kinds["evictions"] > 5000  # the traces put the pool under pressure
     assert kinds["kv-event findings"] == 0  # its own KV events are consistent too
 
 
 @pytest.mark.slow
 def test_the_real_block_pool_agrees_on_thousands_of_traces(pool: BlockPoolModules) -> None:
-    verdicts, _ = _run(pool, range(400, 5400))
+    verdicts, _ = _run(pool, range(1000, 6000))
     assert verdicts == Counter({"OK": 5000})
 
 
