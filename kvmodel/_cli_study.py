@@ -171,27 +171,62 @@ def cmd_kv_events(args: argparse.Namespace) -> int:
 
 
 def cmd_prove(args: argparse.Namespace) -> int:
-    """Z3 proofs of a rank policy's eviction-order properties, for all feature values."""
+    """Z3: the rank's eviction-order properties for all feature values, then bounded model
+    checking and k-induction of the invariants over the harness fragment."""
+    from checkers.bmc import prove
+    from checkers.fragment import FRAGMENT_INVARIANTS, Fragment
     from checkers.z3rank import PROPERTIES, prove_policy
 
     policy = resolve_policy(args.policy)
     props = args.prop.split(",") if args.prop else None
     if props is not None and (bad := [p for p in props if p not in PROPERTIES]):
         raise ConfigError(f"unknown property {bad[0]!r}; known: {', '.join(PROPERTIES)}")
+    names = args.invariant.split(",") if args.invariant else list(FRAGMENT_INVARIANTS)
+    if bad := [n for n in names if n not in FRAGMENT_INVARIANTS]:
+        raise ConfigError(
+            f"invariant {bad[0]!r} is not in the fragment; known: {', '.join(FRAGMENT_INVARIANTS)}"
+        )
+    if args.depth < 1:
+        raise ConfigError(f"--depth must be >= 1 (got {args.depth})")
     try:
         proofs = prove_policy(policy, props, timeout_ms=int(args.timeout * 1000))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    except ValueError:
+        proofs = []  # no declarative rank: only the fragment (which will say so) applies
+    answers = prove(
+        args.policy, names, fragment=Fragment(), depth=args.depth, timeout_s=args.timeout
+    )
+    claims = set(getattr(policy, "claims", ()))
+    bad_claim = any(a.rung == "violated" and a.invariant in claims for a in answers)
     if args.json:
-        print(json.dumps([attrs.asdict(p) for p in proofs], indent=2))
+        out = {
+            "rank": [attrs.asdict(p) for p in proofs],
+            "fragment": [
+                {
+                    **attrs.asdict(a),
+                    "trace": [str(x) for x in a.trace],
+                    "claimed": a.invariant in claims,
+                }
+                for a in answers
+            ],
+        }
+        print(json.dumps(out, indent=2))
     else:
+        print(f"rank-order properties of {policy.name} (all feature values):")
         if not proofs:
-            print(f"{policy.name}: claims no rank-order property")
+            print("  none claimed, or no declarative rank")
         for p in proofs:
-            print(f"{p.prop:<22} {p.rung:<9} {p.seconds * 1000:7.1f} ms")
+            print(f"  {p.prop:<22} {p.rung:<9} {p.seconds * 1000:7.1f} ms")
             for blk, vals in (p.counterexample or {}).items():
-                print(f"    {blk}: " + ", ".join(f"{k}={v}" for k, v in vals.items()))
-    return 1 if any(p.rung == "violated" for p in proofs) else 0
+                print(f"      {blk}: " + ", ".join(f"{k}={v}" for k, v in vals.items()))
+        f = Fragment()
+        print(
+            f"invariants over the fragment ({f.contexts} contexts, {f.slots} slots, "
+            f"{f.edits} edit each; BMC to depth {args.depth}, then k-induction):"
+        )
+        for a in answers:
+            mark = "!" if a.rung == "violated" and a.invariant in claims else " "
+            print(mark + " " + a.render())
+    return 1 if bad_claim or any(p.rung == "violated" for p in proofs) else 0
 
 
 def _lachesis_samples(paths: Sequence[str]) -> list[WorkerSample]:

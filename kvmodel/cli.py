@@ -361,9 +361,13 @@ def _parser() -> argparse.ArgumentParser:
     ke.add_argument("--json", action="store_true")
     ke.set_defaults(func=cmd_kv_events)
 
-    pv = sub.add_parser("prove", help="Z3: prove a rank policy's eviction-order properties")
+    pv = sub.add_parser(
+        "prove", help="Z3: rank-order proofs, bounded model checking and k-induction"
+    )
     pv.add_argument("policy")
-    pv.add_argument("--prop", help="comma-separated properties (default: those it claims)")
+    pv.add_argument("--prop", help="comma-separated rank properties (default: those it claims)")
+    pv.add_argument("--invariant", help="comma-separated fragment invariants (default: all)")
+    pv.add_argument("--depth", type=int, default=8, help="BMC depth (default 8)")
     pv.add_argument("--timeout", type=float, default=10.0, help="seconds per query")
     pv.add_argument("--json", action="store_true")
     pv.set_defaults(func=cmd_prove)

@@ -1,0 +1,543 @@
+"""Bounded model checking and k-induction with Z3 over the harness fragment.
+
+The symbolic transition system is the executable model restricted to
+:class:`~checkers.fragment.Fragment` (``C`` contexts of one block each, one tier of ``K`` slots,
+at most ``E`` edits per context; actions ``infer``/``edit``/``close``/``pin``/``unpin``), with
+the policy **inlined**: its declarative rank chooses the victim (the victim ranks no later than
+any candidate), and its reclaim rule -- none, or every Dead block after every op, read off the
+executable policy by probing (:func:`profile`) -- frees blocks after each action.
+
+* :func:`bmc` unrolls the transition relation one depth at a time into one incremental solver
+  and asks, under an **assumption literal** for that depth (no push/pop), whether the invariant
+  fails there; the first satisfiable depth is the shortest counterexample.
+* :func:`induction` proves an invariant for all depths: ``k`` consecutive steps from *any*
+  well-formed state where it holds (pairwise distinct states: simple paths) cannot break it at
+  step ``k + 1``. Well-formedness is itself checked inductive first.
+* :func:`prove` climbs the rungs per invariant: **violated** (with the decoded trace, which
+  replays to the same violation in the executable model), **proved** by k-induction,
+  **bounded** to depth k, or **unknown** (timeout, or a policy outside the fragment). A timeout
+  is never reported as proved.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import attrs
+import z3
+
+from checkers.fragment import ACTIONS, FRAGMENT_INVARIANTS, Action, Fragment, _Logical
+from checkers.harness import check_ops
+from checkers.z3rank import SymBlock, before
+from kvmodel.lifecycle import BlockClass
+from kvmodel.observations import FreeObs, FreeReason
+from kvmodel.policy import BasePolicy, Policy, RankTerm, resolve_policy
+
+__all__ = ["Answer", "PolicyProfile", "bmc", "induction", "profile", "prove"]
+
+_CLS = list(BlockClass)
+_PRIO = {
+    BlockClass.DEAD: 0,
+    BlockClass.EXPIRED: 1,
+    BlockClass.TEMPORARY: 2,
+    BlockClass.SUSPENDED: 3,
+    BlockClass.ACTIVE: 4,
+    BlockClass.PINNED: 5,
+}
+
+
+def _c(x: BlockClass) -> Any:
+    return z3.IntVal(_CLS.index(x))
+
+
+@attrs.frozen
+class PolicyProfile:
+    """What the symbolic model inlines of a policy; ``unsupported`` says why it cannot."""
+
+    name: str
+    rank: tuple[RankTerm, ...] = ()
+    reclaims_dead: bool = False
+    unsupported: str | None = None
+
+
+def profile(policy: str | Policy, fragment: Fragment | None = None) -> PolicyProfile:
+    """Read the policy's fragment behaviour: its rank (declarative), and its reclaims, probed on
+    every action sequence of depth 2 -- exactly the Dead blocks after every op, or nothing."""
+    pol = resolve_policy(policy)
+    name = pol.name
+    if not isinstance(pol, BasePolicy) or type(pol).eviction_order is not BasePolicy.eviction_order:
+        return PolicyProfile(name, unsupported="its eviction order is code, not a rank")
+    if not pol.rank:
+        return PolicyProfile(name, unsupported="it has no declarative rank")
+    if getattr(pol, "engine_class", None) is not None:
+        return PolicyProfile(name, unsupported="it brings its own engine")
+    if callable(getattr(pol, "prepare", None)):
+        return PolicyProfile(name, unsupported="it plans from the whole trace (offline)")
+    frag = fragment or Fragment()
+    ever_reclaims, ever_leaves_dead = False, False
+    for seq in _sequences(frag, 2):  # every prefix is enumerated too
+        run = check_ops(frag.ops(seq), policy, frag.config, ())
+        log = run.engine.log
+        if run.trace_error is not None or any(o.kind == "bypass" for o in log):
+            return PolicyProfile(name, unsupported="it bypasses blocks that are not Temporary")
+        frees = [o for o in log if isinstance(o, FreeObs) and o.reason == FreeReason.RECLAIM]
+        if any(o.state is not BlockClass.DEAD for o in frees):
+            return PolicyProfile(name, unsupported="it reclaims blocks that are not Dead")
+        ever_reclaims |= bool(frees)
+        ever_leaves_dead |= bool(run.engine.view.dead())
+    if ever_reclaims and ever_leaves_dead:
+        return PolicyProfile(name, unsupported="it reclaims Dead blocks only sometimes")
+    return PolicyProfile(name, pol.rank, reclaims_dead=ever_reclaims)
+
+
+def _sequences(f: Fragment, depth: int) -> Iterable[tuple[Action, ...]]:
+    frontier: list[tuple[Action, ...]] = [()]
+    for _ in range(depth):
+        nxt = []
+        for seq in frontier:
+            lg = _Logical(f)
+            for a in seq:
+                lg.op(a, 0.0)
+            nxt += [(*seq, a) for a in lg.enabled()]
+        frontier = nxt
+        yield from frontier
+
+
+# ---------------------------------------------------------------- the symbolic state
+
+
+class _State:
+    """Z3 variables of the state after step ``i``."""
+
+    def __init__(self, f: Fragment, i: int, tag: str) -> None:
+        p = f"{tag}{i}"
+        nc, nv = f.contexts, f.edits + 1
+        self.now = z3.Int(f"{p}.now")
+        self.open = [z3.Bool(f"{p}.open{c}") for c in range(nc)]
+        self.pin = [z3.Bool(f"{p}.pin{c}") for c in range(nc)]
+        self.ver = [z3.Int(f"{p}.ver{c}") for c in range(nc)]
+        self.st = [z3.Int(f"{p}.st{c}") for c in range(nc)]  # suspended_at; -1 = never
+        self.held = [[z3.Bool(f"{p}.held{c}_{v}") for v in range(nv)] for c in range(nc)]
+        self.res = [[z3.Bool(f"{p}.res{c}_{v}") for v in range(nv)] for c in range(nc)]
+        self.la = [[z3.Int(f"{p}.la{c}_{v}") for v in range(nv)] for c in range(nc)]
+        self.at = [[z3.Int(f"{p}.at{c}_{v}") for v in range(nv)] for c in range(nc)]
+        self.f = f
+
+    def blocks(self) -> list[tuple[int, int]]:
+        return [(c, v) for c in range(self.f.contexts) for v in range(self.f.edits + 1)]
+
+    def vector(self) -> list[Any]:
+        out: list[Any] = [self.now, *self.open, *self.pin, *self.ver, *self.st]
+        for c, v in self.blocks():
+            out += [self.held[c][v], self.res[c][v], self.la[c][v], self.at[c][v]]
+        return out
+
+    def cls(self, c: int, v: int, *, dropped: Any = False) -> Any:
+        """The block's lifecycle class (``dropped``: its context's old chain is gone)."""
+        cur = self.ver[c] == v
+        return z3.If(
+            z3.Not(self.open[c]),
+            _c(BlockClass.DEAD),
+            z3.If(
+                cur,
+                z3.If(self.pin[c], _c(BlockClass.PINNED), _c(BlockClass.SUSPENDED)),
+                z3.If(
+                    z3.And(self.held[c][v], z3.Not(dropped)),
+                    _c(BlockClass.EXPIRED),
+                    _c(BlockClass.DEAD),
+                ),
+            ),
+        )
+
+    def sym(self, c: int, v: int, cls: Any) -> SymBlock:
+        la = self.la[c][v]
+        susp = z3.If(cls == _c(BlockClass.SUSPENDED), self.st[c], -1)
+        holders = z3.If(cls == _c(BlockClass.DEAD), 0, 1)
+        return SymBlock(
+            f"b{c}_{v}",
+            cls,
+            la,
+            la,
+            susp,
+            self.at[c][v],
+            z3.IntVal(0),
+            z3.IntVal(0),
+            holders,
+            z3.IntVal(0),
+        )
+
+    def used(self) -> Any:
+        return z3.Sum([z3.If(self.res[c][v], 1, 0) for c, v in self.blocks()])
+
+    def wellformed(self) -> Any:
+        f = self.f
+        out = [self.now >= 0, self.used() <= f.slots]
+        for c in range(f.contexts):
+            out += [self.ver[c] >= 0, self.ver[c] <= f.edits, z3.Implies(self.pin[c], self.open[c])]
+            out += [self.st[c] >= -1, self.st[c] <= self.now]
+            for v in range(f.edits + 1):
+                out += [
+                    z3.Implies(self.res[c][v], z3.And(v <= self.ver[c], self.la[c][v] <= self.now)),
+                    z3.Implies(
+                        self.res[c][v], z3.And(self.at[c][v] <= self.la[c][v], self.at[c][v] >= 1)
+                    ),
+                ]
+        return z3.And(*out)
+
+    def initial(self) -> Any:
+        f = self.f
+        out = [self.now == 0]
+        for c in range(f.contexts):
+            out += [self.open[c], z3.Not(self.pin[c]), self.ver[c] == 0, self.st[c] == -1]
+            for v in range(f.edits + 1):
+                out += [
+                    z3.Not(self.res[c][v]),
+                    z3.Not(self.held[c][v]),
+                    self.la[c][v] == 0,
+                    self.at[c][v] == 0,
+                ]
+        return z3.And(*out)
+
+
+class _Step:
+    """The transition into state ``s`` from ``p`` and its observable events."""
+
+    def __init__(
+        self, f: Fragment, p: _State, s: _State, i: int, tag: str, prof: PolicyProfile
+    ) -> None:
+        nc = f.contexts
+        self.kind = z3.Int(f"{tag}{i}.kind")
+        self.ctx = z3.Int(f"{tag}{i}.ctx")
+        self.evict = {b: z3.Bool(f"{tag}{i}.evict{b[0]}_{b[1]}") for b in p.blocks()}
+        self.p, self.s, self.f = p, s, f
+        k = {a: self.kind == ACTIONS.index(a) for a in ACTIONS}
+        on = [self.ctx == c for c in range(nc)]
+        t = s.now
+        cons: list[Any] = [
+            self.kind >= 0,
+            self.kind < len(ACTIONS),
+            self.ctx >= 0,
+            self.ctx < nc,
+            t == p.now + 1,
+        ]
+        # enabledness (as checkers.fragment._Logical.enabled)
+        for c in range(nc):
+            cons.append(
+                z3.Implies(
+                    on[c],
+                    z3.And(
+                        p.open[c],
+                        z3.Implies(k["edit"], z3.And(z3.Not(p.pin[c]), p.ver[c] < f.edits)),
+                        z3.Implies(z3.Or(k["close"], k["pin"]), z3.Not(p.pin[c])),
+                        z3.Implies(k["unpin"], p.pin[c]),
+                    ),
+                )
+            )
+        # the classes seen at eviction: the inferring context's old chain is already dropped
+        self.mid = {(c, v): p.cls(c, v, dropped=z3.And(k["infer"], on[c])) for c, v in p.blocks()}
+        cand = {
+            b: z3.And(p.res[b[0]][b[1]], self.mid[b] != _c(BlockClass.PINNED)) for b in p.blocks()
+        }
+        need = z3.Or(
+            *(
+                z3.And(
+                    on[c],
+                    k["infer"],
+                    *(z3.Implies(p.ver[c] == v, z3.Not(p.res[c][v])) for v in range(f.edits + 1)),
+                )
+                for c in range(nc)
+            )
+        )
+        full = p.used() >= f.slots
+        any_cand = z3.Or(*cand.values())
+        self.evicted = z3.And(need, full, any_cand)
+        self.rejected = z3.And(need, full, z3.Not(any_cand))
+        written = z3.And(need, z3.Not(self.rejected))
+        syms = {b: p.sym(b[0], b[1], self.mid[b]) for b in p.blocks()}
+        # exactly one victim when evicting, none otherwise; it ranks no later than any candidate
+        ev = list(self.evict.values())
+        cons.append(
+            z3.If(self.evicted, z3.PbEq([(x, 1) for x in ev], 1), z3.And(*(z3.Not(x) for x in ev)))
+        )
+        for b in p.blocks():
+            cons.append(z3.Implies(self.evict[b], cand[b]))
+            for o in p.blocks():
+                if o != b:
+                    cons.append(
+                        z3.Implies(
+                            z3.And(self.evict[b], cand[o]),
+                            z3.Not(_strictly_before(prof.rank, syms[o], syms[b])),
+                        )
+                    )
+        # the successor
+        for c in range(nc):
+            is_c = on[c]
+            cons += [
+                s.open[c] == z3.If(z3.And(is_c, k["close"]), False, p.open[c]),
+                s.pin[c]
+                == z3.If(
+                    z3.And(is_c, k["pin"]), True, z3.If(z3.And(is_c, k["unpin"]), False, p.pin[c])
+                ),
+                s.ver[c] == z3.If(z3.And(is_c, k["edit"]), p.ver[c] + 1, p.ver[c]),
+                s.st[c] == z3.If(z3.And(is_c, k["infer"]), t, p.st[c]),
+            ]
+            for v in range(f.edits + 1):
+                cur = p.ver[c] == v
+                touched = z3.And(is_c, k["infer"], cur, z3.Or(p.res[c][v], written))
+                res_after_op = z3.And(
+                    z3.Or(p.res[c][v], z3.And(is_c, cur, written)), z3.Not(self.evict[(c, v)])
+                )
+                held = z3.If(
+                    z3.And(is_c, k["infer"]),
+                    False,
+                    z3.If(z3.And(is_c, k["edit"], cur), p.res[c][v], p.held[c][v]),
+                )
+                cons += [
+                    s.held[c][v] == held,
+                    s.la[c][v] == z3.If(touched, t, p.la[c][v]),
+                    s.at[c][v] == z3.If(z3.And(is_c, k["infer"], cur, written), t, p.at[c][v]),
+                ]
+                dead_after = s.cls(c, v) == _c(BlockClass.DEAD)
+                if prof.reclaims_dead:
+                    cons.append(s.res[c][v] == z3.And(res_after_op, z3.Not(dead_after)))
+                else:
+                    cons.append(s.res[c][v] == res_after_op)
+        self.cons = z3.And(*cons)
+        self.syms, self.cand = syms, cand
+        self.k, self.on = k, on
+
+    def violated(self, name: str) -> Any:
+        """The invariant fails at this step (an eviction property, or the state after it)."""
+        p, s, f = self.p, self.s, self.f
+        blocks = p.blocks()
+        vic_cls = {b: self.mid[b] for b in blocks}
+
+        def prio(x: Any) -> Any:
+            out: Any = z3.IntVal(5)
+            for c in reversed(_CLS):
+                out = z3.If(x == _c(c), _PRIO[c], out)
+            return out
+
+        def some_victim(pred: Callable[[tuple[int, int]], Any]) -> Any:
+            return z3.Or(*(z3.And(self.evict[b], pred(b)) for b in blocks))
+
+        live = (BlockClass.TEMPORARY, BlockClass.SUSPENDED, BlockClass.ACTIVE)
+        if name == "no-zombie-kv":
+            return z3.Or(
+                *(z3.And(s.res[c][v], s.cls(c, v) == _c(BlockClass.DEAD)) for c, v in blocks)
+            )
+        if name == "state-priority-eviction":
+            return some_victim(
+                lambda b: z3.Or(
+                    *(z3.And(self.cand[o], prio(self.mid[o]) < prio(vic_cls[b])) for o in blocks)
+                )
+            )
+        if name == "no-live-eviction-before-dead-reclaim":
+            return some_victim(
+                lambda b: z3.And(
+                    z3.Or(*(vic_cls[b] == _c(x) for x in live)),
+                    z3.Or(
+                        *(
+                            z3.And(
+                                self.cand[o],
+                                z3.Or(
+                                    self.mid[o] == _c(BlockClass.DEAD),
+                                    self.mid[o] == _c(BlockClass.EXPIRED),
+                                ),
+                            )
+                            for o in blocks
+                        )
+                    ),
+                )
+            )
+        if name == "suspended-mru":
+            return some_victim(
+                lambda b: z3.And(
+                    vic_cls[b] == _c(BlockClass.SUSPENDED),
+                    z3.Or(
+                        *(
+                            z3.And(
+                                self.cand[o],
+                                self.mid[o] == _c(BlockClass.SUSPENDED),
+                                p.st[o[0]] > p.st[b[0]],
+                            )
+                            for o in blocks
+                            if o != b
+                        )
+                    ),
+                )
+            )
+        if name == "pinned-never-evicted":
+            return some_victim(lambda b: vic_cls[b] == _c(BlockClass.PINNED))
+        if name == "accounting":
+            return s.used() > f.slots
+        if name == "free-at-boundary":
+            return z3.Or(
+                *(
+                    z3.And(
+                        self.k["close"], self.on[c], s.res[c][v], p.cls(c, v) != _c(BlockClass.DEAD)
+                    )
+                    for c, v in blocks
+                )
+            )
+        raise ValueError(
+            f"invariant {name!r} is not in the fragment; known: {', '.join(FRAGMENT_INVARIANTS)}"
+        )
+
+    def action(self, m: z3.ModelRef) -> Action:
+        return Action(ACTIONS[m.eval(self.kind).as_long()], m.eval(self.ctx).as_long())
+
+
+def _strictly_before(rank: Sequence[RankTerm], a: SymBlock, b: SymBlock) -> Any:
+    """``a``'s rank key is smaller than ``b``'s without the id tie-break (ties are free)."""
+    same_id = attrs.evolve(a, id=b.id)
+    return before(rank, same_id, b)
+
+
+# ---------------------------------------------------------------- queries
+
+
+@attrs.frozen
+class Answer:
+    invariant: str
+    rung: str  # violated | proved | bounded | unknown
+    depth: int
+    seconds: float
+    trace: tuple[Action, ...] = ()
+    reason: str = ""
+
+    def render(self) -> str:
+        what = {
+            "violated": f"violated at depth {self.depth}",
+            "proved": f"proved by {self.depth}-induction",
+            "bounded": f"holds to depth {self.depth} (bounded)",
+            "unknown": f"unknown ({self.reason})",
+        }[self.rung]
+        line = f"{self.invariant:<38} {what:<34} {self.seconds:7.2f} s"
+        if self.trace:
+            line += "\n    " + " ; ".join(str(a) for a in self.trace)
+        return line
+
+
+def bmc(
+    prof: PolicyProfile, f: Fragment, invariant: str, depth: int, *, timeout_ms: int = 60_000
+) -> tuple[str, int, tuple[Action, ...]]:
+    """("violated", d, actions) at the shortest failing depth d, ("bounded", depth, ()) when
+    none to ``depth``, or ("unknown", d, ()) when depth d timed out."""
+    solver = z3.Solver()
+    solver.set("timeout", timeout_ms)
+    states = [_State(f, 0, "s")]
+    solver.add(states[0].initial())
+    steps: list[_Step] = []
+    for d in range(1, depth + 1):
+        states.append(_State(f, d, "s"))
+        step = _Step(f, states[d - 1], states[d], d, "a", prof)
+        steps.append(step)
+        solver.add(step.cons)
+        lit = z3.Bool(f"check{d}")
+        solver.add(z3.Implies(lit, step.violated(invariant)))
+        r = solver.check(lit)
+        if r == z3.sat:
+            m = solver.model()
+            return "violated", d, tuple(s.action(m) for s in steps)
+        if r == z3.unknown:
+            return "unknown", d, ()
+        solver.add(z3.Not(step.violated(invariant)))  # known to hold here: helps deeper depths
+    return "bounded", depth, ()
+
+
+def induction(
+    prof: PolicyProfile, f: Fragment, invariant: str, k: int, *, timeout_ms: int = 60_000
+) -> str:
+    """ "proved" if the invariant is k-inductive (with simple paths), "no" if not, or "unknown"."""
+    solver = z3.Solver()
+    solver.set("timeout", timeout_ms)
+    states = [_State(f, i, "i") for i in range(k + 2)]
+    for st in states:
+        solver.add(st.wellformed())
+    for i in range(1, k + 2):
+        step = _Step(f, states[i - 1], states[i], i, "b", prof)
+        solver.add(step.cons)
+        solver.add(step.violated(invariant) if i == k + 1 else z3.Not(step.violated(invariant)))
+        if invariant == "no-zombie-kv" and i == 1:
+            solver.add(
+                z3.Not(
+                    z3.Or(
+                        *(
+                            z3.And(states[0].res[c][v], states[0].cls(c, v) == _c(BlockClass.DEAD))
+                            for c, v in states[0].blocks()
+                        )
+                    )
+                )
+            )
+    for i in range(len(states)):
+        for j in range(i + 1, len(states)):
+            solver.add(
+                z3.Or(
+                    *(x != y for x, y in zip(states[i].vector(), states[j].vector(), strict=True))
+                )
+            )
+    r = solver.check()
+    if r == z3.unsat:
+        return "proved"
+    return "no" if r == z3.sat else "unknown"
+
+
+def _wellformed_is_inductive(prof: PolicyProfile, f: Fragment, timeout_ms: int) -> bool:
+    solver = z3.Solver()
+    solver.set("timeout", timeout_ms)
+    p, s = _State(f, 0, "w"), _State(f, 1, "w")
+    solver.add(p.wellformed(), _Step(f, p, s, 1, "w", prof).cons, z3.Not(s.wellformed()))
+    init = _State(f, 0, "z")
+    ok_init = z3.Solver()
+    ok_init.add(init.initial(), z3.Not(init.wellformed()))
+    return bool(solver.check() == z3.unsat and ok_init.check() == z3.unsat)
+
+
+def prove(
+    policy: str | Policy,
+    invariants: Iterable[str] = FRAGMENT_INVARIANTS,
+    *,
+    fragment: Fragment | None = None,
+    depth: int = 8,
+    max_k: int = 3,
+    timeout_s: float = 60.0,
+) -> list[Answer]:
+    """Per invariant: the highest rung reached (see the module docstring)."""
+    f = fragment or Fragment()
+    prof = profile(policy, f)
+    ms = int(timeout_s * 1000)
+    names = list(invariants)
+    if prof.unsupported is not None:
+        return [
+            Answer(n, "unknown", 0, 0.0, reason=f"outside the fragment: {prof.unsupported}")
+            for n in names
+        ]
+    wf_ok = _wellformed_is_inductive(prof, f, ms)
+    out = []
+    for name in names:
+        t0 = time.perf_counter()
+        rung, d, trace = bmc(prof, f, name, depth, timeout_ms=ms)
+        if rung == "violated":
+            out.append(Answer(name, "violated", d, time.perf_counter() - t0, trace))
+            continue
+        if rung == "unknown":
+            out.append(
+                Answer(name, "unknown", d, time.perf_counter() - t0, reason=f"timeout at depth {d}")
+            )
+            continue
+        proved_at = 0
+        if wf_ok:
+            for k in range(1, min(max_k, depth) + 1):
+                r = induction(prof, f, name, k, timeout_ms=ms)
+                if r == "proved":
+                    proved_at = k
+                    break
+        dt = time.perf_counter() - t0
+        if proved_at:
+            out.append(Answer(name, "proved", proved_at, dt))
+        else:
+            out.append(Answer(name, "bounded", depth, dt))
+    return out

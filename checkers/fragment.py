@@ -1,0 +1,222 @@
+"""The small harness fragment the symbolic model and the exhaustive search share (spec
+invariants.md §Bounded model checking).
+
+``C`` main-agent contexts, each opened at ``t = 0`` with one message of exactly one block; one
+memory tier of ``K`` slots; ``E`` edits per context at most. An **action** is one trace op at
+``t = depth``: ``infer`` (no output), ``edit`` (replace the message with fresh content),
+``close``, ``pin``, ``unpin`` -- each naming a context. So every block is one context's one
+message version, every inference writes at most one block, and eviction happens only when all
+``K`` slots are full.
+
+:func:`explore` is the exhaustive breadth-first search of the **executable** model over this
+fragment (states deduplicated up to the order of their time stamps, which is all the future can
+observe); it gives, per invariant, the shortest failing depth and a witness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+from checkers.harness import check_ops
+from kvmodel.config import EngineConfig
+from kvmodel.engine import Engine
+from kvmodel.ids import ContextId, MessageId, SessionId, TierName
+from kvmodel.memory import TierConfig
+from kvmodel.messages import AgentKind, Message, MessageKind, Role
+from kvmodel.policy import Policy
+from kvmodel.trace import Close, Infer, Op, Open, Pin, Replace, Trace, TraceHeader, Unpin
+
+__all__ = [
+    "ACTIONS",
+    "FRAGMENT_INVARIANTS",
+    "Action",
+    "Fragment",
+    "Shortest",
+    "explore",
+]
+
+ACTIONS = ("infer", "edit", "close", "pin", "unpin")
+
+#: the invariants the fragment can exercise (the others need forks, sub-agents, temporaries,
+#: chains longer than one block or several tiers)
+FRAGMENT_INVARIANTS = (
+    "accounting",
+    "free-at-boundary",
+    "no-live-eviction-before-dead-reclaim",
+    "no-zombie-kv",
+    "pinned-never-evicted",
+    "state-priority-eviction",
+    "suspended-mru",
+)
+
+_BS = 4
+
+
+@attrs.frozen
+class Action:
+    kind: str  # one of ACTIONS
+    ctx: int
+
+    def __str__(self) -> str:
+        return f"{self.kind}(c{self.ctx})"
+
+
+@attrs.frozen
+class Fragment:
+    contexts: int = 3
+    slots: int = 2
+    edits: int = 1
+
+    @property
+    def config(self) -> EngineConfig:
+        return EngineConfig(_BS, (TierConfig(TierName("hbm"), self.slots),))
+
+    def prelude(self) -> list[Op]:
+        ops: list[Op] = []
+        for c in range(self.contexts):
+            ctx = ContextId(f"c{c}")
+            ops.append(Open(0.0, ctx, SessionId(f"s{c}"), AgentKind.MAIN))
+        for c in range(self.contexts):
+            ops.append(_append(c, 0))
+        return ops
+
+    def ops(self, actions: Sequence[Action]) -> list[Op]:
+        """The trace ops of an action sequence (prelude first); actions must be enabled."""
+        out = self.prelude()
+        st = _Logical(self)
+        for d, a in enumerate(actions, start=1):
+            out.append(st.op(a, float(d)))
+        return out
+
+    def trace(self, actions: Sequence[Action]) -> Trace:
+        return Trace(TraceHeader(), tuple(self.ops(actions)))
+
+    def depth_of(self, op_index: int) -> int:
+        """The action depth (1-based) of a trace op index."""
+        return op_index - 2 * self.contexts + 1
+
+
+def _message(c: int, version: int) -> Message:
+    return Message(MessageId(f"c{c}.v{version}"), Role.USER, MessageKind.USER, _BS)
+
+
+def _append(c: int, version: int) -> Op:
+    from kvmodel.trace import Append
+
+    return Append(0.0, ContextId(f"c{c}"), (_message(c, version),))
+
+
+class _Logical:
+    """Which actions are enabled, and the op of each (the fragment's harness state)."""
+
+    def __init__(self, f: Fragment) -> None:
+        self.f = f
+        self.open = [True] * f.contexts
+        self.pinned = [False] * f.contexts
+        self.ver = [0] * f.contexts
+
+    def enabled(self) -> list[Action]:
+        out = []
+        for c in range(self.f.contexts):
+            if not self.open[c]:
+                continue
+            out.append(Action("infer", c))
+            if not self.pinned[c] and self.ver[c] < self.f.edits:
+                out.append(Action("edit", c))
+            if not self.pinned[c]:
+                out += [Action("close", c), Action("pin", c)]
+            else:
+                out.append(Action("unpin", c))
+        return out
+
+    def op(self, a: Action, t: float) -> Op:
+        if a not in self.enabled():
+            raise ValueError(f"action {a} is not enabled")
+        ctx = ContextId(f"c{a.ctx}")
+        if a.kind == "infer":
+            return Infer(t, ctx)
+        if a.kind == "edit":
+            self.ver[a.ctx] += 1
+            return Replace(t, ctx, 0, _message(a.ctx, self.ver[a.ctx]))
+        if a.kind == "close":
+            self.open[a.ctx] = False
+            return Close(t, ctx)
+        if a.kind == "pin":
+            self.pinned[a.ctx] = True
+            return Pin(t, ctx)
+        self.pinned[a.ctx] = False
+        return Unpin(t, ctx)
+
+
+@attrs.frozen
+class Shortest:
+    """Per invariant: the shortest failing depth and one witness, or None (holds to depth)."""
+
+    depth: int
+    states: int  # distinct states explored
+    failing: dict[str, tuple[int, tuple[Action, ...]]]
+
+
+def _abstract(engine: Engine, lg: _Logical) -> tuple[object, ...]:
+    """The state up to the order of its time stamps (the future compares times only)."""
+    v = engine.view
+    blocks = [v.block(b) for b in v.resident()]
+    ctxs = [engine.contexts[ContextId(f"c{c}")] for c in range(lg.f.contexts)]
+    times = sorted(
+        {b.last_access for b in blocks}
+        | {b.alloc_time for b in blocks}
+        | {c.suspended_at for c in ctxs if c.suspended_at is not None}
+    )
+    rank = {x: i for i, x in enumerate(times)}
+    per_ctx = tuple(
+        (lg.open[i], lg.pinned[i], lg.ver[i], c.valid, rank.get(c.suspended_at, -1))  # type: ignore[arg-type]
+        for i, c in enumerate(ctxs)
+    )
+    per_block = tuple(
+        sorted(
+            (str(b.key), b.state.value, rank[b.last_access], rank[b.alloc_time], len(b.holders))
+            for b in blocks
+        )
+    )
+    return per_ctx, per_block
+
+
+def explore(
+    policy: str | Policy,
+    fragment: Fragment,
+    depth: int,
+    invariants: Iterable[str] = FRAGMENT_INVARIANTS,
+) -> Shortest:
+    """Breadth-first search of the executable model over all enabled action sequences."""
+    names = list(invariants)
+    failing: dict[str, tuple[int, tuple[Action, ...]]] = {}
+    frontier: list[tuple[Action, ...]] = [()]
+    seen: set[tuple[object, ...]] = set()
+    n_states = 0
+    for _ in range(depth):
+        nxt: list[tuple[Action, ...]] = []
+        for seq in frontier:
+            lg = _Logical(fragment)
+            for a in seq:
+                lg.op(a, 0.0)
+            for a in lg.enabled():
+                child = (*seq, a)
+                run = check_ops(fragment.ops(child), policy, fragment.config, names)
+                for v in run.violations:
+                    if v.invariant not in failing and v.op is not None:
+                        failing[v.invariant] = (fragment.depth_of(v.op), child)
+                lg2 = _Logical(fragment)
+                for x in child:
+                    lg2.op(x, 0.0)
+                key = _abstract(run.engine, lg2)
+                if key in seen:
+                    continue
+                seen.add(key)
+                n_states += 1
+                nxt.append(child)
+        frontier = nxt
+        if not frontier:
+            break
+    return Shortest(depth, n_states, failing)
