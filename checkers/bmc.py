@@ -35,7 +35,7 @@ from kvmodel.lifecycle import BlockClass
 from kvmodel.observations import FreeObs, FreeReason
 from kvmodel.policy import BasePolicy, Policy, RankTerm, resolve_policy
 
-__all__ = ["Answer", "PolicyProfile", "bmc", "induction", "profile", "prove"]
+__all__ = ["Answer", "PolicyProfile", "bmc", "induction", "manifest", "profile", "prove"]
 
 _CLS = list(BlockClass)
 _PRIO = {
@@ -64,7 +64,7 @@ class PolicyProfile:
 
 def profile(policy: str | Policy, fragment: Fragment | None = None) -> PolicyProfile:
     """Read the policy's fragment behaviour: its rank (declarative), and its reclaims, probed on
-    every action sequence of depth 2 -- exactly the Dead blocks after every op, or nothing."""
+    every action sequence of depth 3 -- exactly the Dead blocks after every op, or nothing."""
     pol = resolve_policy(policy)
     name = pol.name
     if not isinstance(pol, BasePolicy) or type(pol).eviction_order is not BasePolicy.eviction_order:
@@ -77,7 +77,7 @@ def profile(policy: str | Policy, fragment: Fragment | None = None) -> PolicyPro
         return PolicyProfile(name, unsupported="it plans from the whole trace (offline)")
     frag = fragment or Fragment()
     ever_reclaims, ever_leaves_dead = False, False
-    for seq in _sequences(frag, 2):  # every prefix is enumerated too
+    for seq in _sequences(frag, 3):  # every prefix is enumerated too
         run = check_ops(frag.ops(seq), policy, frag.config, ())
         log = run.engine.log
         if run.trace_error is not None or any(o.kind == "bypass" for o in log):
@@ -541,3 +541,29 @@ def prove(
         else:
             out.append(Answer(name, "bounded", depth, dt))
     return out
+
+
+def manifest(policies: Iterable[str], depth: int = 6) -> str:
+    """The expected-rung manifest (checkers/expected_proofs.toml) for ``policies``."""
+    out = [
+        "# Expected rungs of `kvmodel prove` over the default fragment (3 contexts, 2 slots,",
+        "# 1 edit; BMC to depth 6, then k-induction up to k = 3), as `rung:depth` (depth = the",
+        "# shortest failing depth, or the induction k). Rungs hold *in the fragment*: a mutant",
+        "# whose bug needs forks, temporaries or longer chains is proved here and caught by",
+        "# `kvmodel check`. Regenerate: python -m checkers.bmc > checkers/expected_proofs.toml",
+        "",
+    ]
+    for p in policies:
+        out.append(f'["{p}"]')
+        for a in prove(p, depth=depth):
+            val = a.rung if a.rung == "unknown" else f"{a.rung}:{a.depth}"
+            out.append(f'"{a.invariant}" = "{val}"')
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    from checkers.mutants import MUTANTS
+    from kvmodel.policy import registered_policies
+
+    print(manifest([*registered_policies(), *MUTANTS]), end="")

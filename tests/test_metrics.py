@@ -15,14 +15,20 @@ from kvmodel.workloads import AgenticParams, generate_agentic
 
 
 def test_cost_and_latency_formulas() -> None:
-    r = run("lru", config(),
-            {"op": "open", "t": 0, "ctx": "a", "session": "s", "agent": "main"},
-            {"op": "append", "t": 0, "ctx": "a", "messages": [msg("A", 8)]},
-            {"op": "infer", "t": 1, "ctx": "a", "output": [msg("O", 4, "output")]},
-            {"op": "append", "t": 2, "ctx": "a", "messages": [msg("B", 4)]},
-            {"op": "infer", "t": 3, "ctx": "a", "output": []})
-    m = compute_metrics(r, Prices(input=1.0, cached_input=0.5, output=2.0),
-                        Timing(prefill_tok_per_s=4.0, ttft_overhead_s=1.0, tpot_s=0.5))
+    r = run(
+        "lru",
+        config(),
+        {"op": "open", "t": 0, "ctx": "a", "session": "s", "agent": "main"},
+        {"op": "append", "t": 0, "ctx": "a", "messages": [msg("A", 8)]},
+        {"op": "infer", "t": 1, "ctx": "a", "output": [msg("O", 4, "output")]},
+        {"op": "append", "t": 2, "ctx": "a", "messages": [msg("B", 4)]},
+        {"op": "infer", "t": 3, "ctx": "a", "output": []},
+    )
+    m = compute_metrics(
+        r,
+        Prices(input=1.0, cached_input=0.5, output=2.0),
+        Timing(prefill_tok_per_s=4.0, ttft_overhead_s=1.0, tpot_s=0.5),
+    )
     # infer 1: 8 missed; infer 2: 16 prompt, 12 hit (A and O), 4 missed; 4 output tokens
     assert m.recomputed_tokens == 12
     assert m.cost_usd == pytest.approx((12 * 1.0 + 12 * 0.5 + 4 * 2.0) / 1e6)
@@ -31,14 +37,16 @@ def test_cost_and_latency_formulas() -> None:
 
 
 def test_regretted_evictions_count_keys_written_again() -> None:
-    ops = [{"op": "open", "t": 0, "ctx": "a", "session": "s", "agent": "main"},
-           {"op": "append", "t": 0, "ctx": "a", "messages": [msg("A", 8)]},
-           {"op": "infer", "t": 1, "ctx": "a", "output": []},
-           {"op": "open", "t": 2, "ctx": "b", "session": "s", "agent": "main"},
-           {"op": "append", "t": 2, "ctx": "b", "messages": [msg("B", 8)]},
-           {"op": "infer", "t": 3, "ctx": "b", "output": []},  # evicts A's second block
-           {"op": "append", "t": 4, "ctx": "a", "messages": [msg("A2", 4)]},
-           {"op": "infer", "t": 5, "ctx": "a", "output": []}]  # ... which a needs again
+    ops = [
+        {"op": "open", "t": 0, "ctx": "a", "session": "s", "agent": "main"},
+        {"op": "append", "t": 0, "ctx": "a", "messages": [msg("A", 8)]},
+        {"op": "infer", "t": 1, "ctx": "a", "output": []},
+        {"op": "open", "t": 2, "ctx": "b", "session": "s", "agent": "main"},
+        {"op": "append", "t": 2, "ctx": "b", "messages": [msg("B", 8)]},
+        {"op": "infer", "t": 3, "ctx": "b", "output": []},  # evicts A's second block
+        {"op": "append", "t": 4, "ctx": "a", "messages": [msg("A2", 4)]},
+        {"op": "infer", "t": 5, "ctx": "a", "output": []},
+    ]  # ... which a needs again
     e = run("lru", config(blocks=3), *ops).engine
     assert regretted_evictions(e) == 1
     assert sum(1 for o in e.log if o.kind == "evict") == 3  # b's two blocks went for A2
@@ -73,8 +81,10 @@ def test_lachesis_turns_hbm_over_where_hbm_first_does_not() -> None:
 
 
 def test_simulate_cli(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["simulate", "--policy", "lachesis", "--preset", "2/6", "--sessions", "2",
-                 "--json"]) == 0
+    assert (
+        main(["simulate", "--policy", "lachesis", "--preset", "2/6", "--sessions", "2", "--json"])
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
     assert d["policy"] == "lachesis"
     assert set(d["writes"]) == {"hbm", "hbf"}
@@ -82,8 +92,22 @@ def test_simulate_cli(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_compare_prints_ratios_beside_the_papers_and_plots(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("matplotlib")
-    assert main(["compare", "--sessions", "2", "--turns", "2", "--splits", "2/6,8/8*",
-                 "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--sessions",
+                "2",
+                "--turns",
+                "2",
+                "--splits",
+                "2/6,8/8*",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "(paper: -40.0% on average (KVTether))" in out
     assert "lachesis_years_vs_hbm_first: 2/6" in out
@@ -92,15 +116,14 @@ def test_compare_prints_ratios_beside_the_papers_and_plots(tmp_path, capsys) -> 
 
 
 def test_compare_json_has_every_policy_and_split(capsys) -> None:  # type: ignore[no-untyped-def]
-    assert main(["compare", "--sessions", "2", "--turns", "1", "--splits", "1/7",
-                 "--json"]) == 0
+    assert main(["compare", "--sessions", "2", "--turns", "1", "--splits", "1/7", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert set(d["cache"]) == {"kvtether", "lru", "mori", "belady"}
-    assert set(d["placement"]["1/7"]) == {"lachesis", "lachesis-det", "hbm-first",
-                                          "opt-placement"}
+    assert set(d["placement"]["1/7"]) == {"lachesis", "lachesis-det", "hbm-first", "opt-placement"}
     # Belady bounds the online cache policies' hits on this workload
-    assert all(d["cache"]["belady"]["token_hit_rate"] >= m["token_hit_rate"]
-               for m in d["cache"].values())
+    assert all(
+        d["cache"]["belady"]["token_hit_rate"] >= m["token_hit_rate"] for m in d["cache"].values()
+    )
 
 
 def test_comparison_reproduces_the_papers_directions() -> None:
@@ -115,8 +138,14 @@ def test_comparison_reproduces_the_papers_directions() -> None:
     from kvmodel.workloads import PRESETS
 
     trace = generate_agentic(_attrs.evolve(PRESETS["multi-agent"], sessions=8))
-    cmp = compare(trace, default_config(hbm_blocks=256, hbf_blocks=1024), splits=list(SPLITS),
-                  model="llama-4-maverick", scale=0.005, progress=False)
+    cmp = compare(
+        trace,
+        default_config(hbm_blocks=256, hbf_blocks=1024),
+        splits=list(SPLITS),
+        model="llama-4-maverick",
+        scale=0.005,
+        progress=False,
+    )
     c = cmp.cache
     exact = 0
     assert c["kvtether"].cost_usd < c["lru"].cost_usd
@@ -130,7 +159,9 @@ def test_comparison_reproduces_the_papers_directions() -> None:
         if opt.evictions == 0:  # the bound is exact only when nothing is evicted (spec)
             # OPT writes the fewest blocks to flash (policies that churn write *more* in total)
             assert all(m.writes["hbf"] >= opt.writes["hbf"] for m in row.values()), split
-            assert all(m.device_years["hbf"] <= opt.device_years["hbf"]  # type: ignore[operator]
-                       for m in row.values()), split
+            assert all(
+                m.device_years["hbf"] <= opt.device_years["hbf"]  # type: ignore[operator]
+                for m in row.values()
+            ), split
             exact += 1
     assert exact >= 3

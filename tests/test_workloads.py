@@ -17,8 +17,9 @@ from kvmodel.workloads import PRESETS, generate_agentic
 from policies.lachesis import LachesisDet, SegmentClass
 from policies.spawn_predictor import kendall_tau, worker_samples
 
-ROOMY = EngineConfig(16, (TierConfig(TierName("hbm"), 200_000),
-                          TierConfig(TierName("hbf"), 200_000)))
+ROOMY = EngineConfig(
+    16, (TierConfig(TierName("hbm"), 200_000), TierConfig(TierName("hbf"), 200_000))
+)
 
 
 @pytest.mark.parametrize("seed", [0, 1])

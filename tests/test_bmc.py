@@ -1,0 +1,119 @@
+"""Bounded model checking and k-induction (checkers.bmc) against the executable model.
+
+Every Z3 counterexample is decoded into a trace that replays to the same violation; the
+exhaustive breadth-first search of the executable model and the BMC agree on which invariants
+fail and at what shortest depth; the expected rungs of every built-in policy and mutant are data
+(checkers/expected_proofs.toml)."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from checkers import bmc
+from checkers.bmc import prove
+from checkers.fragment import FRAGMENT_INVARIANTS, Fragment, explore
+from checkers.harness import check_ops
+from checkers.mutants import MUTANTS
+from kvmodel.cli import main
+from kvmodel.policy import registered_policies
+
+MANIFEST = tomllib.loads(
+    (Path(__file__).parent.parent / "checkers" / "expected_proofs.toml").read_text()
+)
+F = Fragment()
+#: the default run's slice; `-m slow` runs every policy and mutant
+SLICE = ["lru", "kvtether", "checkers.mutants:MRUInverted", "checkers.mutants:LateDeadReclaim"]
+ALL = [*registered_policies(), *MUTANTS]
+
+
+def _rungs(policy: str, depth: int = 6) -> dict[str, str]:
+    return {
+        a.invariant: a.rung if a.rung == "unknown" else f"{a.rung}:{a.depth}"
+        for a in prove(policy, depth=depth)
+    }
+
+
+@pytest.mark.parametrize("policy", SLICE)
+def test_rungs_match_the_manifest(policy: str) -> None:
+    assert _rungs(policy) == MANIFEST[policy]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ALL)
+def test_every_policy_and_mutant_matches_the_manifest(policy: str) -> None:
+    assert _rungs(policy) == MANIFEST[policy]
+
+
+def test_the_manifest_covers_every_policy_and_mutant() -> None:
+    assert set(MANIFEST) == set(ALL)
+    assert all(set(v) == set(FRAGMENT_INVARIANTS) for v in MANIFEST.values())
+
+
+@pytest.mark.parametrize("policy", [p for p in SLICE if p != "kvtether"])
+def test_counterexamples_replay_to_the_same_violation(policy: str) -> None:
+    violated = [a for a in prove(policy, depth=6) if a.rung == "violated"]
+    assert violated
+    for a in violated:
+        run = check_ops(F.ops(a.trace), policy, F.config, [a.invariant])
+        v = run.first(a.invariant)
+        assert v is not None, a.render()
+        assert v.op is not None
+        assert F.depth_of(v.op) == a.depth == len(a.trace)
+
+
+def _agree(policy: str, depth: int) -> None:
+    answers = {a.invariant: a for a in prove(policy, depth=depth)}
+    if any(a.rung == "unknown" for a in answers.values()):
+        pytest.skip(f"{policy} is outside the fragment")
+    found = explore(policy, F, depth)
+    bfs = {name: d for name, (d, _) in found.failing.items()}
+    smt = {name: a.depth for name, a in answers.items() if a.rung == "violated"}
+    assert bfs == smt
+
+
+@pytest.mark.parametrize("policy", SLICE)
+def test_bfs_and_bmc_agree_on_failures_and_shortest_depths(policy: str) -> None:
+    _agree(policy, 4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ALL)
+def test_bfs_and_bmc_agree_everywhere(policy: str) -> None:
+    _agree(policy, 5)
+
+
+def test_policies_outside_the_fragment_are_unknown_never_proved() -> None:
+    for policy in ("mori", "belady", "checkers.mutants:EvictsInFlight"):
+        answers = prove(policy, depth=3)
+        assert {a.rung for a in answers} == {"unknown"}
+        assert all("outside the fragment" in a.reason for a in answers)
+
+
+def test_a_timeout_is_never_reported_as_proved(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bmc, "induction", lambda *a, **k: "unknown")
+    assert {a.rung for a in prove("kvtether", depth=3)} == {"bounded"}
+    monkeypatch.setattr(bmc, "bmc", lambda prof, f, name, depth, **k: ("unknown", 2, ()))
+    answers = prove("kvtether", depth=3)
+    assert {a.rung for a in answers} == {"unknown"}
+    assert all(a.reason == "timeout at depth 2" for a in answers)
+
+
+def test_kvtether_is_proved_for_all_depths() -> None:
+    assert {a.rung for a in prove("kvtether", depth=4)} == {"proved"}
+
+
+def test_prove_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["prove", "lru", "--depth", "4", "--invariant", "no-zombie-kv"]) == 0
+    out = capsys.readouterr().out
+    assert "violated at depth 2" in out
+    assert main(["prove", "checkers.mutants:MRUInverted", "--depth", "4", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    mru = next(a for a in data["fragment"] if a["invariant"] == "suspended-mru")
+    assert (mru["rung"], mru["depth"], mru["claimed"]) == ("violated", 3, True)
+    assert len(mru["trace"]) == 3
+    assert main(["prove", "lru", "--invariant", "no-such"]) == 2
+    assert main(["prove", "lru", "--depth", "0"]) == 2
