@@ -1,0 +1,80 @@
+"""Z3 Optimize: the fewest block writes any eviction schedule can achieve on a small trace, to
+cross-check the offline policies (``belady``) against a solver rather than against themselves.
+
+The trace is replayed once with unbounded memory to read, per inference, the set of full blocks
+it uses (kept, hit or written). The optimum is then an offline paging problem on one tier of
+``K`` slots: at each inference its whole set must be resident; a block becomes resident only by
+being written at an inference that uses it; at most ``K`` blocks are resident at once. Z3's
+``Optimize`` minimises the number of writes. Scope: one tier, no partial blocks, no rejections
+(the caller's trace must admit every inference), which is where Belady is optimal (spec
+policies.md §belady).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import z3
+
+from kvmodel.config import EngineConfig
+from kvmodel.engine import Engine
+from kvmodel.ids import BlockKey, TierName
+from kvmodel.memory import TierConfig
+from kvmodel.observations import AllocObs, HitObs
+from kvmodel.policy import resolve_policy
+from kvmodel.trace import Infer, Trace
+
+__all__ = ["access_sets", "min_writes"]
+
+
+def access_sets(trace: Trace, block_size: int) -> list[frozenset[BlockKey]]:
+    """Per inference, the keys of the full blocks it uses (unbounded memory, no eviction)."""
+    tokens = 1
+    for op in trace.ops:
+        for m in (*getattr(op, "messages", ()), *getattr(op, "output", ())):
+            tokens += m.tokens
+    cfg = EngineConfig(block_size, (TierConfig(TierName("all"), tokens),))
+    engine = Engine(cfg, resolve_policy("lru"))
+    out: list[frozenset[BlockKey]] = []
+    for op in trace.ops:
+        if not isinstance(op, Infer):
+            engine.apply(op)
+            continue
+        kept = list(engine.view.chain(op.ctx))[: engine.contexts[op.ctx].valid]
+        used = {engine.view.block(b).key for b in kept}
+        seen = len(engine.log)
+        engine.apply(op)
+        for o in engine.log.since(seen):
+            if isinstance(o, HitObs | AllocObs):
+                used.add(o.key)
+        out.append(frozenset(k for k in used if k is not None))
+    return out
+
+
+def min_writes(
+    sets: Sequence[frozenset[BlockKey]], slots: int, *, timeout_ms: int = 60_000
+) -> int | None:
+    """The minimum number of block writes, or None if infeasible (a set larger than ``slots``)
+    or the solver timed out."""
+    if any(len(s) > slots for s in sets):
+        return None
+    keys = sorted({k for s in sets for k in s})
+    opt = z3.Optimize()
+    opt.set("timeout", timeout_ms)
+    prev = {k: z3.BoolVal(False) for k in keys}
+    writes = []
+    for j, s in enumerate(sets):
+        cur = {k: z3.Bool(f"r{j}_{n}") for n, k in enumerate(keys)}
+        for k in keys:
+            if k in s:
+                opt.add(cur[k])
+                writes.append(z3.If(prev[k], 0, 1))
+            else:
+                opt.add(z3.Implies(cur[k], prev[k]))  # nothing appears without being written
+        opt.add(z3.Sum([z3.If(cur[k], 1, 0) for k in keys]) <= slots)
+        prev = cur
+    total = z3.Sum(writes) if writes else z3.IntVal(0)
+    h = opt.minimize(total)
+    if opt.check() != z3.sat:
+        return None
+    return int(opt.lower(h).as_long())
