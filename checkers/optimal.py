@@ -20,11 +20,11 @@ from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.ids import BlockKey, TierName
 from kvmodel.memory import TierConfig
-from kvmodel.observations import AllocObs, HitObs
+from kvmodel.observations import AllocObs, FreeObs, HitObs
 from kvmodel.policy import resolve_policy
 from kvmodel.trace import Infer, Trace
 
-__all__ = ["access_sets", "min_writes"]
+__all__ = ["access_sets", "lifetimes", "min_hbf_writes", "min_writes"]
 
 
 def access_sets(trace: Trace, block_size: int) -> list[frozenset[BlockKey]]:
@@ -78,3 +78,57 @@ def min_writes(
     if opt.check() != z3.sat:
         return None
     return int(opt.lower(h).as_long())
+
+
+def lifetimes(trace: Trace, block_size: int) -> list[tuple[int, int]]:
+    """Each written block's lifetime ``[write, free)`` in log positions, under eager reclaim of
+    Dead blocks and unbounded memory (the intervals a placement must fit; still-resident blocks
+    end at the end of the log)."""
+    tokens = 1
+    for op in trace.ops:
+        for m in (*getattr(op, "messages", ()), *getattr(op, "output", ())):
+            tokens += m.tokens
+    cfg = EngineConfig(block_size, (TierConfig(TierName("all"), tokens),))
+    engine = Engine(cfg, resolve_policy("lachesis-det"))  # reclaims every Dead block, no bypass
+    for op in trace.ops:
+        engine.apply(op)
+    live: dict[int, int] = {}
+    spans: list[list[int]] = []
+    for o in engine.log:
+        if isinstance(o, AllocObs) and not o.rewrite:
+            live[o.block] = len(spans)
+            spans.append([o.seq, len(engine.log)])
+        elif isinstance(o, FreeObs) and o.block in live:
+            spans[live.pop(o.block)][1] = o.seq
+    return [(a, b) for a, b in spans]
+
+
+def min_hbf_writes(
+    spans: Sequence[tuple[int, int]], hbm_slots: int, *, timeout_ms: int = 60_000
+) -> int | None:
+    """Two tiers, HBM of ``hbm_slots`` and an HBF that never fills: the fewest blocks that must
+    be written to HBF, each block living in the tier it was written to for its whole lifetime.
+
+    Solved as a linear program over reals: the constraint matrix (time points x lifetimes) has
+    the consecutive-ones property, so it is totally unimodular and the LP optimum is the integer
+    optimum. (The 0/1 formulation is the same problem, but Z3's MaxSAT search times out on a
+    hundred intervals where its simplex takes milliseconds.)
+    """
+    opt = z3.Optimize()
+    opt.set("timeout", timeout_ms)
+    in_hbm = [z3.Real(f"h{i}") for i in range(len(spans))]
+    for x in in_hbm:
+        opt.add(x >= 0, x <= 1)
+    for a, _ in spans:  # half-open intervals: the load peaks at some interval's start
+        alive = [in_hbm[j] for j, (s, e) in enumerate(spans) if s <= a < e]
+        opt.add(z3.Sum(alive) <= hbm_slots)
+    total = z3.Sum([1 - x for x in in_hbm]) if spans else z3.RealVal(0)
+    h = opt.minimize(total)
+    if opt.check() != z3.sat:
+        return None
+    best = opt.lower(h)
+    if isinstance(best, z3.IntNumRef):
+        return int(best.as_long())
+    if isinstance(best, z3.RatNumRef) and best.denominator_as_long() == 1:
+        return int(best.numerator_as_long())
+    return None  # a fractional optimum cannot happen for a totally unimodular system

@@ -53,3 +53,31 @@ def test_no_sharing_means_every_access_is_a_write_with_one_slot(slots: int) -> N
     seq = [frozenset({BlockKey(str(i % 3))}) for i in range(9)]
     got = min_writes(seq, slots)
     assert got == (9 if slots == 1 else 6)
+
+
+@pytest.mark.parametrize("hbm", [3, 6, 12])
+def test_opt_placement_reaches_the_solver_minimum_of_hbf_writes(hbm: int) -> None:
+    from checkers.optimal import lifetimes, min_hbf_writes
+    from kvmodel import EngineConfig, TierConfig
+    from kvmodel.ids import TierName
+    from kvmodel.workloads import RandomParams, random_trace
+
+    cfg = EngineConfig(4, (TierConfig(TierName("hbm"), hbm), TierConfig(TierName("hbf"), 4000)))
+    for seed in range(12):
+        tr = random_trace(RandomParams(seed=seed, ops=60))
+        best = min_hbf_writes(lifetimes(tr, 4), hbm)
+        assert best is not None
+        log = replay(tr, "opt-placement", cfg).engine.log
+        assert not any(o.kind == "evict" for o in log)  # its exact setting (spec §opt-placement)
+        assert sum(o.kind == "alloc" and o.tier == "hbf" for o in log) == best
+        det = replay(tr, "lachesis-det", cfg).engine.log
+        assert sum(o.kind == "alloc" and o.tier == "hbf" for o in det) >= best
+
+
+def test_min_hbf_writes_by_hand() -> None:
+    from checkers.optimal import min_hbf_writes
+
+    # three overlapping lifetimes and one later one; one HBM slot: keep one of the three + the last
+    assert min_hbf_writes([(0, 10), (1, 3), (2, 4), (11, 12)], 1) == 2
+    assert min_hbf_writes([(0, 10), (1, 3), (2, 4), (11, 12)], 3) == 0
+    assert min_hbf_writes([], 2) == 0
