@@ -1,5 +1,5 @@
 """The small harness fragment the symbolic model and the exhaustive search share (spec
-invariants.md §Bounded model checking).
+invariants.md §Proofs).
 
 ``C`` main-agent contexts, each opened at ``t = 0`` with one message of exactly one block; one
 memory tier of ``K`` slots; ``E`` edits per context at most. An **action** is one trace op at

@@ -9,7 +9,7 @@ timeout is reported as ``unknown``, never as proved.
 
 Scope: ordering properties of the rank itself (spec/invariants.md: the eviction-order part of
 no-live-eviction-before-dead-reclaim, state-priority-eviction, suspended-mru). Bounded model
-checking of the whole engine is separate work.
+checking and k-induction of the engine over a harness fragment are in :mod:`checkers.bmc`.
 """
 
 from __future__ import annotations
