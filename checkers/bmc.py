@@ -35,7 +35,16 @@ from kvmodel.lifecycle import BlockClass
 from kvmodel.observations import FreeObs, FreeReason
 from kvmodel.policy import BasePolicy, Policy, RankTerm, resolve_policy
 
-__all__ = ["Answer", "PolicyProfile", "bmc", "induction", "manifest", "profile", "prove"]
+__all__ = [
+    "Answer",
+    "PolicyProfile",
+    "bmc",
+    "induction",
+    "manifest",
+    "profile",
+    "prove",
+    "rank_counterexample",
+]
 
 _CLS = list(BlockClass)
 _PRIO = {
@@ -541,6 +550,23 @@ def prove(
         else:
             out.append(Answer(name, "bounded", depth, dt))
     return out
+
+
+def rank_counterexample(
+    policy: str | Policy, prop: str, *, fragment: Fragment | None = None, depth: int = 8
+) -> tuple[str, tuple[Action, ...]] | None:
+    """A violated rank-order property (checkers.z3rank) made concrete: the invariant whose
+    eviction order it is, and the shortest fragment trace on which the executable model makes
+    that wrong eviction -- or None if the fragment cannot show it."""
+    from checkers.z3rank import PROPERTY_OF_CLAIM
+
+    f = fragment or Fragment()
+    invariant = next((inv for inv, p in PROPERTY_OF_CLAIM.items() if p == prop), None)
+    prof = profile(policy, f)
+    if invariant is None or prof.unsupported is not None:
+        return None
+    rung, _, trace = bmc(prof, f, invariant, depth)
+    return (invariant, trace) if rung == "violated" else None
 
 
 def manifest(policies: Iterable[str], depth: int = 6) -> str:

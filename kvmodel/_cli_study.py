@@ -173,7 +173,7 @@ def cmd_kv_events(args: argparse.Namespace) -> int:
 def cmd_prove(args: argparse.Namespace) -> int:
     """Z3: the rank's eviction-order properties for all feature values, then bounded model
     checking and k-induction of the invariants over the harness fragment."""
-    from checkers.bmc import prove
+    from checkers.bmc import prove, rank_counterexample
     from checkers.fragment import FRAGMENT_INVARIANTS, Fragment
     from checkers.z3rank import PROPERTIES, prove_policy
 
@@ -218,6 +218,11 @@ def cmd_prove(args: argparse.Namespace) -> int:
             print(f"  {p.prop:<22} {p.rung:<9} {p.seconds * 1000:7.1f} ms")
             for blk, vals in (p.counterexample or {}).items():
                 print(f"      {blk}: " + ", ".join(f"{k}={v}" for k, v in vals.items()))
+            if p.rung == "violated":
+                shown = rank_counterexample(args.policy, p.prop, depth=args.depth)
+                if shown is not None:
+                    print(f"      the wrong eviction ({shown[0]}) on a trace: "
+                          + " ; ".join(str(a) for a in shown[1]))  # fmt: skip
         f = Fragment()
         print(
             f"invariants over the fragment ({f.contexts} contexts, {f.slots} slots, "

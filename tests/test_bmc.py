@@ -117,3 +117,20 @@ def test_prove_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(mru["trace"]) == 3
     assert main(["prove", "lru", "--invariant", "no-such"]) == 2
     assert main(["prove", "lru", "--depth", "0"]) == 2
+
+
+def test_a_violated_rank_property_becomes_a_trace_with_the_wrong_eviction() -> None:
+    from checkers.bmc import rank_counterexample
+    from checkers.z3rank import prove_policy
+    from kvmodel.policy import resolve_policy
+
+    mutant = "checkers.mutants:MRUInverted"
+    [bad] = [p for p in prove_policy(resolve_policy(mutant)) if p.rung == "violated"]
+    shown = rank_counterexample(mutant, bad.prop)
+    assert shown is not None
+    invariant, trace = shown
+    assert invariant == "suspended-mru"
+    v = check_ops(F.ops(trace), mutant, F.config, [invariant]).first(invariant)
+    assert v is not None  # the executable model evicts the wrong Suspended block
+    assert v.op == len(F.ops(trace)) - 1
+    assert rank_counterexample("kvtether", "mru-within-suspended") is None  # proved: no trace
