@@ -181,3 +181,26 @@ def test_oracle_cli_invariants_only(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main([*base, "--invariants-only", "--invariant", "no-zombie-kv"]) == 1
     assert "no-zombie-kv" in capsys.readouterr().out
     assert main([*base, "--invariants-only", "--invariant", "no-such"]) == 2
+
+
+@given(
+    seed=st.integers(0, 10_000),
+    cuts=st.lists(st.integers(0, 400), max_size=6),
+    swap=st.booleans(),
+    junk=st.sampled_from([{}, {"key": None}, {"tier": 7}, {"kind": "evict"}, {"kind": "nonsense"}]),
+)
+def test_damaged_logs_get_a_verdict_never_a_crash(
+    seed: int, cuts: list[int], swap: bool, junk: dict[str, object]
+) -> None:
+    tr = random_trace(RandomParams(seed=seed, ops=40))
+    log = _log(tr, "lru")
+    for c in sorted(set(cuts), reverse=True):
+        if c < len(log):
+            log[c] = {**log[c], **junk}  # a field damaged or a record re-kinded
+    if swap and len(log) > 2:
+        log = [log[-1], *log[1:-1], log[0]]  # reordered
+    for v in (
+        check_log(tr, log, "lru", CFG, budget=20),
+        check_log_invariants(tr, log, CFG, ["accounting", "chains"]),
+    ):
+        assert v.verdict in ("OK", "ILLEGAL", "UNKNOWN")
