@@ -31,7 +31,7 @@ import z3
 from checkers.fragment import ACTIONS, FRAGMENT_INVARIANTS, Action, Fragment, _Logical
 from checkers.harness import check_ops
 from checkers.z3rank import SymBlock, before
-from kvmodel.lifecycle import BlockClass
+from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, BlockClass
 from kvmodel.observations import FreeObs, FreeReason
 from kvmodel.policy import BasePolicy, Policy, RankTerm, resolve_policy
 
@@ -47,14 +47,7 @@ __all__ = [
 ]
 
 _CLS = list(BlockClass)
-_PRIO = {
-    BlockClass.DEAD: 0,
-    BlockClass.EXPIRED: 1,
-    BlockClass.TEMPORARY: 2,
-    BlockClass.SUSPENDED: 3,
-    BlockClass.ACTIVE: 4,
-    BlockClass.PINNED: 5,
-}
+_PRIO = BLOCK_CLASS_PRIORITY
 
 
 def _c(x: BlockClass) -> Any:

@@ -20,21 +20,14 @@ from typing import Any
 import attrs
 import z3
 
-from kvmodel.lifecycle import BlockClass
+from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, BlockClass
 from kvmodel.policy import BasePolicy, Policy, RankTerm
 
 __all__ = ["PROPERTIES", "Proof", "SymBlock", "before", "prove_policy", "prove_rank"]
 
 _CLASSES = list(BlockClass)
 _LIVE = (BlockClass.TEMPORARY, BlockClass.SUSPENDED, BlockClass.ACTIVE)
-_PRIO = {
-    BlockClass.DEAD: 0,
-    BlockClass.EXPIRED: 1,
-    BlockClass.TEMPORARY: 2,
-    BlockClass.SUSPENDED: 3,
-    BlockClass.ACTIVE: 4,
-    BlockClass.PINNED: 5,
-}
+_PRIO = BLOCK_CLASS_PRIORITY
 
 
 @attrs.frozen
