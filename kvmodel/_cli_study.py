@@ -135,6 +135,8 @@ def cmd_oracle(args: argparse.Namespace) -> int:
     from checkers.invariants import INVARIANTS
     from checkers.oracle import check_log, check_log_invariants, load_log
 
+    if args.invariant and not args.invariants_only:
+        raise ConfigError("--invariant goes with --invariants-only (--policy judges by the rank)")
     trace = load_trace(args.trace)
     log = load_log(args.log)
     config = engine_config(args.config)

@@ -181,6 +181,7 @@ def test_oracle_cli_invariants_only(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main([*base, "--invariants-only", "--invariant", "no-zombie-kv"]) == 1
     assert "no-zombie-kv" in capsys.readouterr().out
     assert main([*base, "--invariants-only", "--invariant", "no-such"]) == 2
+    assert main([*base, "--policy", "lru", "--invariant", "no-zombie-kv"]) == 2
 
 
 @given(
