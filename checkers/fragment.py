@@ -15,17 +15,20 @@ observe); it gives, per invariant, the shortest failing depth and a witness.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 
 import attrs
 
-from checkers.harness import check_ops
+from checkers.harness import engine_for
+from checkers.invariants import Monitor
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
+from kvmodel.errors import PolicyError
 from kvmodel.ids import ContextId, MessageId, SessionId, TierName
 from kvmodel.memory import TierConfig
 from kvmodel.messages import AgentKind, Message, MessageKind, Role
-from kvmodel.policy import Policy
+from kvmodel.policy import Policy, resolve_policy
 from kvmodel.trace import Close, Infer, Op, Open, Pin, Replace, Trace, TraceHeader, Unpin
 
 __all__ = [
@@ -183,34 +186,64 @@ def _abstract(engine: Engine, lg: _Logical) -> tuple[object, ...]:
     return per_ctx, per_block
 
 
+@attrs.define
+class _Node:
+    """One explored state: the engine with its monitor attached, the harness state, the path."""
+
+    engine: Engine
+    monitor: Monitor
+    logical: _Logical
+    path: tuple[Action, ...]
+    stopped: bool = False  # the engine refused a policy decision: nothing follows
+
+
 def explore(
     policy: str | Policy,
     fragment: Fragment,
     depth: int,
     invariants: Iterable[str] = FRAGMENT_INVARIANTS,
 ) -> Shortest:
-    """Breadth-first search of the executable model over all enabled action sequences."""
+    """Breadth-first search of the executable model over all enabled action sequences.
+
+    Each child is a deep copy of its parent's engine, monitor and harness state with one more
+    op applied (as :func:`~checkers.harness.check_ops` applies ops), so a level costs one op per
+    child rather than a replay from the start."""
     names = list(invariants)
     failing: dict[str, tuple[int, tuple[Action, ...]]] = {}
-    frontier: list[tuple[Action, ...]] = [()]
+    engine = engine_for(resolve_policy(policy), fragment.config)
+    monitor = Monitor(engine, names)
+    for op in fragment.prelude():
+        monitor.before_op(op)
+        engine.apply(op)
+        monitor.after_op(op)
+    frontier = [_Node(engine, monitor, _Logical(fragment), ())]
     seen: set[tuple[object, ...]] = set()
     n_states = 0
-    for _ in range(depth):
-        nxt: list[tuple[Action, ...]] = []
-        for seq in frontier:
-            lg = _Logical(fragment)
-            for a in seq:
-                lg.op(a, 0.0)
-            for a in lg.enabled():
-                child = (*seq, a)
-                run = check_ops(fragment.ops(child), policy, fragment.config, names)
-                for v in run.violations:
-                    if v.invariant not in failing and v.op is not None:
-                        failing[v.invariant] = (fragment.depth_of(v.op), child)
-                lg2 = _Logical(fragment)
-                for x in child:
-                    lg2.op(x, 0.0)
-                key = _abstract(run.engine, lg2)
+    for d in range(1, depth + 1):
+        nxt: list[_Node] = []
+        for node in frontier:
+            for a in node.logical.enabled():
+                child = copy.deepcopy(node)
+                child.path = (*node.path, a)
+                op = child.logical.op(a, float(d))
+                before = len(child.monitor.violations)
+                child.monitor.before_op(op)
+                try:
+                    child.engine.apply(op)
+                except PolicyError as e:
+                    child.monitor.policy_error(e)
+                    child.stopped = True
+                except Exception as e:  # an engine that crashes is a finding
+                    child.monitor.internal_error(e)
+                    child.stopped = True
+                else:
+                    child.monitor.after_op(op)
+                for v in child.monitor.violations[before:]:
+                    if v.invariant not in failing:
+                        failing[v.invariant] = (d, child.path)
+                if child.stopped:
+                    continue
+                key = _abstract(child.engine, child.logical)
                 if key in seen:
                     continue
                 seen.add(key)

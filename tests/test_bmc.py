@@ -77,13 +77,13 @@ def _agree(policy: str, depth: int) -> None:
 
 @pytest.mark.parametrize("policy", SLICE)
 def test_bfs_and_bmc_agree_on_failures_and_shortest_depths(policy: str) -> None:
-    _agree(policy, 4)
+    _agree(policy, 5)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ALL)
 def test_bfs_and_bmc_agree_everywhere(policy: str) -> None:
-    _agree(policy, 5)
+    _agree(policy, 6)
 
 
 def test_policies_outside_the_fragment_are_unknown_never_proved() -> None:
