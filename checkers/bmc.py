@@ -28,7 +28,7 @@ from typing import Any
 import attrs
 import z3
 
-from checkers.fragment import ACTIONS, FRAGMENT_INVARIANTS, Action, Fragment, _Logical
+from checkers.fragment import ACTIONS, FRAGMENT_INVARIANTS, Action, Fragment, Harness
 from checkers.harness import check_ops
 from checkers.z3rank import SymBlock, before
 from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, BlockClass
@@ -99,7 +99,7 @@ def _sequences(f: Fragment, depth: int) -> Iterable[tuple[Action, ...]]:
     for _ in range(depth):
         nxt = []
         for seq in frontier:
-            lg = _Logical(f)
+            lg = Harness(f)
             for a in seq:
                 lg.op(a, 0.0)
             nxt += [(*seq, a) for a in lg.enabled()]
@@ -224,7 +224,7 @@ class _Step:
             self.ctx < nc,
             t == p.now + 1,
         ]
-        # enabledness (as checkers.fragment._Logical.enabled)
+        # enabledness (as checkers.fragment.Harness.enabled)
         for c in range(nc):
             cons.append(
                 z3.Implies(

@@ -24,7 +24,6 @@ from checkers.harness import engine_for
 from checkers.invariants import Monitor
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
-from kvmodel.errors import PolicyError
 from kvmodel.ids import ContextId, MessageId, SessionId, TierName
 from kvmodel.memory import TierConfig
 from kvmodel.messages import AgentKind, Message, MessageKind, Role
@@ -36,6 +35,7 @@ __all__ = [
     "FRAGMENT_INVARIANTS",
     "Action",
     "Fragment",
+    "Harness",
     "Shortest",
     "explore",
 ]
@@ -88,7 +88,7 @@ class Fragment:
     def ops(self, actions: Sequence[Action]) -> list[Op]:
         """The trace ops of an action sequence (prelude first); actions must be enabled."""
         out = self.prelude()
-        st = _Logical(self)
+        st = Harness(self)
         for d, a in enumerate(actions, start=1):
             out.append(st.op(a, float(d)))
         return out
@@ -111,7 +111,7 @@ def _append(c: int, version: int) -> Op:
     return Append(0.0, ContextId(f"c{c}"), (_message(c, version),))
 
 
-class _Logical:
+class Harness:
     """Which actions are enabled, and the op of each (the fragment's harness state)."""
 
     def __init__(self, f: Fragment) -> None:
@@ -162,7 +162,7 @@ class Shortest:
     failing: dict[str, tuple[int, tuple[Action, ...]]]
 
 
-def _abstract(engine: Engine, lg: _Logical) -> tuple[object, ...]:
+def _abstract(engine: Engine, lg: Harness) -> tuple[object, ...]:
     """The state up to the order of its time stamps (the future compares times only)."""
     v = engine.view
     blocks = [v.block(b) for b in v.resident()]
@@ -192,7 +192,7 @@ class _Node:
 
     engine: Engine
     monitor: Monitor
-    logical: _Logical
+    logical: Harness
     path: tuple[Action, ...]
     stopped: bool = False  # the engine refused a policy decision: nothing follows
 
@@ -213,10 +213,8 @@ def explore(
     engine = engine_for(resolve_policy(policy), fragment.config)
     monitor = Monitor(engine, names)
     for op in fragment.prelude():
-        monitor.before_op(op)
-        engine.apply(op)
-        monitor.after_op(op)
-    frontier = [_Node(engine, monitor, _Logical(fragment), ())]
+        monitor.apply(op)
+    frontier = [_Node(engine, monitor, Harness(fragment), ())]
     seen: set[tuple[object, ...]] = set()
     n_states = 0
     for d in range(1, depth + 1):
@@ -227,17 +225,7 @@ def explore(
                 child.path = (*node.path, a)
                 op = child.logical.op(a, float(d))
                 before = len(child.monitor.violations)
-                child.monitor.before_op(op)
-                try:
-                    child.engine.apply(op)
-                except PolicyError as e:
-                    child.monitor.policy_error(e)
-                    child.stopped = True
-                except Exception as e:  # an engine that crashes is a finding
-                    child.monitor.internal_error(e)
-                    child.stopped = True
-                else:
-                    child.monitor.after_op(op)
+                child.stopped = not child.monitor.apply(op)
                 for v in child.monitor.violations[before:]:
                     if v.invariant not in failing:
                         failing[v.invariant] = (d, child.path)

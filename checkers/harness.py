@@ -19,7 +19,7 @@ from checkers.invariants import Monitor
 from checkers.structural import Violation
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
-from kvmodel.errors import PolicyError, TraceError
+from kvmodel.errors import TraceError
 from kvmodel.observations import observation_to_json
 from kvmodel.policy import Policy, resolve_policy
 from kvmodel.trace import Op, Trace, TraceHeader, dumps_op, op_name
@@ -79,19 +79,13 @@ def check_ops(
             return CheckRun((), engine, 0, e)
     applied = 0
     for op in ops:
-        mon.before_op(op)
         try:
-            engine.apply(op)
+            went_on = mon.apply(op)
         except TraceError as e:
             return CheckRun(tuple(mon.violations), engine, applied, e)
-        except PolicyError as e:
-            mon.policy_error(e)
-            return CheckRun(tuple(mon.violations), engine, applied + 1)
-        except Exception as e:  # an engine that crashes is a finding, not a checker crash
-            mon.internal_error(e)
-            return CheckRun(tuple(mon.violations), engine, applied + 1)
         applied += 1
-        mon.after_op(op)
+        if not went_on:
+            return CheckRun(tuple(mon.violations), engine, applied)
         if stop_at is not None and mon.first(stop_at) is not None:
             return CheckRun(tuple(mon.violations), engine, applied)
     mon.at_end()

@@ -30,7 +30,7 @@ from checkers.structural import (
     check_prefix_closed,
 )
 from kvmodel.engine import Engine
-from kvmodel.errors import PolicyError
+from kvmodel.errors import PolicyError, TraceError
 from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
 from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, TRANSITIONS, BlockClass, Event, MsgState
 from kvmodel.messages import AgentKind
@@ -320,6 +320,24 @@ class Monitor:
                         p.expected = [s.key for s in c.pack_from(0)[:full] if s.key is not None]
                         p.ctx = c.id
         self._pending = p
+
+    def apply(self, op: Op) -> bool:
+        """Apply one op to the engine with the checks around it. False when the run cannot go
+        on: the engine refused a policy decision, or crashed (both recorded as violations). Bad
+        input (:class:`~kvmodel.errors.TraceError`) propagates."""
+        self.before_op(op)
+        try:
+            self.engine.apply(op)
+        except TraceError:
+            raise
+        except PolicyError as e:
+            self.policy_error(e)
+            return False
+        except Exception as e:  # an engine that crashes is a finding, not a checker crash
+            self.internal_error(e)
+            return False
+        self.after_op(op)
+        return True
 
     def policy_error(self, err: PolicyError) -> None:
         name = {

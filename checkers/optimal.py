@@ -18,23 +18,21 @@ import z3
 
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
+from kvmodel.errors import InternalError
 from kvmodel.ids import BlockKey, TierName
 from kvmodel.memory import TierConfig
 from kvmodel.observations import AllocObs, FreeObs, HitObs
 from kvmodel.policy import resolve_policy
 from kvmodel.trace import Infer, Trace
+from policies.offline import roomy_config
 
 __all__ = ["access_sets", "lifetimes", "min_hbf_writes", "min_writes"]
 
 
 def access_sets(trace: Trace, block_size: int) -> list[frozenset[BlockKey]]:
     """Per inference, the keys of the full blocks it uses (unbounded memory, no eviction)."""
-    tokens = 1
-    for op in trace.ops:
-        for m in (*getattr(op, "messages", ()), *getattr(op, "output", ())):
-            tokens += m.tokens
-    cfg = EngineConfig(block_size, (TierConfig(TierName("all"), tokens),))
-    engine = Engine(cfg, resolve_policy("lru"))
+    cfg = roomy_config(trace, EngineConfig(block_size, (TierConfig(TierName("all"), 1),)))
+    engine = Engine(cfg, resolve_policy("lachesis-det"))  # reclaims Dead blocks, no bypass
     out: list[frozenset[BlockKey]] = []
     for op in trace.ops:
         if not isinstance(op, Infer):
@@ -48,7 +46,13 @@ def access_sets(trace: Trace, block_size: int) -> list[frozenset[BlockKey]]:
             if isinstance(o, HitObs | AllocObs):
                 used.add(o.key)
         out.append(frozenset(k for k in used if k is not None))
+    _roomy_enough(engine)
     return out
+
+
+def _roomy_enough(engine: Engine) -> None:
+    if any(o.kind in ("evict", "reject") for o in engine.log):
+        raise InternalError("the unbounded replay evicted or rejected: its tier was too small")
 
 
 def min_writes(
@@ -84,14 +88,11 @@ def lifetimes(trace: Trace, block_size: int) -> list[tuple[int, int]]:
     """Each written block's lifetime ``[write, free)`` in log positions, under eager reclaim of
     Dead blocks and unbounded memory (the intervals a placement must fit; still-resident blocks
     end at the end of the log)."""
-    tokens = 1
-    for op in trace.ops:
-        for m in (*getattr(op, "messages", ()), *getattr(op, "output", ())):
-            tokens += m.tokens
-    cfg = EngineConfig(block_size, (TierConfig(TierName("all"), tokens),))
+    cfg = roomy_config(trace, EngineConfig(block_size, (TierConfig(TierName("all"), 1),)))
     engine = Engine(cfg, resolve_policy("lachesis-det"))  # reclaims every Dead block, no bypass
     for op in trace.ops:
         engine.apply(op)
+    _roomy_enough(engine)
     live: dict[int, int] = {}
     spans: list[list[int]] = []
     for o in engine.log:

@@ -28,7 +28,6 @@ from checkers.harness import check_ops, engine_for, shrink
 from checkers.invariants import Monitor
 from checkers.structural import Violation
 from kvmodel.config import EngineConfig
-from kvmodel.errors import PolicyError
 from kvmodel.ids import TierName
 from kvmodel.memory import TierConfig
 from kvmodel.policy import resolve_policy
@@ -179,18 +178,9 @@ def make_machine(
 
         def _apply(self, ops: list[Op]) -> None:
             for op in ops:
-                self.monitor.before_op(op)
-                try:
-                    self.engine.apply(op)
-                except PolicyError as e:
-                    self.monitor.policy_error(e)
+                if not self.monitor.apply(op):
                     self.halted = True
                     break
-                except Exception as e:  # an engine crash is a finding
-                    self.monitor.internal_error(e)
-                    self.halted = True
-                    break
-                self.monitor.after_op(op)
             if record is not None:
                 for v in self.monitor.violations:
                     if v.invariant not in self.reported:

@@ -29,7 +29,7 @@ from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, Placement
 from kvmodel.trace import Infer, Op, Trace
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 
-__all__ = ["Belady", "OptPlacement", "max_k_intervals"]
+__all__ = ["Belady", "OptPlacement", "max_k_intervals", "roomy_config"]
 
 
 class _ReclaimAll(BasePolicy):
@@ -41,17 +41,21 @@ class _ReclaimAll(BasePolicy):
         return view.dead()
 
 
-def _roomy(trace: Trace, config: EngineConfig) -> EngineConfig:
+def roomy_config(trace: Trace, config: EngineConfig) -> EngineConfig:
+    """One tier large enough that replaying ``trace`` with eager reclaim of Dead blocks never
+    evicts (offline plans, Z3 bounds)."""
     bs = config.block_size
     written = sum(
         (sum(m.tokens for m in op.output) + bs) // bs + 1
         for op in trace.ops
         if isinstance(op, Infer)
     )
-    prompt_bound = (
-        sum(sum(m.tokens for m in op.messages) for op in trace.ops if hasattr(op, "messages")) // bs
-        + 1
-    )
+    added = 0  # every token a context can hold enters through one of these fields
+    for op in trace.ops:
+        added += sum(m.tokens for m in getattr(op, "messages", ()))
+        for one in (getattr(op, "message", None), getattr(op, "result", None)):
+            added += one.tokens if one is not None else 0
+    prompt_bound = added // bs + 1
     return EngineConfig(bs, (TierConfig(TierName("ref"), written + prompt_bound + 16),))
 
 
@@ -67,7 +71,7 @@ class Belady(BasePolicy):
         self._uses: dict[BlockKey, list[int]] = {}
 
     def prepare(self, trace: Trace, config: EngineConfig) -> None:
-        engine = Engine(_roomy(trace, config), _ReclaimAll())
+        engine = Engine(roomy_config(trace, config), _ReclaimAll())
         bs = config.block_size
         capacity = sum(t.blocks for t in config.tiers)
         uses: dict[BlockKey, list[int]] = {}
@@ -133,7 +137,7 @@ class OptPlacement(BasePolicy):
         self.reference_writes = 0
 
     def prepare(self, trace: Trace, config: EngineConfig) -> None:
-        engine = Engine(_roomy(trace, config), _ReclaimAll())
+        engine = Engine(roomy_config(trace, config), _ReclaimAll())
         for op in trace.ops:
             engine.apply(op)
         live: dict[BlockId, int] = {}

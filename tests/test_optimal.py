@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from checkers.fragment import Fragment, _Logical
+from checkers.fragment import Fragment, Harness
 from checkers.optimal import access_sets, min_writes
 from kvmodel.ids import BlockKey
 from kvmodel.replay import replay
@@ -21,7 +21,7 @@ def test_belady_reaches_the_solver_optimum_and_online_policies_do_not_beat_it() 
     rng = np.random.default_rng(7)
     gaps = 0
     for _ in range(120):
-        lg, acts = _Logical(F), []
+        lg, acts = Harness(F), []
         for _ in range(14):  # no pins: every inference is admitted (Belady's setting)
             enabled = [a for a in lg.enabled() if a.kind not in ("pin", "unpin")]
             if not enabled:
