@@ -156,7 +156,7 @@ def infer(e: Engine, op: Infer) -> None:
     if ok:
         ok = write_misses(e, c, misses, placed, needed, prompt_full)
     if ok:
-        commit(e, c, v, hits, placed, cut)
+        commit(e, c, v, hits, specs[: len(hits)], placed, cut)
         st = e.stats
         st.infers += 1
         st.prompt_tokens += prompt_tokens
@@ -305,10 +305,21 @@ def reject(e: Engine, c: Context, reason: str, needed: int, available: int) -> N
 
 
 def commit(
-    e: Engine, c: Context, v: int, hits: list[ResidentBlock], placed: list[Placed], cut: int | None
+    e: Engine,
+    c: Context,
+    v: int,
+    hits: list[ResidentBlock],
+    hit_specs: Sequence[BlockSpec],
+    placed: list[Placed],
+    cut: int | None,
 ) -> None:
-    """Attach the new chain tail, release what is not kept, update recency (spec P7.5)."""
-    tail: list[BlockSpec] = [b.spec for b in hits]
+    """Attach the new chain tail, release what is not kept, update recency (spec P7.5).
+
+    A hit enters the chain as *this* context's packed spec, not the resident block's: the key is
+    the same, but the covered message instances (``uids``, which decide the block's class here,
+    L5.1) are this context's own. The writer's uids name other messages, or none, in this context.
+    """
+    tail: list[BlockSpec] = list(hit_specs)
     for p in placed:
         if p.spec.key is None or p.bypass:
             break

@@ -328,3 +328,36 @@ def test_compaction_leaves_nothing_dead_under_kvtether() -> None:
         "free 6 d6 bypass",
         "free 7 d7 bypass",
     ]
+
+
+def test_a_hit_takes_the_readers_message_states_not_the_writers() -> None:
+    """A hit joins the chain as the reader's own packed block (spec B5, L5.1). Found by a
+    random trace (seed 57338): after `remove` and an `append` of equal content (same hash), the
+    hit kept the removed message's instance, so the block was Expired under a live pin and its
+    eviction orphaned the pinned suffix."""
+    r = run(
+        "lru",
+        config(),
+        OPEN_A,
+        {"op": "append", "t": 0, "ctx": "a", "messages": [msg("A", 4, h="x")]},
+        {"op": "infer", "t": 1, "ctx": "a", "output": []},
+        {"op": "remove", "t": 2, "ctx": "a", "index": 0},
+        {"op": "append", "t": 2, "ctx": "a", "messages": [msg("A2", 4, h="x"), msg("B", 4)]},
+        {"op": "infer", "t": 3, "ctx": "a", "output": []},
+        {"op": "pin", "t": 4, "ctx": "a"},
+        # a second context reads the same block: its class there is its own
+        {"op": "open", "t": 5, "ctx": "b", "session": "s", "agent": "worker"},
+        {"op": "append", "t": 5, "ctx": "b", "messages": [msg("A3", 4, h="x")]},
+        {"op": "infer", "t": 6, "ctx": "b", "output": []},
+    )
+    e = r.engine
+    assert log_of(e, 5) == [
+        "infer a prompt=8 hit=4 miss=4 own=0",
+        "hit 0 d0",
+        "alloc 1 d1 hbm active",
+    ]
+    a, b = e.contexts["a"], e.contexts["b"]
+    assert [s.uids for s in a.materialized] == [(1,), (2,)]
+    assert [a.block_class(d).name for d in range(2)] == ["PINNED", "PINNED"]
+    assert b.block_class(0).name == "SUSPENDED"
+    assert e.view.block(0).holders == ("a", "b")

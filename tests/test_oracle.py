@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from checkers.invariants import INVARIANTS
@@ -147,6 +147,7 @@ def test_reuse_may_be_logged_as_hits_of_the_own_prefix() -> None:
 
 @pytest.mark.parametrize("policy", [*RANKED, "mori", "ttl", "belady"])
 @given(seed=st.integers(0, 2**32 - 1))
+@example(seed=57338)  # a hit kept the writer's message instances (tests/test_policies.py)
 def test_invariants_only_accepts_every_reference_log_on_its_claims(policy: str, seed: int) -> None:
     tr = random_trace(RandomParams(seed=seed, ops=60))
     claims = set(resolve_policy(policy).claims) & set(INVARIANTS)
