@@ -1,12 +1,64 @@
+"""Hypothesis profiles: which one runs is decided here, once, for the whole suite.
+
+* ``ci`` -- selected when the ``CI`` environment variable is set (``.ci/run``): derandomized (the
+  examples are a function of each test's source, so a run never passes or fails by luck), no
+  example database, failing examples printed with a reproduction blob.
+* ``dev`` -- the default elsewhere: random examples, so local runs keep exploring; a failure
+  found this way becomes an explicit ``@example`` or a golden test before it is fixed.
+* ``thorough`` -- selected when the marker expression asks for slow tests (``-m slow``): many
+  more examples, random.
+
+``HYPOTHESIS_PROFILE=name`` overrides the choice (e.g. ``HYPOTHESIS_PROFILE=ci`` to reproduce CI
+locally). The profile only sets what a test does not set itself; the checkers' own searches
+(``kvmodel check``) are seeded explicitly and do not depend on it.
+"""
+
 from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
-settings.register_profile("dev", max_examples=30, deadline=None)
 settings.register_profile(
-    "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "ci",
+    max_examples=60,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
-settings.register_profile("thorough", max_examples=1000, deadline=None)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+settings.register_profile(
+    "dev", max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "thorough",
+    max_examples=1000,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+def choose_profile(env: dict[str, str] | os._Environ[str], markexpr: str) -> str:
+    if env.get("HYPOTHESIS_PROFILE"):
+        return env["HYPOTHESIS_PROFILE"]
+    if "slow" in markexpr and "not slow" not in markexpr:
+        return "thorough"
+    if env.get("CI"):
+        return "ci"
+    return "dev"
+
+
+# loaded at import (before any test module builds its own settings objects, which inherit from
+# the profile in force when they are built); the marker expression is read in pytest_configure
+settings.load_profile(choose_profile(os.environ, ""))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    settings.load_profile(choose_profile(os.environ, str(config.getoption("markexpr") or "")))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"hypothesis profile: {settings.get_current_profile_name()}"

@@ -10,12 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scenario import config, log_of, msg, run, trace
 
+from checkers.harness import check_ops
+from checkers.invariants import INVARIANTS
 from kvmodel import EngineConfig, TierConfig
 from kvmodel.ids import TierName
 from kvmodel.policy import registered_policies, resolve_policy
 from kvmodel.replay import replay
-from checkers.harness import check_ops
-from checkers.invariants import INVARIANTS
 from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, random_trace
 from policies.lachesis import DEFAULT_WEIGHTS, Lachesis, LachesisDet, SegmentClass
 from policies.offline import max_k_intervals
