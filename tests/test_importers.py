@@ -1,4 +1,6 @@
-"""The OpenAI-format importer on every real trajectory in ../shared/traces (spec T1, P)."""
+"""The importers on small fixtures of every supported format (``tests/data/``, written for the
+project, always present) and on every real trajectory in ../shared/traces (spec T1, P), which a
+fresh clone may not have: only the tests over the shared traces skip without them."""
 
 from __future__ import annotations
 
@@ -11,8 +13,11 @@ from kvmodel.cli import main
 from kvmodel.errors import TraceError
 from kvmodel.importers import import_openai
 from kvmodel.replay import replay
-from kvmodel.trace import load_trace, op_name
+from kvmodel.trace import Append, Open, Trace, load_trace, op_name
 
+DATA = Path(__file__).resolve().parent / "data"
+FIXTURES = sorted((DATA / "openai").iterdir())
+CC_FIXTURE = DATA / "claude_code" / "0000fixt-0000-4000-8000-000000000001.jsonl"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 LOGS = sorted(
     [
@@ -21,9 +26,77 @@ LOGS = sorted(
         *SHARED.glob("swe_agent_demo/*.traj"),
     ]
 )
-pytestmark = pytest.mark.skipif(not LOGS, reason=f"no shared traces under {SHARED}")
+needs_shared = pytest.mark.skipif(not LOGS, reason=f"no shared traces under {SHARED}")
 
 
+def _counts(trace: Trace) -> dict[str, int]:
+    return dict(sorted(Counter(op_name(o) for o in trace.ops).items()))
+
+
+@pytest.mark.parametrize(
+    ("name", "ops"),
+    [
+        # tau-bench: two runs of plain tool calling, requests rebuilt from the final list
+        ("airline_fixture.json", {"append": 8, "end_session": 2, "infer": 8, "open": 2}),
+        # mini-swe-agent: provider reasoning is output, never re-sent (a turn_end per step)
+        (
+            "login_fixture.traj.json",
+            {"append": 4, "end_session": 1, "infer": 4, "open": 1, "turn_end": 3},
+        ),
+        # SWE-agent: the history processor's elisions of old observations become replaces
+        (
+            "nested_fixture.traj",
+            {"append": 5, "end_session": 1, "infer": 5, "open": 1, "replace": 2},
+        ),
+    ],
+)
+def test_fixture_imports_to_exact_primitives(
+    name: str, ops: dict[str, int], tmp_path: Path
+) -> None:
+    out = tmp_path / "t.jsonl"
+    assert main(["import", "openai", str(DATA / "openai" / name), "-o", str(out)]) == 0
+    trace = load_trace(out)
+    assert _counts(trace) == ops
+    s = replay(trace, "kvtether").summary
+    assert (s.infers, s.rejected) == (ops["infer"], 0)
+    assert 0 < s.token_hit_rate < 1
+
+
+def test_fixture_usage_sizes_requests() -> None:
+    """mini-swe-agent logs carry usage: each request totals its logged prompt_tokens."""
+    trace, report = import_openai([DATA / "openai" / "login_fixture.traj.json"])
+    assert report.skipped == 0
+    r = replay(trace, "lru")
+    prompts = [o.prompt_tokens for o in r.engine.log if o.kind == "infer"]
+    assert prompts == [180, 310, 440, 570]
+
+
+def test_claude_code_fixture_with_subagent_turns_and_compaction(tmp_path: Path) -> None:
+    out = tmp_path / "cc.jsonl"
+    assert main(["import", "claude-code", str(CC_FIXTURE), "-o", str(out)]) == 0
+    trace = load_trace(out)
+    assert _counts(trace) == {
+        "append": 11,
+        "close": 1,
+        "end_session": 1,
+        "fork": 1,
+        "infer": 9,
+        "open": 2,
+        "remove": 1,
+        "return": 1,
+        "turn_end": 1,
+    }
+    [spawn] = [o for o in trace.ops if isinstance(o, Open) and o.spawn is not None]
+    assert spawn.agent.value == "worker"
+    assert spawn.spawn.instruction == "Find the deploy script and list its steps."
+    s = replay(trace, "kvtether").summary
+    assert (s.infers, s.rejected) == (9, 0)
+    # the omitted prefix is sized from the first call's usage (4 + 12000 tokens in all)
+    first = next(o for o in trace.ops if isinstance(o, Append))
+    assert 11_900 < first.messages[0].tokens < 12_004
+
+
+@needs_shared
 @pytest.mark.parametrize("log", LOGS, ids=lambda p: p.name[:40])
 def test_every_shared_log_imports_to_a_valid_trace(log: Path, tmp_path: Path) -> None:
     out = tmp_path / "t.jsonl"
@@ -42,6 +115,7 @@ def _kinds(name: str) -> Counter[str]:
     return Counter(op_name(o) for o in trace.ops)
 
 
+@needs_shared
 def test_tau_bench_conversations_only_append() -> None:
     k = _kinds("airline")
     assert k["open"] == 12
@@ -49,12 +123,14 @@ def test_tau_bench_conversations_only_append() -> None:
     assert k["remove"] == k["replace"] == k["turn_end"] == 0
 
 
+@needs_shared
 def test_swe_agent_history_processor_edits_become_replaces() -> None:
     k = _kinds("marshmallow")
     assert k["replace"] > 0
     assert k["remove"] == 0
 
 
+@needs_shared
 def test_mini_swe_agent_reasoning_is_never_resent() -> None:
     k = _kinds("django")
     assert k["turn_end"] > 0
@@ -109,9 +185,15 @@ def test_claude_code_bad_transcript_is_located(tmp_path: Path) -> None:
     assert (ei.value.file, ei.value.line) == (str(bad), 2)
 
 
-def test_imports_are_deterministic(tmp_path: Path) -> None:
+def test_imports_are_deterministic() -> None:
+    from kvmodel.importers import import_claude_code
     from kvmodel.trace import iter_trace_lines
 
-    a, _ = import_openai(LOGS)
-    b, _ = import_openai(LOGS)
-    assert list(iter_trace_lines(a)) == list(iter_trace_lines(b))
+    for logs in (FIXTURES, LOGS):
+        if logs:
+            a, _ = import_openai(logs)
+            b, _ = import_openai(logs)
+            assert list(iter_trace_lines(a)) == list(iter_trace_lines(b))
+    c, _ = import_claude_code([CC_FIXTURE])
+    d, _ = import_claude_code([CC_FIXTURE])
+    assert list(iter_trace_lines(c)) == list(iter_trace_lines(d))

@@ -17,10 +17,11 @@ costs nothing; same-length replaced runs become ``replace`` ops; dropped reasoni
 and content, so identical system prompts share KV across conversations.
 
 Token sizes: ``usage.prompt_tokens`` and ``completion_tokens`` (and ``reasoning_tokens``) where
-the log has them -- the new messages of a request are scaled so that the request totals
-``prompt_tokens`` -- else characters / 4. Times: ``created`` where present, else one second per
-request. Records that cannot be interpreted are skipped and counted; an unreadable file is a
-:class:`~kvmodel.errors.TraceError` naming it.
+the log has them -- the messages appended by a request take what ``prompt_tokens`` leaves after
+the context's current messages, so the request totals ``prompt_tokens`` (a replaced message is
+scaled by the request's tokens-per-character) -- else characters / 4. Times: ``created`` where
+present, else one second per request. Records that cannot be interpreted are skipped and
+counted; an unreadable file is a :class:`~kvmodel.errors.TraceError` naming it.
 """
 
 from __future__ import annotations
@@ -290,10 +291,36 @@ class _Builder:
             return
 
     def _append(self, req: Request, keys: list[str], j1: int, j2: int) -> None:
-        fresh = [(keys[j], self.message(req.messages[j], self.size(req, j))) for j in range(j1, j2)]
+        sizes = self.new_sizes(req, j1, j2)
+        msgs = req.messages[j1:j2]
+        fresh = [
+            (keys[j1 + i], self.message(m, n))
+            for i, (m, n) in enumerate(zip(msgs, sizes, strict=True))
+        ]
         if fresh:
             self.ops.append(Append(self.t, self.ctx, tuple(m for _, m in fresh)))
             self.live += fresh
+
+    def new_sizes(self, req: Request, j1: int, j2: int) -> list[int]:
+        """Sizes of the messages appended at the end of a request: with ``usage``, they take what
+        the logged ``prompt_tokens`` leaves after the context's current messages, split in
+        proportion to their characters (at least one token each; the remainder to the largest
+        fractions, earliest first), so the request totals ``prompt_tokens`` exactly. Without
+        usage, or when the log's total is smaller than what is already there, characters / 4."""
+        est = [max(1, len(_text(req.messages[j])) // 4) for j in range(j1, j2)]
+        if not req.prompt_tokens or not est:
+            return est
+        budget = req.prompt_tokens - sum(m.tokens for _, m in self.live) - len(est)
+        if budget < 0:
+            return [self.size(req, j) for j in range(j1, j2)]
+        total = sum(est)
+        shares = [budget * e / total for e in est]
+        sizes = [1 + int(x) for x in shares]
+        left = budget - sum(int(x) for x in shares)
+        by_fraction = sorted(range(len(est)), key=lambda i: (-(shares[i] - int(shares[i])), i))
+        for i in by_fraction[:left]:
+            sizes[i] += 1
+        return sizes
 
     def size(self, req: Request, j: int) -> int:
         est = max(1, len(_text(req.messages[j])) // 4)
