@@ -16,7 +16,9 @@ executable policy by probing (:func:`profile`) -- frees blocks after each action
 * :func:`prove` climbs the rungs per invariant: **violated** (with the decoded trace, which
   replays to the same violation in the executable model), **proved** by k-induction,
   **bounded** to depth k, or **unknown** (timeout, or a policy outside the fragment). A timeout
-  is never reported as proved.
+  is never reported as proved, and no rung above violated stands unless an exhaustive search of
+  the executable model over the same fragment (depth 5 by default) agrees: the probe that reads
+  the policy's reclaim rule looks only 3 actions deep.
 """
 
 from __future__ import annotations
@@ -28,7 +30,14 @@ from typing import Any
 import attrs
 import z3
 
-from checkers.fragment import ACTIONS, FRAGMENT_INVARIANTS, Action, Fragment, Harness
+from checkers.fragment import (
+    ACTIONS,
+    FRAGMENT_INVARIANTS,
+    Action,
+    Fragment,
+    Harness,
+    explore,
+)
 from checkers.harness import check_ops
 from checkers.z3rank import SymBlock, before
 from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, BlockClass
@@ -506,9 +515,61 @@ def prove(
     depth: int = 8,
     max_k: int = 3,
     timeout_s: float = 60.0,
+    cross_depth: int = 5,
 ) -> list[Answer]:
-    """Per invariant: the highest rung reached (see the module docstring)."""
+    """Per invariant: the highest rung reached (see the module docstring), corroborated by the
+    exhaustive search of the executable model to ``cross_depth`` (:func:`_corroborate`)."""
     f = fragment or Fragment()
+    return _corroborate(
+        policy, f, _prove_symbolic(policy, f, invariants, depth, max_k, timeout_s), cross_depth
+    )
+
+
+def _corroborate(
+    policy: str | Policy, f: Fragment, answers: list[Answer], depth: int
+) -> list[Answer]:
+    """No rung above ``violated`` stands against the executable model. The symbolic model
+    inlines what :func:`profile` read off the policy by probing to depth 3; a policy whose code
+    does something else later (an idle-timeout reclaim), or whose decisions the engine refuses
+    (a double free), falls outside it. So the executable model is searched exhaustively to
+    ``depth``. A violation it finds is reported as such (its path replays). If it finds one the
+    symbolic model missed, or sees a refused decision or a crash, the symbolic model does not
+    describe this policy: every other rung above violated becomes ``unknown`` -- never
+    ``proved``."""
+    if depth <= 0 or all(a.rung in ("violated", "unknown") for a in answers):
+        return answers
+    t0 = time.perf_counter()
+    found = explore(policy, f, depth, [a.invariant for a in answers])
+    dt = time.perf_counter() - t0
+    why = ""
+    if found.stopped is not None:
+        why = f"the engine refused a decision of the policy at depth {found.stopped[0]}"
+    for a in answers:
+        hit = found.failing.get(a.invariant)
+        if hit is not None and (a.rung != "violated" or hit[0] < a.depth):
+            why = why or f"the executable model breaks {a.invariant} at depth {hit[0]}"
+    out = []
+    for a in answers:
+        hit = found.failing.get(a.invariant)
+        if hit is not None and (a.rung != "violated" or hit[0] < a.depth):
+            reason = "found by the executable model's exhaustive search, not by the symbolic one"
+            out.append(Answer(a.invariant, "violated", hit[0], a.seconds + dt, hit[1], reason))
+        elif a.rung in ("proved", "bounded") and why:
+            reason = f"outside the fragment: {why}"
+            out.append(Answer(a.invariant, "unknown", 0, a.seconds + dt, reason=reason))
+        else:
+            out.append(attrs.evolve(a, seconds=a.seconds + dt))
+    return out
+
+
+def _prove_symbolic(
+    policy: str | Policy,
+    f: Fragment,
+    invariants: Iterable[str],
+    depth: int,
+    max_k: int,
+    timeout_s: float,
+) -> list[Answer]:
     prof = profile(policy, f)
     ms = int(timeout_s * 1000)
     names = list(invariants)

@@ -160,6 +160,8 @@ class Shortest:
     depth: int
     states: int  # distinct states explored
     failing: dict[str, tuple[int, tuple[Action, ...]]]
+    #: the shallowest path on which the run stopped (a refused policy decision or a crash)
+    stopped: tuple[int, tuple[Action, ...]] | None = None
 
 
 def _abstract(engine: Engine, lg: Harness) -> tuple[object, ...]:
@@ -216,6 +218,7 @@ def explore(
         monitor.apply(op)
     frontier = [_Node(engine, monitor, Harness(fragment), ())]
     seen: set[tuple[object, ...]] = set()
+    stopped: tuple[int, tuple[Action, ...]] | None = None
     n_states = 0
     for d in range(1, depth + 1):
         nxt: list[_Node] = []
@@ -230,6 +233,7 @@ def explore(
                     if v.invariant not in failing:
                         failing[v.invariant] = (d, child.path)
                 if child.stopped:
+                    stopped = stopped or (d, child.path)
                     continue
                 key = _abstract(child.engine, child.logical)
                 if key in seen:
@@ -240,4 +244,4 @@ def explore(
         frontier = nxt
         if not frontier:
             break
-    return Shortest(depth, n_states, failing)
+    return Shortest(depth, n_states, failing, stopped)

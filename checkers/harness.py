@@ -29,6 +29,7 @@ __all__ = [
     "check_ops",
     "config_to_toml",
     "engine_for",
+    "nondeterminism",
     "shrink",
     "write_bundle",
 ]
@@ -90,6 +91,40 @@ def check_ops(
             return CheckRun(tuple(mon.violations), engine, applied)
     mon.at_end()
     return CheckRun(tuple(mon.violations), engine, applied)
+
+
+def nondeterminism(
+    ops: Sequence[Op], policy: str, config: EngineConfig, *, runs: int = 3
+) -> Violation | None:
+    """Replay ``ops`` ``runs`` times, each with a fresh policy and engine; a
+    ``nondeterministic`` finding at the first op whose records differ between two replays (a
+    policy that breaks ties by ``id()``, set order or a clock), else None."""
+    logs = []
+    for _ in range(runs):
+        run = check_ops(ops, policy, config, [])
+        logs.append([observation_to_json(o) for o in run.engine.log])
+    first = logs[0]
+    for other in logs[1:]:
+        if other != first:
+            k = next(
+                (i for i, (a, b) in enumerate(zip(first, other, strict=False)) if a != b),
+                min(len(first), len(other)),
+            )
+            rec = first[k] if k < len(first) else other[k]
+            return Violation(
+                "nondeterministic",
+                f"two replays of the same trace differ at record {k} (op {rec.get('op')}): "
+                f"{_brief(first, k)} vs {_brief(other, k)}",
+                op=int(rec.get("op", 0)),
+            )
+    return None
+
+
+def _brief(log: Sequence[dict[str, Any]], k: int) -> str:
+    if k >= len(log):
+        return "no record"
+    r = log[k]
+    return " ".join(str(r[f]) for f in ("kind", "block", "tier") if f in r)
 
 
 def shrink(
@@ -212,6 +247,28 @@ def test_{ident}_holds() -> None:
     assert run.first({invariant!r}) is None, run.first({invariant!r})
 '''
 
+_REPRO_NONDETERMINISM = '''"""Reproduces a kvmodel finding: {policy} is nondeterministic.
+
+This test replays the trace three times and FAILS while the replays differ.
+Run: python -m pytest {name}
+"""
+
+from pathlib import Path
+
+from checkers.harness import nondeterminism
+from kvmodel.config import load_config
+from kvmodel.trace import load_trace
+
+HERE = Path(__file__).parent
+
+
+def test_{ident}_replays_agree() -> None:
+    trace = load_trace(HERE / "trace.jsonl")
+    config = load_config(HERE / "config.toml")
+    finding = nondeterminism(trace.ops, {policy!r}, config)
+    assert finding is None, finding
+'''
+
 
 def write_bundle(
     out: Path,
@@ -240,7 +297,9 @@ def write_bundle(
         "config.toml": config_to_toml(config),
         "observations.jsonl": check_ops(ops, policy, config, ()).engine.log.to_jsonl(),
         "steps.txt": _steps(ops, policy, config, invariant, violation, [invariant, *invariants]),
-        "test_repro.py": _REPRO.format(
+        "test_repro.py": (
+            _REPRO_NONDETERMINISM if invariant == "nondeterministic" else _REPRO
+        ).format(
             policy=policy,
             invariant=invariant,
             name="test_repro.py",

@@ -49,6 +49,7 @@ from kvmodel.trace import Close, EndSession, Infer, Op, Return
 from kvmodel.view import BlockInfo, NewBlock
 
 __all__ = [
+    "FINDINGS",
     "INVARIANTS",
     "STRUCTURAL",
     "Monitor",
@@ -87,6 +88,16 @@ INVARIANTS: Mapping[str, str] = MappingProxyType(
 
 #: Claimed by every policy: a violation here is a bug in the engine (or a refused decision).
 STRUCTURAL = STRUCTURAL_CLAIMS
+
+#: Findings about a run that are not invariants (spec/invariants.md §Pseudo-invariants): no
+#: policy claims or disclaims them, every run records them, and each is always a failure.
+FINDINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "policy-protocol": "the engine refused a policy decision, or the policy's code raised",
+        "engine-internal": "the engine under test crashed",
+        "nondeterministic": "two replays of one trace gave different observation logs",
+    }
+)
 
 _LIVE_OR_TEMP = frozenset({BlockClass.TEMPORARY, BlockClass.SUSPENDED, BlockClass.ACTIVE})
 _RECLAIMABLE = frozenset({BlockClass.DEAD, BlockClass.EXPIRED})
@@ -241,6 +252,7 @@ class Monitor:
     def __init__(
         self, engine: Engine, invariants: Iterable[str], *, endurance_years: float = 5.0
     ) -> None:
+        invariants = [n for n in invariants if n not in FINDINGS]  # recorded whatever is asked
         unknown = sorted(set(invariants) - set(INVARIANTS))
         if unknown:
             raise ValueError(f"unknown invariant {unknown[0]!r}; known: {', '.join(INVARIANTS)}")
@@ -343,10 +355,11 @@ class Monitor:
         name = {
             "evict-in-flight": "no-eviction-in-flight",
             "evict-pinned": "pinned-never-evicted",
+            "bad-free": "accounting",  # freeing what is not resident: a double free
         }.get(err.kind)
-        if name is not None:
+        if name is not None and name in self.active:
             self._add(name, f"the engine refused the policy's choice: {err}")
-        else:
+        else:  # never lost: a refusal ends the run, so it is reported whatever is monitored
             self.violations.append(Violation("policy-protocol", str(err), op=self.op_index))
 
     def internal_error(self, err: Exception) -> None:

@@ -8,6 +8,7 @@ policy's ``engine_class`` (see :func:`checkers.harness.engine_for`).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import ClassVar
@@ -15,7 +16,7 @@ from typing import ClassVar
 from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, ContextId
 from kvmodel.lifecycle import BlockClass, MsgState
-from kvmodel.policy import Placement, RankTerm
+from kvmodel.policy import Placement, RankTerm, rank_key
 from kvmodel.trace import Close, Infer, Op, Remove, Replace, Return
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 from policies.kvtether import KVTether
@@ -24,17 +25,22 @@ from policies.lru import LRU
 
 __all__ = [
     "MUTANTS",
+    "DoubleFreeOnClose",
     "DropsForkPrefix",
     "EvictsInFlight",
     "EvictsPinnedWhenFull",
     "ForgetsHolder",
     "FreesSharedAtReturn",
+    "IdleTimeoutReclaim",
     "IndexesTemporary",
     "LateDeadReclaim",
     "LeadInHBM",
     "MRUInverted",
+    "RaisesOnCompactor",
     "ResurrectsRemoved",
     "RootFirstLRU",
+    "SharedCursorLRU",
+    "StaleCachedOrder",
     "StaleHitAfterReplace",
     "WritesPerSegment",
 ]
@@ -232,6 +238,83 @@ class ResurrectsRemoved(KVTether):
     engine_class: ClassVar[type[Engine]] = _ResurrectingEngine
 
 
+# -- written the way an outside policy author errs (kvmodel issue 12): a refused decision, an
+# exception, nondeterminism, a production idle-timeout rule, a cached order
+
+
+class DoubleFreeOnClose(KVTether):
+    """At a ``close``, names every dead block twice (a list concatenated with itself): the
+    engine refuses the second free, which a trusting engine would have carried out."""
+
+    name: ClassVar[str] = "mutant-double-free-on-close"
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        dead = list(view.dead())
+        return dead + dead if isinstance(op, Close) else dead
+
+
+class RaisesOnCompactor(KVTether):
+    """Keeps a per-agent-kind table that forgot compactors: ``on_op`` raises ``KeyError`` on
+    any op of a compactor context."""
+
+    name: ClassVar[str] = "mutant-raises-on-compactor"
+    _weight: ClassVar[dict[str, int]] = {"main": 0, "lead": 0, "worker": 1, "reviewer": 2}
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        ctx = getattr(op, "ctx", None)
+        if ctx is not None and ctx in view.open_contexts():
+            _ = self._weight[view.context(ctx).agent.value]
+        return view.dead()
+
+
+class SharedCursorLRU(LRU):
+    """LRU whose ties (equal ``last_access``) rotate with a cursor kept at module level, shared
+    by every instance: the second run of the same trace breaks ties the other way."""
+
+    name: ClassVar[str] = "mutant-shared-cursor-lru"
+    rank: ClassVar[tuple[RankTerm, ...]] = ()
+
+    def __init__(self) -> None:
+        self.flip = next(_SHARED_CURSOR) % 2 == 1
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        sign = -1 if self.flip else 1
+        return [b.id for b in sorted(candidates, key=lambda b: (b.last_access, sign * b.id))]
+
+
+_SHARED_CURSOR = itertools.count()
+
+
+class IdleTimeoutReclaim(KVTether):
+    """KVTether plus a common production rule: free any block idle for 4 time units or more --
+    pinned ones included."""
+
+    name: ClassVar[str] = "mutant-idle-timeout-reclaim"
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        dead = set(view.dead())
+        idle = {b for b in view.resident() if view.now - view.block(b).last_access >= 4.0}
+        return sorted(dead | idle)
+
+
+class StaleCachedOrder(KVTether):
+    """Sorts the candidates by KVTether's rank once and keeps evicting from that cached order
+    until it runs dry, although states change between evictions."""
+
+    name: ClassVar[str] = "mutant-stale-cached-order"
+    rank: ClassVar[tuple[RankTerm, ...]] = ()
+
+    def __init__(self) -> None:
+        self._order: list[BlockId] = []
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        ids = {b.id for b in candidates}
+        if not any(b in ids for b in self._order):
+            ranked = sorted(candidates, key=lambda b: rank_key(KVTether.rank, b))
+            self._order = [b.id for b in ranked]
+        return [b for b in self._order if b in ids] + sorted(ids - set(self._order))
+
+
 #: import path -> the invariant it must be caught breaking
 MUTANTS: Mapping[str, str] = MappingProxyType(
     {
@@ -246,5 +329,12 @@ MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.mutants:RootFirstLRU": "prefix-closed-residency",
         "checkers.mutants:StaleHitAfterReplace": "no-stale-hit",
         "checkers.mutants:WritesPerSegment": "accounting",
+        "checkers.mutants:ForgetsHolder": "chains",
+        "checkers.mutants:ResurrectsRemoved": "legal-transitions",
+        "checkers.mutants:DoubleFreeOnClose": "accounting",
+        "checkers.mutants:RaisesOnCompactor": "policy-protocol",
+        "checkers.mutants:SharedCursorLRU": "nondeterministic",
+        "checkers.mutants:IdleTimeoutReclaim": "pinned-never-evicted",
+        "checkers.mutants:StaleCachedOrder": "state-priority-eviction",
     }
 )

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from checkers.harness import write_bundle
-from checkers.invariants import INVARIANTS, STRUCTURAL
+from checkers.invariants import FINDINGS, INVARIANTS, STRUCTURAL
 from checkers.stateful import PROFILES, SearchResult, check_config, search
 from kvmodel.config import EngineConfig
 from kvmodel.policy import resolve_policy
@@ -43,8 +43,9 @@ class PolicyReport:
         return "violated" if invariant in self.result.found else "holds"
 
     def failures(self) -> list[str]:
-        """Claimed invariants that were violated."""
-        return sorted(set(self.result.found) & self.claims)
+        """Claimed invariants that were violated, and findings (a refused decision, an
+        exception, a crash, nondeterminism: always failures)."""
+        return sorted(set(self.result.found) & (self.claims | set(FINDINGS)))
 
     def to_json(self) -> dict[str, Any]:
         inv: dict[str, Any] = {}
@@ -59,15 +60,27 @@ class PolicyReport:
                 "violation": c.violation.message if c else None,
                 "bundle": str(self.bundles[name]) if name in self.bundles else None,
             }
+        findings: dict[str, Any] = {}
+        for name in FINDINGS:
+            c = self.result.found.get(name)
+            findings[name] = {
+                "verdict": "found" if c else "none",
+                "length": len(c.ops) if c else None,
+                "violation": c.violation.message if c else None,
+                "bundle": str(self.bundles[name]) if name in self.bundles else None,
+            }
         st = self.result.stats
         return {
             "policy": self.policy,
             "invariants": inv,
+            "findings": findings,
             "stats": {
                 "examples": st.examples,
                 "steps": st.steps,
                 "rules": dict(sorted(st.rules.items())),
                 "never_fired": st.never_fired(),
+                "coverage": dict(sorted(st.coverage.items())),
+                "unexercised": st.unexercised(self.result.invariants),
             },
         }
 
@@ -114,15 +127,16 @@ def check_policies(
 def render_table(reports: Sequence[PolicyReport]) -> str:
     """policy x invariant: ``ok`` holds (claimed), ``·`` holds (not claimed), ``Vn`` violated
     with an n-op counterexample (``!`` marks a violated claim)."""
-    names = list(reports[0].result.invariants) if reports else []
-    short = {n: f"I{i + 1}" for i, n in enumerate(names)}
+    names = [*(reports[0].result.invariants if reports else ()), *FINDINGS]
+    short = {n: f"I{i + 1}" for i, n in enumerate(names) if n not in FINDINGS}
+    short |= {n: f"F{i + 1}" for i, n in enumerate(FINDINGS)}
     w = max([len(r.policy) for r in reports] + [6]) + 1
     lines = ["".join([f"{'policy':<{w}}", *(f"{short[n]:>6}" for n in names)])]
     for r in reports:
         cells = []
         for n in names:
             c = r.result.found.get(n)
-            claimed = n in r.claims
+            claimed = n in r.claims or n in FINDINGS
             if c is None:
                 cells.append("ok" if claimed else "·")
             else:
@@ -132,7 +146,8 @@ def render_table(reports: Sequence[PolicyReport]) -> str:
     lines += [f"  {short[n]:>4}  {n}" for n in names]
     lines.append(
         "  ok = holds (claimed), · = holds (not claimed), Vn = violated by an n-op "
-        "trace, !Vn = a claimed invariant violated"
+        "trace, !Vn = a claimed invariant violated; F columns are findings that every "
+        "policy must avoid"
     )
     return "\n".join(lines)
 

@@ -21,15 +21,19 @@ import attrs
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
+from hypothesis.errors import Flaky
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from checkers.builder import HarnessBuilder
-from checkers.harness import check_ops, engine_for, shrink
-from checkers.invariants import Monitor
+from checkers.harness import check_ops, engine_for, nondeterminism, shrink
+from checkers.invariants import FINDINGS, INVARIANTS, Monitor
 from checkers.structural import Violation
 from kvmodel.config import EngineConfig
+from kvmodel.engine import Engine
 from kvmodel.ids import TierName
+from kvmodel.lifecycle import BlockClass
 from kvmodel.memory import TierConfig
+from kvmodel.observations import AllocObs, BypassObs, EvictObs, FreeObs, FreeReason, RejectObs
 from kvmodel.policy import resolve_policy
 from kvmodel.trace import Op, Trace, op_name
 
@@ -73,6 +77,61 @@ class SearchStats:
     #: machine rules fired (or, for a trace-level search, ops by name)
     rules: Counter[str] = attrs.field(factory=Counter)
     traces: bool = False
+    #: the longest example's ops: replayed for the determinism check
+    sample: list[Op] = attrs.field(factory=list)
+
+    #: what the runs exercised (see :data:`COVERAGE`)
+    coverage: Counter[str] = attrs.field(factory=Counter)
+
+    def keep_sample(self, ops: Sequence[Op]) -> None:
+        if len(ops) > len(self.sample):
+            self.sample = list(ops)
+
+    def observe(self, engine: Engine, seconds_bound: float = 5.0) -> None:
+        """Count what one finished run exercised, from its observation log and memory."""
+        cov = self.coverage
+        first_tier = engine.memory.names[0] if engine.memory.names else None
+        for r in engine.log:
+            if isinstance(r, EvictObs):
+                cov["evictions"] += 1
+                cov[f"evict:{r.state.value}"] += 1
+            elif isinstance(r, RejectObs):
+                cov["rejections"] += 1
+            elif isinstance(r, BypassObs):
+                cov["bypasses"] += 1
+            elif isinstance(r, AllocObs):
+                cov["spills"] += r.tier != first_tier
+                cov["temporaries"] += r.state is BlockClass.TEMPORARY
+            elif isinstance(r, FreeObs) and r.reason == FreeReason.RECLAIM:
+                cov["reclaims"] += 1
+        st = engine.stats
+        seconds = (st.t_last or 0.0) - (st.t_first or 0.0)
+        for t in engine.memory.tiers:
+            years = engine.memory.device_years(t.name, seconds)
+            if years is not None and years < seconds_bound:
+                cov["worn tiers"] += 1
+
+    def coverage_line(self) -> str:
+        keys = ("evictions", "rejections", "spills", "reclaims", "temporaries", "bypasses")
+        parts = [f"{k} {self.coverage[k]}" for k in keys]
+        by_class = ", ".join(
+            f"{k.split(':')[1]} {n}" for k, n in sorted(self.coverage.items()) if k[:6] == "evict:"
+        )
+        parts[0] += f" ({by_class})" if by_class else ""
+        ops = self.rules
+        parts += [f"forks {ops['fork']}", f"pins {ops['pin']}"]
+        parts.append(f"worn tiers {self.coverage['worn tiers']}")
+        return "coverage: " + ", ".join(parts)
+
+    def unexercised(self, invariants: Iterable[str]) -> list[str]:
+        """Warnings: checked invariants whose trigger never happened in any run (a quiet
+        result there is not evidence)."""
+        out = []
+        for inv in invariants:
+            need = _TRIGGERS.get(inv)
+            if need is not None and not self.coverage[need]:
+                out.append(f"{inv} never exercised: no {need.replace('evict:', 'eviction of ')}")
+        return out
 
     def never_fired(self) -> list[str]:
         names = _OP_NAMES if self.traces else RULES
@@ -119,6 +178,17 @@ _OP_NAMES = (
     "close",
     "end_session",
 )
+
+#: an invariant -> the coverage counter without which it was never put to the test
+_TRIGGERS: dict[str, str] = {
+    "no-eviction-in-flight": "evictions",
+    "no-live-eviction-before-dead-reclaim": "evictions",
+    "state-priority-eviction": "evictions",
+    "suspended-mru": "evict:suspended",
+    "temporary-bypass": "temporaries",
+    "endurance-budget": "worn tiers",
+    "reclaim-dead-only": "reclaims",
+}
 
 RULES = (
     "start_session",
@@ -307,6 +377,19 @@ def make_machine(
                 return
             self._run("end_session", self.b.end_session(pick))
 
+        def teardown(self) -> None:
+            st_.keep_sample(self.b.ops)
+            st_.observe(self.engine)
+            if self.halted:
+                return
+            # end-of-run invariants (endurance-budget) are judged once the run is over
+            self.monitor.at_end()
+            self._apply([])
+            for name in fail_on:
+                v = self.monitor.first(name)
+                if v is not None:
+                    raise AssertionError(f"{policy} violates {name}: {v.message}")
+
         @rule(dt=st.sampled_from([0.5, 1.0, 5.0, 60.0]))
         def wait(self, dt: float) -> None:
             """Always enabled (so a halted run can still make progress); time passes."""
@@ -322,7 +405,7 @@ def make_machine(
         check.__name__ = f"inv_{name.replace('-', '_')}"
         return invariant()(check)
 
-    for name in monitored:
+    for name in (*monitored, *FINDINGS):
         setattr(Machine, f"inv_{name.replace('-', '_')}", make_check(name))
     Machine.__name__ = f"Machine_{policy.replace('-', '_').replace(':', '_').replace('.', '_')}"
     return Machine
@@ -352,7 +435,7 @@ def run_machine(machine: type[RuleBasedStateMachine], s: settings, seed: int) ->
     test = hypothesis_seed(seed)(make_test(machine, settings=s))
     try:
         test()
-    except AssertionError:
+    except (AssertionError, Flaky):  # Flaky: the policy behaved differently on a rerun
         return True
     return False
 
@@ -381,7 +464,9 @@ def _search_traces(
         stats.steps += len(trace.ops)
         stats.traces = True
         stats.rules.update(op_name(op) for op in trace.ops)
+        stats.keep_sample(trace.ops)
         result = check_ops(trace.ops, policy, cfg, invariants)
+        stats.observe(result.engine)
         for v in result.violations:
             # the whole trace, not a prefix: an offline policy's plan depends on the future
             record(v.invariant, trace.ops, v)
@@ -390,7 +475,7 @@ def _search_traces(
 
     try:
         hypothesis_seed(seed)(run)()
-    except AssertionError:
+    except (AssertionError, Flaky):  # Flaky: the policy behaved differently on a rerun
         return True
     return False
 
@@ -427,8 +512,13 @@ def search(
         machine = make_machine(policy, names, config=cfg, record=explore, stats=stats)
         run_machine(machine, search_settings(max_examples, steps), seed)
 
+    if "nondeterministic" not in first and stats.sample:
+        v = nondeterminism(stats.sample, policy, cfg)
+        if v is not None:
+            first["nondeterministic"] = (list(stats.sample), v)
+
     found: dict[str, Counterexample] = {}
-    for inv in [n for n in names if n in first]:
+    for inv in [n for n in (*names, *FINDINGS) if n in first]:
         last: list[tuple[list[Op], Violation]] = []
 
         def keep(
@@ -442,6 +532,10 @@ def search(
                 last.append((list(ops), v))
 
         ops = first[inv][0]
+        monitored = [inv] if inv in INVARIANTS else []
+        if inv == "nondeterministic":
+            found[inv] = _shrink_nondeterminism(policy, cfg, ops, first[inv][1], shrink_budget)
+            continue
         if not hypothesis_shrink:
             pass  # delta debugging alone, from the exploration's failing prefix
         elif offline:
@@ -461,14 +555,40 @@ def search(
                 ops = last[-1][0]  # Hypothesis replays the shrunk example last
         h_len = len(ops)
 
-        def fails(cand: Sequence[Op], inv: str = inv) -> bool:
-            run = check_ops(cand, policy, cfg, [inv], stop_at=inv)
+        def fails(cand: Sequence[Op], inv: str = inv, monitored: list[str] = monitored) -> bool:
+            run = check_ops(cand, policy, cfg, monitored, stop_at=inv)
             return run.trace_error is None and run.first(inv) is not None
 
-        if not fails(ops):  # replay must reproduce what the machine saw
-            raise AssertionError(f"counterexample for {inv} does not replay")
-        small, minimal = shrink(ops, fails, budget=shrink_budget)
-        final = check_ops(small, policy, cfg, [inv], stop_at=inv).first(inv)
-        assert final is not None
-        found[inv] = Counterexample(inv, tuple(small), final, h_len, minimal)
+        # a counterexample must replay, the same way every time: otherwise the policy (or
+        # engine) is nondeterministic or keeps state across runs -- a finding, never a crash
+        odd = nondeterminism(ops, policy, cfg)
+        if odd is None and fails(ops):
+            small, minimal = shrink(ops, fails, budget=shrink_budget)
+            final = check_ops(small, policy, cfg, monitored, stop_at=inv).first(inv)
+            if final is not None:
+                found[inv] = Counterexample(inv, tuple(small), final, h_len, minimal)
+                continue
+        v = odd or Violation(
+            "nondeterministic",
+            f"the {inv} violation seen in the search does not replay from its trace "
+            "(state kept across runs?)",
+        )
+        found.setdefault(
+            "nondeterministic", _shrink_nondeterminism(policy, cfg, ops, v, shrink_budget)
+        )
     return SearchResult(policy, names, found, stats)
+
+
+def _shrink_nondeterminism(
+    policy: str, cfg: EngineConfig, ops: Sequence[Op], v: Violation, budget: int
+) -> Counterexample:
+    """Shorten a trace whose replays differ, keeping them different (when they do)."""
+
+    def differs(cand: Sequence[Op]) -> bool:
+        return nondeterminism(cand, policy, cfg) is not None
+
+    if not differs(ops):
+        return Counterexample("nondeterministic", tuple(ops), v, len(ops), False)
+    small, minimal = shrink(ops, differs, budget=budget)
+    final = nondeterminism(small, policy, cfg) or v
+    return Counterexample("nondeterministic", tuple(small), final, len(ops), minimal)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from kvmodel._resident import Placed, ResidentBlock
 from kvmodel.blocks import BlockSpec
 from kvmodel.contexts import Context
-from kvmodel.errors import PolicyError, TraceError
+from kvmodel.errors import KVModelError, PolicyError, TraceError, policy_raised
 from kvmodel.ids import BlockId, BlockKey, TierName
 from kvmodel.lifecycle import BlockClass, Event, aggregate_within_context
 from kvmodel.observations import (
@@ -222,7 +222,12 @@ def write_misses(
             turn_start_block=min(c.turn_start, c.total_tokens) // e.block_size,
             reasoning_block=reasoning_block,
         )
-        pl = e.policy.place(view, nb)
+        try:
+            pl = e.policy.place(view, nb)
+        except KVModelError:
+            raise
+        except Exception as err:
+            raise policy_raised(e.policy.name, "place", err) from err
         check_placement(e, pl)
         bid = allocate(e, pl.tiers, c)
         if bid is None:

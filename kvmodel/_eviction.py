@@ -19,7 +19,7 @@ import heapq
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from kvmodel.errors import PolicyError
+from kvmodel.errors import KVModelError, PolicyError, policy_raised
 from kvmodel.ids import BlockId, ContextId, TierName
 from kvmodel.lifecycle import BlockClass
 from kvmodel.policy import RankTerm, rank_key
@@ -84,7 +84,12 @@ class PolicyOrder:
             cands = self._cands if self._cands is not None else self.candidates()
             self._cands = None
             self._ids = {c.id for c in cands}
-            self._iter = iter(e.policy.eviction_order(e.view, cands))
+            try:
+                self._iter = iter(e.policy.eviction_order(e.view, cands))
+            except KVModelError:
+                raise
+            except Exception as err:
+                raise policy_raised(e.policy.name, "eviction_order", err) from err
             self._buf = []
             self._seen = set()
         keep: list[BlockId] = []
@@ -100,7 +105,15 @@ class PolicyOrder:
         self._buf = keep
         if found is not None:
             return found
-        for bid in self._iter:
+        while True:
+            try:
+                bid = next(self._iter)
+            except StopIteration:
+                break
+            except KVModelError:
+                raise
+            except Exception as err:  # a lazy order raises while it is consumed
+                raise policy_raised(e.policy.name, "eviction_order", err) from err
             if bid not in self._ids or bid in self._seen:
                 raise self._refusal(bid)
             self._seen.add(bid)

@@ -223,15 +223,22 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"{r.policy}: {st.examples} examples, {st.steps} steps; rules never fired: {never}")
         fired = ", ".join(f"{k} {n}" for k, n in sorted(st.rules.items()) if n)
         print(f"  rules fired: {fired}")
+        print(f"  {st.coverage_line()}")
+        for warning in st.unexercised(r.result.invariants):
+            print(f"  warning: {warning}")
         for inv, c in sorted(r.result.found.items()):
             where = f" -> {r.bundles[inv]}" if inv in r.bundles else ""
-            tag = "CLAIM VIOLATED" if inv in r.claims else "finding"
+            tag = (
+                "CLAIM VIOLATED"
+                if inv in r.claims
+                else "FAILED" if inv in r.failures() else "finding"
+            )
             print(
                 f"  {tag}: {inv}: {len(c.ops)} ops (Hypothesis {c.hypothesis_ops}, "
                 f"{'1-minimal' if c.one_minimal else 'not proven 1-minimal'}){where}"
             )
     if failures:
-        print(f"\nFAILED: claimed invariants violated: {failures}")
+        print(f"\nFAILED: claimed invariants violated or findings: {failures}")
         return 1
     return 0
 

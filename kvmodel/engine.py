@@ -32,7 +32,7 @@ from kvmodel._resident import ResidentBlock
 from kvmodel.blocks import BlockSpec
 from kvmodel.config import EngineConfig
 from kvmodel.contexts import Context
-from kvmodel.errors import InternalError, PolicyError, TraceError
+from kvmodel.errors import InternalError, KVModelError, PolicyError, TraceError, policy_raised
 from kvmodel.ids import BlockId, BlockKey, ContextId, SessionId, TierName
 from kvmodel.lifecycle import (
     BlockClass,
@@ -202,7 +202,13 @@ class Engine:
                 self._end_session(op)
         for cid in named_contexts(op, self):
             self._bump(self.contexts[cid])
-        for bid in list(self.policy.on_op(self.view, op)):
+        try:
+            reclaims = list(self.policy.on_op(self.view, op))
+        except KVModelError:
+            raise
+        except Exception as err:
+            raise policy_raised(self.policy.name, "on_op", err) from err
+        for bid in reclaims:
             self._policy_free(bid)
         self.stats.dead_resident_max = max(self.stats.dead_resident_max, len(self.dead))
 

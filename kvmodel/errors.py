@@ -21,6 +21,7 @@ __all__ = [
     "PolicyError",
     "PolicyNotFoundError",
     "TraceError",
+    "policy_raised",
 ]
 
 
@@ -108,14 +109,24 @@ class PolicyError(KVModelError, RuntimeError):
     """A policy returned a decision the policy protocol does not allow (spec PP1).
 
     ``kind`` says which rule: ``evict-in-flight``, ``evict-pinned``, ``non-candidate``,
-    ``duplicate``, ``bad-placement`` or ``bad-free``. The reference engine refuses such a
-    decision rather than carrying it out; checkers report it as a violation of the invariant it
-    would have broken (no-eviction-in-flight, pinned-never-evicted).
+    ``duplicate``, ``bad-placement``, ``bad-free`` or ``raised`` (the policy's own code raised an
+    exception; see :func:`policy_raised`). The reference engine refuses such a decision rather
+    than carrying it out; checkers report it as a violation of the invariant it would have broken
+    (no-eviction-in-flight, pinned-never-evicted, accounting for a double free) or as
+    ``policy-protocol``.
     """
 
     def __init__(self, message: str, *, kind: str = "protocol") -> None:
         self.kind = kind
         super().__init__(message)
+
+
+def policy_raised(policy: str, call: str, err: Exception) -> PolicyError:
+    """The :class:`PolicyError` for an exception raised inside a policy's ``call`` (its own
+    code, not the engine's): a finding about the policy, never an engine crash."""
+    return PolicyError(
+        f"policy {policy!r} raised {type(err).__name__} in {call}: {err}", kind="raised"
+    )
 
 
 class InternalError(KVModelError, AssertionError):

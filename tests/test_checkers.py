@@ -11,15 +11,16 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 
-from checkers.harness import check_ops, shrink
-from checkers.invariants import INVARIANTS, STRUCTURAL
+import checkers.mutants
+from checkers.harness import check_ops, nondeterminism, shrink
+from checkers.invariants import FINDINGS, INVARIANTS, STRUCTURAL
 from checkers.mutants import MUTANTS
 from checkers.report import check_policies, expected_verdicts
 from checkers.stateful import check_config, make_machine
 from checkers.strategies import agent_traces
 from kvmodel.cli import main
 from kvmodel.config import load_config
-from kvmodel.policy import registered_policies, resolve_policy
+from kvmodel.policy import BasePolicy, registered_policies, resolve_policy
 from kvmodel.replay import replay
 from kvmodel.trace import load_trace
 
@@ -29,7 +30,16 @@ BUILTIN = sorted(registered_policies())
 
 def test_expected_verdicts_cover_every_policy_and_mutant() -> None:
     assert set(BUILTIN) <= set(EXPECTED)
-    assert set(MUTANTS) <= set(EXPECTED)
+    mutants = {p for p in EXPECTED if p.startswith("checkers.mutants:")}
+    defined = {
+        f"checkers.mutants:{name}"
+        for name, obj in vars(checkers.mutants).items()
+        if isinstance(obj, type)
+        and issubclass(obj, BasePolicy)
+        and obj.__module__ == "checkers.mutants"
+    }
+    # every mutant class is in the zoo, and the zoo is the manifest: none can be left out
+    assert set(MUTANTS) == mutants == defined
     for p in BUILTIN:
         assert set(EXPECTED[p]) == set(INVARIANTS), p
         claims = set(resolve_policy(p).claims) | STRUCTURAL
@@ -40,12 +50,14 @@ def test_expected_verdicts_cover_every_policy_and_mutant() -> None:
 @pytest.fixture(scope="module")
 def table() -> dict[str, dict[str, str]]:
     reports = check_policies(BUILTIN, profile="ci", hypothesis_shrink=False)
-    return {r.policy: {i: r.verdict(i) for i in INVARIANTS} for r in reports}
+    return {r.policy: {i: r.verdict(i) for i in (*INVARIANTS, *FINDINGS)} for r in reports}
 
 
 @pytest.mark.parametrize("policy", BUILTIN)
 def test_checker_reaches_every_expected_verdict(policy: str, table) -> None:  # type: ignore[no-untyped-def]
-    assert table[policy] == EXPECTED[policy]
+    assert {i: table[policy][i] for i in INVARIANTS} == EXPECTED[policy]
+    # no built-in policy has a refused decision, an exception, a crash or nondeterminism
+    assert {i: table[policy][i] for i in FINDINGS} == dict.fromkeys(FINDINGS, "holds")
 
 
 @pytest.mark.parametrize(("mutant", "invariant"), sorted(MUTANTS.items()))
@@ -60,6 +72,11 @@ def test_every_mutant_is_caught_with_a_replayable_bundle(
     trace = load_trace(bundle / "trace.jsonl")
     config = load_config(bundle / "config.toml")
     assert trace.ops == c.ops
+    if invariant == "nondeterministic":
+        again_nd = nondeterminism(trace.ops, mutant, config)
+        assert again_nd is not None
+        assert again_nd.op == c.violation.op
+        return
     again = check_ops(trace.ops, mutant, config, [invariant], stop_at=invariant).first(invariant)
     assert again == c.violation  # bit for bit: same op, same message
     assert (bundle / "steps.txt").read_text().startswith(f"counterexample: {mutant} violates")
