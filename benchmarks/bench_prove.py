@@ -38,7 +38,7 @@ def main() -> None:
             cells = []
             for d in depths:
                 t0 = time.perf_counter()
-                rung, at, _ = bmc(prof, f, inv, d)
+                rung, at, _, _ = bmc(prof, f, inv, d)
                 dt = time.perf_counter() - t0
                 mark = f"V{at}" if rung == "violated" else ("ok" if rung == "bounded" else "?")
                 cells.append(f"{dt:6.2f}s {mark:<3}")

@@ -40,9 +40,10 @@ from checkers.fragment import (
 )
 from checkers.harness import check_ops
 from checkers.z3rank import SymBlock, before
+from checkers.z3util import RLIMIT, TIMEOUT_MS, limited, unknown_reason
 from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, BlockClass
 from kvmodel.observations import FreeObs, FreeReason
-from kvmodel.policy import BasePolicy, Policy, RankTerm, resolve_policy
+from kvmodel.policy import Policy, RankTerm, declared_rank, resolve_policy
 
 __all__ = [
     "Answer",
@@ -78,10 +79,14 @@ def profile(policy: str | Policy, fragment: Fragment | None = None) -> PolicyPro
     every action sequence of depth 3 -- exactly the Dead blocks after every op, or nothing."""
     pol = resolve_policy(policy)
     name = pol.name
-    if not isinstance(pol, BasePolicy) or type(pol).eviction_order is not BasePolicy.eviction_order:
-        return PolicyProfile(name, unsupported="its eviction order is code, not a rank")
-    if not pol.rank:
-        return PolicyProfile(name, unsupported="it has no declarative rank")
+    rank = declared_rank(pol)
+    if rank is None:
+        why = (
+            "its eviction order is code, not a rank"
+            if getattr(pol, "rank", ())
+            else ("it has no declarative rank")
+        )
+        return PolicyProfile(name, unsupported=why)
     if getattr(pol, "engine_class", None) is not None:
         return PolicyProfile(name, unsupported="it brings its own engine")
     if callable(getattr(pol, "prepare", None)):
@@ -100,7 +105,7 @@ def profile(policy: str | Policy, fragment: Fragment | None = None) -> PolicyPro
         ever_leaves_dead |= bool(run.engine.view.dead())
     if ever_reclaims and ever_leaves_dead:
         return PolicyProfile(name, unsupported="it reclaims Dead blocks only sometimes")
-    return PolicyProfile(name, pol.rank, reclaims_dead=ever_reclaims)
+    return PolicyProfile(name, rank, reclaims_dead=ever_reclaims)
 
 
 def _sequences(f: Fragment, depth: int) -> Iterable[tuple[Action, ...]]:
@@ -433,12 +438,18 @@ class Answer:
 
 
 def bmc(
-    prof: PolicyProfile, f: Fragment, invariant: str, depth: int, *, timeout_ms: int = 60_000
-) -> tuple[str, int, tuple[Action, ...]]:
-    """("violated", d, actions) at the shortest failing depth d, ("bounded", depth, ()) when
-    none to ``depth``, or ("unknown", d, ()) when depth d timed out."""
-    solver = z3.Solver()
-    solver.set("timeout", timeout_ms)
+    prof: PolicyProfile,
+    f: Fragment,
+    invariant: str,
+    depth: int,
+    *,
+    timeout_ms: int = TIMEOUT_MS,
+    rlimit: int = RLIMIT,
+) -> tuple[str, int, tuple[Action, ...], str]:
+    """("violated", d, actions, "") at the shortest failing depth d, ("bounded", depth, (), "")
+    when none to ``depth``, or ("unknown", d, (), why) when depth d ran out of its budget
+    (``why``: "resource limit", or "timeout" -- the wall-clock safety net)."""
+    solver = limited(z3.Solver(), rlimit=rlimit, timeout_ms=timeout_ms)
     states = [_State(f, 0, "s")]
     solver.add(states[0].initial())
     steps: list[_Step] = []
@@ -452,19 +463,24 @@ def bmc(
         r = solver.check(lit)
         if r == z3.sat:
             m = solver.model()
-            return "violated", d, tuple(s.action(m) for s in steps)
+            return "violated", d, tuple(s.action(m) for s in steps), ""
         if r == z3.unknown:
-            return "unknown", d, ()
+            return "unknown", d, (), unknown_reason(solver)
         solver.add(z3.Not(step.violated(invariant)))  # known to hold here: helps deeper depths
-    return "bounded", depth, ()
+    return "bounded", depth, (), ""
 
 
 def induction(
-    prof: PolicyProfile, f: Fragment, invariant: str, k: int, *, timeout_ms: int = 60_000
+    prof: PolicyProfile,
+    f: Fragment,
+    invariant: str,
+    k: int,
+    *,
+    timeout_ms: int = TIMEOUT_MS,
+    rlimit: int = RLIMIT,
 ) -> str:
     """ "proved" if the invariant is k-inductive (with simple paths), "no" if not, or "unknown"."""
-    solver = z3.Solver()
-    solver.set("timeout", timeout_ms)
+    solver = limited(z3.Solver(), rlimit=rlimit, timeout_ms=timeout_ms)
     states = [_State(f, i, "i") for i in range(k + 2)]
     for st in states:
         solver.add(st.wellformed())
@@ -496,9 +512,10 @@ def induction(
     return "no" if r == z3.sat else "unknown"
 
 
-def _wellformed_is_inductive(prof: PolicyProfile, f: Fragment, timeout_ms: int) -> bool:
-    solver = z3.Solver()
-    solver.set("timeout", timeout_ms)
+def _wellformed_is_inductive(
+    prof: PolicyProfile, f: Fragment, timeout_ms: int, rlimit: int
+) -> bool:
+    solver = limited(z3.Solver(), rlimit=rlimit, timeout_ms=timeout_ms)
     p, s = _State(f, 0, "w"), _State(f, 1, "w")
     solver.add(p.wellformed(), _Step(f, p, s, 1, "w", prof).cons, z3.Not(s.wellformed()))
     init = _State(f, 0, "z")
@@ -514,15 +531,17 @@ def prove(
     fragment: Fragment | None = None,
     depth: int = 8,
     max_k: int = 3,
-    timeout_s: float = 60.0,
+    timeout_s: float = TIMEOUT_MS / 1000,
     cross_depth: int = 5,
+    rlimit: int = RLIMIT,
 ) -> list[Answer]:
     """Per invariant: the highest rung reached (see the module docstring), corroborated by the
-    exhaustive search of the executable model to ``cross_depth`` (:func:`_corroborate`)."""
+    exhaustive search of the executable model to ``cross_depth`` (:func:`_corroborate`). Each
+    Z3 query gets ``rlimit`` resource units (deterministic: the same rungs on any machine) and
+    ``timeout_s`` of wall time as a safety net (checkers/z3util.py)."""
     f = fragment or Fragment()
-    return _corroborate(
-        policy, f, _prove_symbolic(policy, f, invariants, depth, max_k, timeout_s), cross_depth
-    )
+    symbolic = _prove_symbolic(policy, f, invariants, depth, max_k, timeout_s, rlimit)
+    return _corroborate(policy, f, symbolic, cross_depth)
 
 
 def _corroborate(
@@ -569,6 +588,7 @@ def _prove_symbolic(
     depth: int,
     max_k: int,
     timeout_s: float,
+    rlimit: int,
 ) -> list[Answer]:
     prof = profile(policy, f)
     ms = int(timeout_s * 1000)
@@ -578,23 +598,29 @@ def _prove_symbolic(
             Answer(n, "unknown", 0, 0.0, reason=f"outside the fragment: {prof.unsupported}")
             for n in names
         ]
-    wf_ok = _wellformed_is_inductive(prof, f, ms)
+    wf_ok = _wellformed_is_inductive(prof, f, ms, rlimit)
     out = []
     for name in names:
         t0 = time.perf_counter()
-        rung, d, trace = bmc(prof, f, name, depth, timeout_ms=ms)
+        rung, d, trace, why = bmc(prof, f, name, depth, timeout_ms=ms, rlimit=rlimit)
         if rung == "violated":
             out.append(Answer(name, "violated", d, time.perf_counter() - t0, trace))
             continue
         if rung == "unknown":
             out.append(
-                Answer(name, "unknown", d, time.perf_counter() - t0, reason=f"timeout at depth {d}")
+                Answer(
+                    name,
+                    "unknown",
+                    d,
+                    time.perf_counter() - t0,
+                    reason=f"{why} at depth {d}",
+                )
             )
             continue
         proved_at = 0
         if wf_ok:
             for k in range(1, min(max_k, depth) + 1):
-                r = induction(prof, f, name, k, timeout_ms=ms)
+                r = induction(prof, f, name, k, timeout_ms=ms, rlimit=rlimit)
                 if r == "proved":
                     proved_at = k
                     break
@@ -619,7 +645,7 @@ def rank_counterexample(
     prof = profile(policy, f)
     if invariant is None or prof.unsupported is not None:
         return None
-    rung, _, trace = bmc(prof, f, invariant, depth)
+    rung, _, trace, _ = bmc(prof, f, invariant, depth)
     return (invariant, trace) if rung == "violated" else None
 
 

@@ -348,7 +348,11 @@ class Monitor:
         except Exception as e:  # an engine that crashes is a finding, not a checker crash
             self.internal_error(e)
             return False
-        self.after_op(op)
+        try:
+            self.after_op(op)
+        except Exception as e:  # a state the checks cannot read: reported with the trace
+            self.internal_error(e, where="the monitor could not read the engine's state")
+            return False
         return True
 
     def policy_error(self, err: PolicyError) -> None:
@@ -362,10 +366,13 @@ class Monitor:
         else:  # never lost: a refusal ends the run, so it is reported whatever is monitored
             self.violations.append(Violation("policy-protocol", str(err), op=self.op_index))
 
-    def internal_error(self, err: Exception) -> None:
-        """The engine crashed (an ``InternalError`` or worse): a bug in the engine under test."""
+    def internal_error(self, err: Exception, where: str = "the engine crashed") -> None:
+        """The engine crashed (an ``InternalError`` or worse), or left a state the checks cannot
+        read: a bug in the engine under test (or in a check), never a crash of the checker."""
         self.violations.append(
-            Violation("engine-internal", f"{type(err).__name__}: {err}", op=self.op_index)
+            Violation(
+                "engine-internal", f"{where}: {type(err).__name__}: {err}", op=self.op_index
+            )
         )
 
     def after_op(self, op: Op) -> None:
@@ -461,7 +468,11 @@ class Monitor:
         if c is not None and c.is_open:
             kept = [s.key for s in c.materialized[:own]]
             if kept != exp[:own]:
-                d = next(i for i, (x, y) in enumerate(zip(kept, exp, strict=False)) if x != y)
+                # the first depth that differs, or the shorter length when one is a prefix
+                d = next(
+                    (i for i, (x, y) in enumerate(zip(kept, exp, strict=False)) if x != y),
+                    min(len(kept), own),
+                )
                 self._add(
                     "no-stale-hit",
                     f"kept block at depth {d} does not match the prompt (invalidated KV served)",

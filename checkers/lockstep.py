@@ -19,11 +19,13 @@ real, minimal run of the implementation.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
 from hypothesis import HealthCheck, find, settings
+from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 from hypothesis.strategies import SearchStrategy
 
@@ -31,6 +33,8 @@ from checkers.harness import engine_for
 from checkers.oracle import Conformance, OracleVerdict
 from checkers.strategies import agent_traces
 from kvmodel.config import EngineConfig
+from kvmodel.errors import TraceError
+from kvmodel.logical import Sequences
 from kvmodel.observations import observation_to_json
 from kvmodel.policy import Policy, resolve_policy
 from kvmodel.trace import Op, Trace, dumps_op
@@ -68,6 +72,10 @@ class EngineImplementation:
         return [observation_to_json(o) for o in self.engine.log.since(seen)]
 
 
+#: what a lockstep search counts of the implementation's records (its coverage)
+COUNTED = ("evict", "reject", "hit", "alloc", "free", "bypass")
+
+
 @attrs.frozen
 class LockstepResult:
     verdict: OracleVerdict
@@ -75,24 +83,42 @@ class LockstepResult:
     trace: Trace | None = None
     #: traces tried by the search (1 for a single run)
     examples: int = 1
+    #: what the implementation did over every trace tried: ops, and records by kind
+    #: (``evict``, ``reject``, ...): a search that never evicted has not tested eviction
+    coverage: Mapping[str, int] = attrs.field(factory=dict)
+    #: the divergent trace is 1-minimal (no single op can be removed and still diverge)
+    one_minimal: bool = False
 
     @property
     def ok(self) -> bool:
         return self.verdict.verdict == "OK"
 
+    def coverage_line(self) -> str:
+        c = self.coverage
+        parts = [f"{c.get('ops', 0)} ops"] + [f"{k} {c.get(k, 0)}" for k in COUNTED]
+        line = "coverage: " + ", ".join(parts)
+        if not c.get("evict") and not c.get("reject"):
+            line += " -- warning: no eviction or rejection, eviction order untested"
+        return line
+
     def render(self) -> str:
         if self.trace is None:
-            return f"OK: no divergence in {self.examples} trace(s)"
+            return f"OK: no divergence in {self.examples} trace(s)\n{self.coverage_line()}"
         lines = [f"diverged on a trace of {len(self.trace.ops)} ops:"]
         lines += [f"  {i:>3} {dumps_op(op)}" for i, op in enumerate(self.trace.ops)]
-        return "\n".join([*lines, self.verdict.render()])
+        return "\n".join([*lines, self.verdict.render(), self.coverage_line()])
 
 
 def run_lockstep(
-    trace: Trace, make_impl: Factory, policy: str | Policy, config: EngineConfig
+    trace: Trace,
+    make_impl: Factory,
+    policy: str | Policy,
+    config: EngineConfig,
+    coverage: Counter[str] | None = None,
 ) -> OracleVerdict:
     """One trace, op by op; the first divergence, or OK. An implementation that raises on a
-    valid op has diverged (ILLEGAL, "crashed"); records naming another op are ILLEGAL too."""
+    valid op has diverged (ILLEGAL, "crashed"); records naming another op are ILLEGAL too.
+    ``coverage`` (if given) counts the ops applied and the implementation's records by kind."""
     conf = Conformance(policy, config)
     impl = make_impl(config)
     for i, op in enumerate(trace.ops):
@@ -100,6 +126,9 @@ def run_lockstep(
             records = [dict(r) for r in impl.apply(i, op)]
         except Exception as e:  # the implementation's crash is a finding
             return OracleVerdict("ILLEGAL", i, f"the implementation crashed: {e!r}")
+        if coverage is not None:
+            coverage["ops"] += 1
+            coverage.update(str(r.get("kind")) for r in records if r.get("kind") in COUNTED)
         stray = [r for r in records if r.setdefault("op", i) != i]
         if stray:
             return OracleVerdict("ILLEGAL", i, f"a record names op {stray[0]['op']}, not {i}")
@@ -111,6 +140,17 @@ def run_lockstep(
     return OracleVerdict("OK")
 
 
+def _valid(trace: Trace, block_size: int) -> bool:
+    """Is ``trace`` valid input (its logical semantics alone, no KV decision)?"""
+    seq = Sequences(block_size)
+    try:
+        for op in trace.ops:
+            seq.apply(op)
+    except TraceError:
+        return False
+    return True
+
+
 def differential(
     make_impl: Factory,
     policy: str | Policy,
@@ -119,15 +159,25 @@ def differential(
     max_examples: int = 100,
     max_actions: int = 30,
     traces: SearchStrategy[Trace] | None = None,
+    shrink_budget: int = 1000,
 ) -> LockstepResult:
-    """Search traces (default: :func:`~checkers.strategies.agent_traces`) for a divergence and
-    shrink it. Deterministic (derandomized search)."""
+    """Search traces for a divergence and shrink it: Hypothesis first, then delta debugging
+    (a random walk shrinks only that way). The default traces are agent traces
+    (:func:`~checkers.strategies.agent_traces`) and swarm random walks
+    (:func:`~checkers.walk.random_walks`: every op kind, long prompts, sharing, switched-off
+    ops) in equal measure, so that a small engine is under pressure. Deterministic
+    (derandomized search). The result counts what the implementation did (evictions,
+    rejections, ...) over every trace tried."""
+    from checkers.harness import shrink
+    from checkers.walk import random_walks
+
     tried = 0
+    coverage: Counter[str] = Counter()
 
     def diverges(trace: Trace) -> bool:
         nonlocal tried
         tried += 1
-        return run_lockstep(trace, make_impl, policy, config).verdict != "OK"
+        return run_lockstep(trace, make_impl, policy, config, coverage).verdict != "OK"
 
     opts = settings(
         max_examples=max_examples,
@@ -137,11 +187,27 @@ def differential(
         suppress_health_check=list(HealthCheck),
     )
     try:
-        strategy = traces if traces is not None else agent_traces(max_actions)
+        strategy = (
+            traces
+            if traces is not None
+            else st.one_of(agent_traces(max_actions), random_walks(4 * max_actions))
+        )
         found = find(strategy, diverges, settings=opts)
     except NoSuchExample:
-        return LockstepResult(OracleVerdict("OK"), None, tried)
+        return LockstepResult(OracleVerdict("OK"), None, tried, dict(coverage))
     verdict = run_lockstep(found, make_impl, policy, config)
     if verdict.op is not None:  # the ops after the divergence play no part in it
         found = Trace(found.header, found.ops[: verdict.op + 1])
-    return LockstepResult(verdict, found, tried)
+
+    def still(ops: Sequence[Op]) -> bool:
+        cand = Trace(found.header, tuple(ops))
+        # a shortened trace must still be valid input, or the implementation's refusal of it
+        # would pass for a divergence
+        return _valid(cand, config.block_size) and (
+            run_lockstep(cand, make_impl, policy, config).verdict != "OK"
+        )
+
+    small, minimal = shrink(found.ops, still, budget=shrink_budget)
+    found = Trace(found.header, tuple(small))
+    verdict = run_lockstep(found, make_impl, policy, config)
+    return LockstepResult(verdict, found, tried, dict(coverage), minimal)

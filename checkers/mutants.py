@@ -13,18 +13,38 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import ClassVar
 
+import attrs
+
 from kvmodel.engine import Engine
-from kvmodel.ids import BlockId, ContextId
+from kvmodel.ids import BlockId, ContextId, TierName
 from kvmodel.lifecycle import BlockClass, MsgState
-from kvmodel.policy import Placement, RankTerm, rank_key
-from kvmodel.trace import Close, Infer, Op, Remove, Replace, Return
+from kvmodel.policy import BasePolicy, Placement, RankTerm, rank_key
+from kvmodel.trace import Close, EndSession, Infer, Op, Remove, Replace, Return, TurnEnd
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 from policies.kvtether import KVTether
-from policies.lachesis import LachesisDet
+from policies.lachesis import Lachesis, LachesisDet, SegmentClass
 from policies.lru import LRU
+from policies.offline import Belady, OptPlacement
+from policies.prediction import TTL
+from policies.tether_lachesis import TetherLachesis
+from policies.vllm_prefix import VLLMPrefix
 
 __all__ = [
     "MUTANTS",
+    "AllHBMFirstLachesis",
+    "AllHBMFirstTetherLachesis",
+    "BoundaryReclaimKVTether",
+    "BoundaryReclaimLachesis",
+    "BoundaryReclaimLachesisDet",
+    "BoundaryReclaimOptPlacement",
+    "BoundaryReclaimTetherLachesis",
+    "CappedReclaimKVTether",
+    "CappedReclaimLachesis",
+    "CappedReclaimLachesisDet",
+    "CappedReclaimTetherLachesis",
+    "DeadAfterSuspendedLachesis",
+    "DeadAfterSuspendedLachesisDet",
+    "DeadAfterSuspendedTetherLachesis",
     "DoubleFreeOnClose",
     "DropsForkPrefix",
     "EvictsInFlight",
@@ -34,25 +54,39 @@ __all__ = [
     "IdleTimeoutReclaim",
     "IndexesTemporary",
     "LateDeadReclaim",
+    "LateReclaimKVTether",
+    "LateReclaimLachesis",
+    "LateReclaimLachesisDet",
+    "LateReclaimOptPlacement",
+    "LateReclaimTetherLachesis",
     "LeadInHBM",
     "MRUInverted",
+    "MRUInvertedTetherLachesis",
+    "NoBypassTetherLachesis",
     "RaisesOnCompactor",
+    "ReclaimsExpiredLachesis",
+    "ReclaimsExpiredLachesisDet",
+    "ReclaimsExpiredOptPlacement",
+    "ReclaimsExpiredTetherLachesis",
     "ResurrectsRemoved",
     "RootFirstLRU",
+    "ShallowFirstBelady",
+    "ShallowFirstTTL",
+    "ShallowFirstVLLM",
     "SharedCursorLRU",
     "StaleCachedOrder",
     "StaleHitAfterReplace",
+    "StateBlindTetherLachesis",
     "WritesPerSegment",
 ]
 
 _C = BlockClass
 
 
-class LateDeadReclaim(KVTether):
-    """Reclaims dead KV only after a live eviction: dead blocks rank after Suspended ones and
-    nothing is reclaimed eagerly."""
+class _DeadAfterSuspended(BasePolicy):
+    """No eager reclaim, and Dead ranks after Suspended: live KV is evicted while dead KV
+    waits."""
 
-    name: ClassVar[str] = "mutant-late-dead-reclaim"
     rank: ClassVar[tuple[RankTerm, ...]] = (
         RankTerm("state", order=(_C.SUSPENDED, _C.DEAD, _C.EXPIRED, _C.TEMPORARY, _C.ACTIVE)),
         RankTerm("last_access"),
@@ -61,6 +95,12 @@ class LateDeadReclaim(KVTether):
 
     def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
         return ()
+
+
+class LateDeadReclaim(_DeadAfterSuspended, KVTether):
+    """KVTether reclaiming dead KV only after a live eviction (:class:`_DeadAfterSuspended`)."""
+
+    name: ClassVar[str] = "mutant-late-dead-reclaim"
 
 
 class MRUInverted(KVTether):
@@ -315,6 +355,202 @@ class StaleCachedOrder(KVTether):
         return [b for b in self._order if b in ids] + sorted(ids - set(self._order))
 
 
+# -- one mutant for every claim of every built-in policy (kvmodel issue 12). Each bug is a mixin
+# an outside author could plausibly write, applied to every policy that claims what it breaks.
+
+
+class _ShallowFirst(BasePolicy):
+    """Evicts the shallowest candidates first ("the oldest KV goes first"), keeping the
+    parent's order among blocks of equal depth: a chain loses its head before its tail."""
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        depth = {b.id: b.depth for b in candidates}
+        return sorted(super().eviction_order(view, candidates), key=lambda b: depth[b])
+
+
+class _CappedReclaim(BasePolicy):
+    """Rate-limits reclaim to two blocks per op, shallowest first ("free the oldest KV
+    first"). Under a policy that reclaims dead KV eagerly a chain's blocks die together, so the
+    heads go and the tails stay resident: orphans (and zombie KV until later ops catch up)."""
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        return sorted(super().on_op(view, op), key=lambda b: view.block(b).depth)[:2]
+
+
+class _ReclaimAtBoundaries(BasePolicy):
+    """Reclaims dead KV only at turn and context boundaries (``turn_end``, ``return``,
+    ``close``, ``end_session``): what a ``remove`` or ``replace`` kills stays resident."""
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        out = list(super().on_op(view, op))
+        if isinstance(op, TurnEnd | Return | Close | EndSession):
+            return out
+        dead = set(view.dead())
+        return [b for b in out if b not in dead]
+
+
+class _ReclaimOneOpLate(BasePolicy):
+    """Batches reclaim: frees the blocks that were already dead at the previous op, so what an
+    op kills survives it (a lazy free list flushed one op late)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._was_dead: set[BlockId] = set()
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        out = list(super().on_op(view, op))
+        dead = set(view.dead())
+        late = [b for b in out if b not in dead or b in self._was_dead]
+        self._was_dead = dead - set(late)
+        return late
+
+
+class _ReclaimsExpired(BasePolicy):
+    """Treats Expired like Dead ("nobody will ask for it again") and frees it at once,
+    although a live context may still hold it."""
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        out = set(super().on_op(view, op))
+        out |= {b for b in view.resident() if view.block(b).state is _C.EXPIRED}
+        return sorted(out)
+
+
+class _NoBypass(BasePolicy):
+    """Indexes Temporary KV like any other (the bypass flag forgotten)."""
+
+    def place(self, view: ModelView, block: NewBlock) -> Placement:
+        return attrs.evolve(super().place(view, block), bypass=False)
+
+
+class _AllHBMFirst(LachesisDet):
+    """Every segment HBM-first, whatever its lifetime class."""
+
+    def tiers_for(self, view: ModelView, cls: SegmentClass) -> tuple[TierName, ...]:
+        return tuple(t.name for t in view.tiers())
+
+
+class ShallowFirstBelady(_ShallowFirst, Belady):
+    name: ClassVar[str] = "mutant-shallow-first-belady"
+
+
+class CappedReclaimKVTether(_CappedReclaim, KVTether):
+    name: ClassVar[str] = "mutant-capped-reclaim-kvtether"
+
+
+class CappedReclaimLachesis(_CappedReclaim, Lachesis):
+    name: ClassVar[str] = "mutant-capped-reclaim-lachesis"
+
+
+class CappedReclaimLachesisDet(_CappedReclaim, LachesisDet):
+    name: ClassVar[str] = "mutant-capped-reclaim-lachesis-det"
+
+
+class CappedReclaimTetherLachesis(_CappedReclaim, TetherLachesis):
+    name: ClassVar[str] = "mutant-capped-reclaim-tether-lachesis"
+
+
+class ShallowFirstTTL(_ShallowFirst, TTL):
+    name: ClassVar[str] = "mutant-shallow-first-ttl"
+
+
+class ShallowFirstVLLM(_ShallowFirst, VLLMPrefix):
+    name: ClassVar[str] = "mutant-shallow-first-vllm"
+
+
+class BoundaryReclaimKVTether(_ReclaimAtBoundaries, KVTether):
+    name: ClassVar[str] = "mutant-boundary-reclaim-kvtether"
+
+
+class BoundaryReclaimLachesis(_ReclaimAtBoundaries, Lachesis):
+    name: ClassVar[str] = "mutant-boundary-reclaim-lachesis"
+
+
+class BoundaryReclaimLachesisDet(_ReclaimAtBoundaries, LachesisDet):
+    name: ClassVar[str] = "mutant-boundary-reclaim-lachesis-det"
+
+
+class BoundaryReclaimTetherLachesis(_ReclaimAtBoundaries, TetherLachesis):
+    name: ClassVar[str] = "mutant-boundary-reclaim-tether-lachesis"
+
+
+class BoundaryReclaimOptPlacement(_ReclaimAtBoundaries, OptPlacement):
+    name: ClassVar[str] = "mutant-boundary-reclaim-opt-placement"
+
+
+class LateReclaimKVTether(_ReclaimOneOpLate, KVTether):
+    name: ClassVar[str] = "mutant-late-reclaim-kvtether"
+
+
+class LateReclaimLachesis(_ReclaimOneOpLate, Lachesis):
+    name: ClassVar[str] = "mutant-late-reclaim-lachesis"
+
+
+class LateReclaimLachesisDet(_ReclaimOneOpLate, LachesisDet):
+    name: ClassVar[str] = "mutant-late-reclaim-lachesis-det"
+
+
+class LateReclaimTetherLachesis(_ReclaimOneOpLate, TetherLachesis):
+    name: ClassVar[str] = "mutant-late-reclaim-tether-lachesis"
+
+
+class LateReclaimOptPlacement(_ReclaimOneOpLate, OptPlacement):
+    name: ClassVar[str] = "mutant-late-reclaim-opt-placement"
+
+
+class ReclaimsExpiredLachesis(_ReclaimsExpired, Lachesis):
+    name: ClassVar[str] = "mutant-reclaims-expired-lachesis"
+
+
+class ReclaimsExpiredLachesisDet(_ReclaimsExpired, LachesisDet):
+    name: ClassVar[str] = "mutant-reclaims-expired-lachesis-det"
+
+
+class ReclaimsExpiredTetherLachesis(_ReclaimsExpired, TetherLachesis):
+    name: ClassVar[str] = "mutant-reclaims-expired-tether-lachesis"
+
+
+class ReclaimsExpiredOptPlacement(_ReclaimsExpired, OptPlacement):
+    name: ClassVar[str] = "mutant-reclaims-expired-opt-placement"
+
+
+class DeadAfterSuspendedLachesis(_DeadAfterSuspended, Lachesis):
+    name: ClassVar[str] = "mutant-dead-after-suspended-lachesis"
+
+
+class DeadAfterSuspendedLachesisDet(_DeadAfterSuspended, LachesisDet):
+    name: ClassVar[str] = "mutant-dead-after-suspended-lachesis-det"
+
+
+class DeadAfterSuspendedTetherLachesis(_DeadAfterSuspended, TetherLachesis):
+    name: ClassVar[str] = "mutant-dead-after-suspended-tether-lachesis"
+
+
+class MRUInvertedTetherLachesis(TetherLachesis):
+    """tether-lachesis with KVTether's Suspended order inverted (LRU where MRU is claimed)."""
+
+    name: ClassVar[str] = "mutant-mru-inverted-tether-lachesis"
+    rank: ClassVar[tuple[RankTerm, ...]] = MRUInverted.rank
+
+
+class StateBlindTetherLachesis(TetherLachesis):
+    """tether-lachesis ranking by recency alone (the lifecycle rank dropped in a refactor)."""
+
+    name: ClassVar[str] = "mutant-state-blind-tether-lachesis"
+    rank: ClassVar[tuple[RankTerm, ...]] = (RankTerm("last_access"), RankTerm("depth", True))
+
+
+class NoBypassTetherLachesis(_NoBypass, TetherLachesis):
+    name: ClassVar[str] = "mutant-no-bypass-tether-lachesis"
+
+
+class AllHBMFirstLachesis(_AllHBMFirst, Lachesis):
+    name: ClassVar[str] = "mutant-all-hbm-first-lachesis"
+
+
+class AllHBMFirstTetherLachesis(_AllHBMFirst, TetherLachesis):
+    name: ClassVar[str] = "mutant-all-hbm-first-tether-lachesis"
+
+
 #: import path -> the invariant it must be caught breaking
 MUTANTS: Mapping[str, str] = MappingProxyType(
     {
@@ -336,5 +572,37 @@ MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.mutants:SharedCursorLRU": "nondeterministic",
         "checkers.mutants:IdleTimeoutReclaim": "pinned-never-evicted",
         "checkers.mutants:StaleCachedOrder": "state-priority-eviction",
+        # one for every claim of every built-in policy
+        "checkers.mutants:ShallowFirstBelady": "prefix-closed-residency",
+        "checkers.mutants:CappedReclaimKVTether": "prefix-closed-residency",
+        "checkers.mutants:CappedReclaimLachesis": "prefix-closed-residency",
+        "checkers.mutants:CappedReclaimLachesisDet": "prefix-closed-residency",
+        "checkers.mutants:CappedReclaimTetherLachesis": "prefix-closed-residency",
+        "checkers.mutants:ShallowFirstTTL": "prefix-closed-residency",
+        "checkers.mutants:ShallowFirstVLLM": "prefix-closed-residency",
+        "checkers.mutants:BoundaryReclaimKVTether": "no-zombie-kv",
+        "checkers.mutants:BoundaryReclaimLachesis": "no-zombie-kv",
+        "checkers.mutants:BoundaryReclaimLachesisDet": "no-zombie-kv",
+        "checkers.mutants:BoundaryReclaimTetherLachesis": "no-zombie-kv",
+        "checkers.mutants:BoundaryReclaimOptPlacement": "no-zombie-kv",
+        "checkers.mutants:LateReclaimKVTether": "free-at-boundary",
+        "checkers.mutants:LateReclaimLachesis": "free-at-boundary",
+        "checkers.mutants:LateReclaimLachesisDet": "free-at-boundary",
+        "checkers.mutants:LateReclaimTetherLachesis": "free-at-boundary",
+        "checkers.mutants:LateReclaimOptPlacement": "free-at-boundary",
+        "checkers.mutants:ReclaimsExpiredLachesis": "reclaim-dead-only",
+        "checkers.mutants:ReclaimsExpiredLachesisDet": "reclaim-dead-only",
+        "checkers.mutants:ReclaimsExpiredTetherLachesis": "reclaim-dead-only",
+        "checkers.mutants:ReclaimsExpiredOptPlacement": "reclaim-dead-only",
+        "checkers.mutants:DeadAfterSuspendedLachesis": "no-live-eviction-before-dead-reclaim",
+        "checkers.mutants:DeadAfterSuspendedLachesisDet": "no-live-eviction-before-dead-reclaim",
+        "checkers.mutants:DeadAfterSuspendedTetherLachesis": (
+            "no-live-eviction-before-dead-reclaim"
+        ),
+        "checkers.mutants:MRUInvertedTetherLachesis": "suspended-mru",
+        "checkers.mutants:StateBlindTetherLachesis": "state-priority-eviction",
+        "checkers.mutants:NoBypassTetherLachesis": "temporary-bypass",
+        "checkers.mutants:AllHBMFirstLachesis": "deterministic-placement",
+        "checkers.mutants:AllHBMFirstTetherLachesis": "deterministic-placement",
     }
 )

@@ -43,7 +43,7 @@ from kvmodel.errors import ConfigError, PolicyError, TraceError
 from kvmodel.ids import BlockId, BlockKey, TierName
 from kvmodel.jsonl import read_jsonl
 from kvmodel.observations import observation_to_json
-from kvmodel.policy import BasePolicy, Placement, Policy, rank_key, resolve_policy
+from kvmodel.policy import BasePolicy, Placement, Policy, declared_rank, rank_key, resolve_policy
 from kvmodel.trace import Infer, Op, Trace, dumps_op
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 
@@ -228,11 +228,7 @@ def _own_keys(engine: Engine, op: Op) -> list[BlockKey]:
 def rank_policy(policy: str | Policy) -> BasePolicy:
     """``policy`` if the oracle can judge against it: a policy given by a declarative rank."""
     inner = resolve_policy(policy)
-    if (
-        not isinstance(inner, BasePolicy)
-        or not inner.rank
-        or type(inner).eviction_order is not BasePolicy.eviction_order
-    ):
+    if declared_rank(inner) is None or not isinstance(inner, BasePolicy):
         raise ConfigError(
             f"policy {inner.name!r} has no declarative rank: the oracle needs one "
             "to know which victims its rule admits"

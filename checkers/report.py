@@ -8,6 +8,7 @@ violated non-claim is a *finding* (LRU leaves zombie KV: that is the point of th
 
 from __future__ import annotations
 
+import time
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -17,7 +18,7 @@ import attrs
 
 from checkers.harness import write_bundle
 from checkers.invariants import FINDINGS, INVARIANTS, STRUCTURAL
-from checkers.stateful import PROFILES, SearchResult, check_config, search
+from checkers.stateful import PROFILES, WALKS, SearchResult, search
 from kvmodel.config import EngineConfig
 from kvmodel.policy import resolve_policy
 
@@ -96,29 +97,38 @@ def check_policies(
     out: Path | None = None,
     config: EngineConfig | None = None,
     hypothesis_shrink: bool = True,
+    walks: int | None = None,
+    budget: float | None = None,
+    jobs: int = 1,
 ) -> list[PolicyReport]:
+    """Search each policy (see :func:`checkers.stateful.search`). ``config=None`` is a swarm
+    search; ``walks`` defaults to the profile's; ``budget`` (seconds per policy, counted from
+    its start) lets the random walks go on until it is spent; ``jobs`` processes."""
     examples, n_steps = PROFILES[profile]
     names = tuple(invariants) if invariants is not None else tuple(INVARIANTS)
-    cfg = config or check_config()
     reports = []
     for p in policies:
+        t0 = time.monotonic()
         # structural invariants are claimed by every policy: they are the engine's own
         claims = frozenset(getattr(resolve_policy(p), "claims", ())) | STRUCTURAL
         r = search(
             p,
             names,
-            config=cfg,
+            config=config,
             max_examples=max_examples or examples,
             steps=steps or n_steps,
             seed=seed,
             hypothesis_shrink=hypothesis_shrink,
+            walks=WALKS[profile] if walks is None else walks,
+            walk_seconds=None if budget is None else max(0.0, budget - (time.monotonic() - t0)),
+            jobs=jobs,
         )
         bundles: dict[str, Path] = {}
         if out is not None:
             for inv, c in r.found.items():
                 d = out / p.replace(":", "_").replace("/", "_") / inv
                 bundles[inv] = write_bundle(
-                    d, c.ops, p, cfg, inv, c.violation, one_minimal=c.one_minimal
+                    d, c.ops, p, c.config, inv, c.violation, one_minimal=c.one_minimal
                 )
         reports.append(PolicyReport(p, claims, r, bundles))
     return reports
@@ -154,14 +164,18 @@ def render_table(reports: Sequence[PolicyReport]) -> str:
 
 def expected_verdicts(path: Path = EXPECTED_VERDICTS) -> dict[str, dict[str, str]]:
     """policy (name or import path) -> invariant -> "holds" | "violated" (the data the tests
-    drive the checker to)."""
+    drive the checker to): the built-in policies from ``path``, every mutant from
+    :data:`checkers.mutants.MUTANTS` (violated: the invariant it breaks)."""
+    from checkers.mutants import MUTANTS
+
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     out: dict[str, dict[str, str]] = {}
-    for group in ("policies", "mutants"):
-        for name, v in data.get(group, {}).items():
-            table = out.setdefault(name, {})
-            for inv in v.get("holds", []):
-                table[inv] = "holds"
-            for inv in v.get("violated", []):
-                table[inv] = "violated"
+    for name, v in data.get("policies", {}).items():
+        table = out.setdefault(name, {})
+        for inv in v.get("holds", []):
+            table[inv] = "holds"
+        for inv in v.get("violated", []):
+            table[inv] = "violated"
+    for mutant, inv in MUTANTS.items():
+        out.setdefault(mutant, {})[inv] = "violated"
     return out

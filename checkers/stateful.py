@@ -13,32 +13,36 @@ debugging over the trace (replay as the test) shortens it further, to 1-minimali
 
 from __future__ import annotations
 
-from collections import Counter
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
-from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis import HealthCheck, Phase, Verbosity, settings, target
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
 from checkers.builder import HarnessBuilder
+from checkers.coverage import TARGETS, SearchStats
 from checkers.harness import check_ops, engine_for, nondeterminism, shrink
 from checkers.invariants import FINDINGS, INVARIANTS, Monitor
 from checkers.structural import Violation
+from checkers.swarm import check_config, swarm_configs
 from kvmodel.config import EngineConfig
-from kvmodel.engine import Engine
-from kvmodel.ids import TierName
-from kvmodel.lifecycle import BlockClass
-from kvmodel.memory import TierConfig
-from kvmodel.observations import AllocObs, BypassObs, EvictObs, FreeObs, FreeReason, RejectObs
 from kvmodel.policy import resolve_policy
 from kvmodel.trace import Op, Trace, op_name
 
 __all__ = [
     "PROFILES",
+    "WALKS",
     "Counterexample",
     "SearchResult",
     "SearchStats",
@@ -51,91 +55,8 @@ __all__ = [
 
 #: Settings profiles: (max_examples, steps per example).
 PROFILES: dict[str, tuple[int, int]] = {"dev": (30, 25), "ci": (100, 30), "thorough": (600, 60)}
-
-
-def check_config(hbm: int = 4, hbf: int = 8) -> EngineConfig:
-    """Small tiers so that pressure is common: by default 4 HBM + 8 HBF blocks of 4 tokens."""
-    return EngineConfig(
-        4,
-        (
-            TierConfig(TierName("hbm"), hbm, bytes_per_block=1024),
-            TierConfig(
-                TierName("hbf"),
-                hbf,
-                bytes_per_block=1024,
-                pe_cycles=100_000,
-                write_amplification=1.02,
-            ),
-        ),
-    )
-
-
-@attrs.define
-class SearchStats:
-    examples: int = 0
-    steps: int = 0
-    #: machine rules fired (or, for a trace-level search, ops by name)
-    rules: Counter[str] = attrs.field(factory=Counter)
-    traces: bool = False
-    #: the longest example's ops: replayed for the determinism check
-    sample: list[Op] = attrs.field(factory=list)
-
-    #: what the runs exercised (see :data:`COVERAGE`)
-    coverage: Counter[str] = attrs.field(factory=Counter)
-
-    def keep_sample(self, ops: Sequence[Op]) -> None:
-        if len(ops) > len(self.sample):
-            self.sample = list(ops)
-
-    def observe(self, engine: Engine, seconds_bound: float = 5.0) -> None:
-        """Count what one finished run exercised, from its observation log and memory."""
-        cov = self.coverage
-        first_tier = engine.memory.names[0] if engine.memory.names else None
-        for r in engine.log:
-            if isinstance(r, EvictObs):
-                cov["evictions"] += 1
-                cov[f"evict:{r.state.value}"] += 1
-            elif isinstance(r, RejectObs):
-                cov["rejections"] += 1
-            elif isinstance(r, BypassObs):
-                cov["bypasses"] += 1
-            elif isinstance(r, AllocObs):
-                cov["spills"] += r.tier != first_tier
-                cov["temporaries"] += r.state is BlockClass.TEMPORARY
-            elif isinstance(r, FreeObs) and r.reason == FreeReason.RECLAIM:
-                cov["reclaims"] += 1
-        st = engine.stats
-        seconds = (st.t_last or 0.0) - (st.t_first or 0.0)
-        for t in engine.memory.tiers:
-            years = engine.memory.device_years(t.name, seconds)
-            if years is not None and years < seconds_bound:
-                cov["worn tiers"] += 1
-
-    def coverage_line(self) -> str:
-        keys = ("evictions", "rejections", "spills", "reclaims", "temporaries", "bypasses")
-        parts = [f"{k} {self.coverage[k]}" for k in keys]
-        by_class = ", ".join(
-            f"{k.split(':')[1]} {n}" for k, n in sorted(self.coverage.items()) if k[:6] == "evict:"
-        )
-        parts[0] += f" ({by_class})" if by_class else ""
-        ops = self.rules
-        parts += [f"forks {ops['fork']}", f"pins {ops['pin']}"]
-        parts.append(f"worn tiers {self.coverage['worn tiers']}")
-        return "coverage: " + ", ".join(parts)
-
-    def unexercised(self, invariants: Iterable[str]) -> list[str]:
-        """Warnings: checked invariants whose trigger never happened in any run (a quiet
-        result there is not evidence)."""
-        out = []
-        for inv in invariants:
-            need = _TRIGGERS.get(inv)
-            if need is not None and not self.coverage[need]:
-                out.append(f"{inv} never exercised: no {need.replace('evict:', 'eviction of ')}")
-        return out
-
-    def never_fired(self) -> list[str]:
-        names = _OP_NAMES if self.traces else RULES
-        return sorted(set(names) - {r for r, n in self.rules.items() if n})
+#: random walks per profile (after the machine; ``--budget`` adds more)
+WALKS: dict[str, int] = {"dev": 50, "ci": 200, "thorough": 2000}
 
 
 @attrs.frozen
@@ -145,6 +66,15 @@ class Counterexample:
     violation: Violation
     hypothesis_ops: int  # length after Hypothesis's shrinking (before delta debugging)
     one_minimal: bool
+    #: the engine the trace fails on (a swarm search draws one per example)
+    config: EngineConfig = attrs.field(factory=lambda: check_config())
+    #: which search found it first: "machine" (Hypothesis) or "walk" (random walk)
+    found_by: str = "machine"
+
+
+#: what a search records of a first violation: the invariant, the ops up to it, the violation
+#: and the engine configuration it happened on
+Record = Callable[[str, Sequence[Op], Violation, EngineConfig], None]
 
 
 @attrs.frozen
@@ -163,32 +93,6 @@ durations = st.sampled_from([0.0, 0.5, 2.0])
 go_on = st.sampled_from([True, False])
 #: destructive actions happen in about a quarter of the draws of their rule
 rarely = st.sampled_from([False, False, True])
-
-_OP_NAMES = (
-    "open",
-    "fork",
-    "append",
-    "replace",
-    "remove",
-    "pin",
-    "unpin",
-    "infer",
-    "turn_end",
-    "return",
-    "close",
-    "end_session",
-)
-
-#: an invariant -> the coverage counter without which it was never put to the test
-_TRIGGERS: dict[str, str] = {
-    "no-eviction-in-flight": "evictions",
-    "no-live-eviction-before-dead-reclaim": "evictions",
-    "state-priority-eviction": "evictions",
-    "suspended-mru": "evict:suspended",
-    "temporary-bypass": "temporaries",
-    "endurance-budget": "worn tiers",
-    "reclaim-dead-only": "reclaims",
-}
 
 RULES = (
     "start_session",
@@ -214,26 +118,38 @@ def make_machine(
     policy: str,
     invariants: Iterable[str],
     *,
-    config: EngineConfig,
+    config: EngineConfig | None,
     fail_on: frozenset[str] = frozenset(),
-    record: Callable[[str, Sequence[Op], Violation], None] | None = None,
+    record: Record | None = None,
     stats: SearchStats | None = None,
 ) -> type[RuleBasedStateMachine]:
     """A machine class for ``policy``; it fails on the invariants in ``fail_on`` and reports
-    every first violation of any monitored invariant to ``record``."""
+    every first violation of any monitored invariant to ``record``. ``config=None`` is a swarm
+    search: each example draws its engine from :func:`checkers.swarm.swarm_configs`. Every
+    example targets pressure (Hypothesis ``target``: evictions, rejections, spills, dead
+    blocks resident), so the search climbs towards the states where policies differ."""
     monitored = tuple(invariants)
-    st_ = stats if stats is not None else SearchStats()
+    st_ = stats if stats is not None else SearchStats(rule_names=RULES)
+    configs = st.just(config) if config is not None else swarm_configs()
 
     class Machine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
-            pol = resolve_policy(policy)
-            self.engine = engine_for(pol, config)
-            self.monitor = Monitor(self.engine, monitored)
+            self._setup(config or check_config())
             self.b = HarnessBuilder()
             self.halted = False
             self.reported: set[str] = set()
             st_.examples += 1
+
+        def _setup(self, cfg: EngineConfig) -> None:
+            self.config = cfg
+            self.engine = engine_for(resolve_policy(policy), cfg)
+            self.monitor = Monitor(self.engine, monitored)
+
+        @initialize(cfg=configs)
+        def engine_config(self, cfg: EngineConfig) -> None:
+            """The example's engine: drawn first, before any op."""
+            self._setup(cfg)
 
         def _ensure_session(self) -> None:
             """Every action needs an agent: start one if none is running (Hypothesis's swarm
@@ -251,12 +167,13 @@ def make_machine(
                 if not self.monitor.apply(op):
                     self.halted = True
                     break
+                st_.ops[op_name(op)] += 1
             if record is not None:
                 for v in self.monitor.violations:
                     if v.invariant not in self.reported:
                         self.reported.add(v.invariant)
                         n = (v.op + 1) if v.op is not None else len(self.b.ops)
-                        record(v.invariant, list(self.b.ops[:n]), v)
+                        record(v.invariant, list(self.b.ops[:n]), v, self.config)
 
         @precondition(lambda self: not self.halted)
         @rule(variant=st.integers(0, 5), pin=st.booleans(), ttl=ttls)
@@ -378,8 +295,10 @@ def make_machine(
             self._run("end_session", self.b.end_session(pick))
 
         def teardown(self) -> None:
-            st_.keep_sample(self.b.ops)
-            st_.observe(self.engine)
+            st_.keep_sample(self.b.ops, self.config)
+            cov = st_.observe(self.engine)
+            for label in TARGETS:
+                target(float(cov[label]), label=label)
             if self.halted:
                 return
             # end-of-run invariants (endurance-budget) are judged once the run is over
@@ -419,7 +338,7 @@ def search_settings(max_examples: int, steps: int) -> settings:
         database=None,
         verbosity=Verbosity.quiet,
         suppress_health_check=list(HealthCheck),
-        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+        phases=[Phase.explicit, Phase.generate, Phase.target, Phase.shrink],
         report_multiple_bugs=False,
     )
 
@@ -443,11 +362,11 @@ def run_machine(machine: type[RuleBasedStateMachine], s: settings, seed: int) ->
 def _search_traces(
     policy: str,
     invariants: Sequence[str],
-    cfg: EngineConfig,
+    cfg: EngineConfig | None,
     max_examples: int,
     steps: int,
     seed: int,
-    record: Callable[[str, Sequence[Op], Violation], None],
+    record: Record,
     stats: SearchStats,
     *,
     fail: bool = False,
@@ -458,18 +377,19 @@ def _search_traces(
     from checkers.strategies import agent_traces
 
     @search_settings(max_examples, steps)
-    @given(agent_traces(max_actions=steps))
-    def run(trace: Trace) -> None:
+    @given(agent_traces(max_actions=steps), st.just(cfg) if cfg is not None else swarm_configs())
+    def run(trace: Trace, c: EngineConfig) -> None:
         stats.examples += 1
         stats.steps += len(trace.ops)
-        stats.traces = True
-        stats.rules.update(op_name(op) for op in trace.ops)
-        stats.keep_sample(trace.ops)
-        result = check_ops(trace.ops, policy, cfg, invariants)
-        stats.observe(result.engine)
+        stats.count_ops(trace.ops)
+        stats.keep_sample(trace.ops, c)
+        result = check_ops(trace.ops, policy, c, invariants)
+        cov = stats.observe(result.engine)
+        for label in TARGETS:
+            target(float(cov[label]), label=label)
         for v in result.violations:
             # the whole trace, not a prefix: an offline policy's plan depends on the future
-            record(v.invariant, trace.ops, v)
+            record(v.invariant, trace.ops, v, c)
         if fail and result.violations:
             raise AssertionError(result.violations[0].message)
 
@@ -478,6 +398,14 @@ def _search_traces(
     except (AssertionError, Flaky):  # Flaky: the policy behaved differently on a rerun
         return True
     return False
+
+
+@attrs.frozen
+class _First:
+    ops: list[Op]
+    violation: Violation
+    config: EngineConfig
+    found_by: str
 
 
 def search(
@@ -490,72 +418,115 @@ def search(
     seed: int = 0,
     shrink_budget: int = 1500,
     hypothesis_shrink: bool = True,
+    walks: int = 0,
+    walk_seconds: float | None = None,
+    jobs: int = 1,
 ) -> SearchResult:
     """Search for counterexamples to each invariant under ``policy`` (see the module docstring).
 
-    ``hypothesis_shrink=False`` skips the targeted Hypothesis runs and delta-debugs the
-    exploration's failing prefix directly: several times faster, usually a little longer result.
+    ``config=None`` is a swarm search (each example and walk draws its engine); a config fixes
+    it. After the machine, ``walks`` random walks (:mod:`checkers.walk`) run, and more until
+    ``walk_seconds`` have passed, on ``jobs`` processes. ``hypothesis_shrink=False`` skips the
+    targeted Hypothesis runs and delta-debugs the failing prefix directly: several times
+    faster, usually a little longer result.
     """
-    cfg = config or check_config()
+    from checkers import walk
+
     names = tuple(invariants)
-    stats = SearchStats()
-    first: dict[str, tuple[list[Op], Violation]] = {}
-
-    def explore(inv: str, ops: Sequence[Op], v: Violation) -> None:
-        first.setdefault(inv, (list(ops), v))
-
     offline = callable(getattr(resolve_policy(policy), "prepare", None))
+    stats = SearchStats(rule_names=() if offline else RULES)
+    first: dict[str, _First] = {}
+
+    t0 = time.monotonic()
+
+    def explore(inv: str, ops: Sequence[Op], v: Violation, c: EngineConfig) -> None:
+        if inv not in first:
+            first[inv] = _First(list(ops), v, c, "machine")
+            stats.found_after[inv] = time.monotonic() - t0
+
+    def on_find(f: walk.WalkFind) -> None:
+        if f.invariant not in first:
+            first[f.invariant] = _First(list(f.ops), f.violation, f.config, "walk")
+            stats.found_after[f.invariant] = time.monotonic() - t0
+
     if offline:
         # an offline policy must see the whole trace first: search over traces, not steps
-        _search_traces(policy, names, cfg, max_examples, steps, seed, explore, stats)
+        _search_traces(policy, names, config, max_examples, steps, seed, explore, stats)
     else:
-        machine = make_machine(policy, names, config=cfg, record=explore, stats=stats)
+        machine = make_machine(policy, names, config=config, record=explore, stats=stats)
         run_machine(machine, search_settings(max_examples, steps), seed)
+    if walks or walk_seconds:
+        walk.explore(
+            policy,
+            names,
+            seed=seed,
+            walks=walks,
+            seconds=walk_seconds,
+            jobs=jobs,
+            config=config,
+            stats=stats,
+            on_find=on_find,
+        )
 
-    if "nondeterministic" not in first and stats.sample:
-        v = nondeterminism(stats.sample, policy, cfg)
+    if "nondeterministic" not in first and stats.sample and stats.sample_config is not None:
+        v = nondeterminism(stats.sample, policy, stats.sample_config)
         if v is not None:
-            first["nondeterministic"] = (list(stats.sample), v)
+            first["nondeterministic"] = _First(
+                list(stats.sample), v, stats.sample_config, "machine"
+            )
 
     found: dict[str, Counterexample] = {}
     for inv in [n for n in (*names, *FINDINGS) if n in first]:
-        last: list[tuple[list[Op], Violation]] = []
+        f = first[inv]
+        cfg = f.config
+        if inv == "nondeterministic":
+            found[inv] = _shrink_nondeterminism(policy, f, shrink_budget)
+            continue
+        last: list[tuple[list[Op], EngineConfig]] = []
 
         def keep(
             name: str,
             ops: Sequence[Op],
             v: Violation,
+            c: EngineConfig,
             inv: str = inv,
-            last: list[tuple[list[Op], Violation]] = last,
+            last: list[tuple[list[Op], EngineConfig]] = last,
         ) -> None:
             if name == inv:
-                last.append((list(ops), v))
+                last.append((list(ops), c))
 
-        ops = first[inv][0]
+        ops = f.ops
         monitored = [inv] if inv in INVARIANTS else []
-        if inv == "nondeterministic":
-            found[inv] = _shrink_nondeterminism(policy, cfg, ops, first[inv][1], shrink_budget)
-            continue
-        if not hypothesis_shrink:
-            pass  # delta debugging alone, from the exploration's failing prefix
+        if not hypothesis_shrink or f.found_by == "walk":
+            pass  # delta debugging alone, from the failing prefix
         elif offline:
             if (
                 _search_traces(
-                    policy, [inv], cfg, max_examples, steps, seed, keep, stats, fail=True
+                    policy, [inv], config, max_examples, steps, seed, keep, SearchStats(), fail=True
                 )
                 and last
             ):
-                ops = last[-1][0]
+                ops, cfg = last[-1]
         else:
             # the targeted run monitors only its invariant: cheaper examples, faster shrinking
             targeted = make_machine(
-                policy, [inv], config=cfg, fail_on=frozenset({inv}), record=keep, stats=stats
+                policy,
+                [inv],
+                config=config,
+                fail_on=frozenset({inv}),
+                record=keep,
+                stats=SearchStats(),
             )
             if run_machine(targeted, search_settings(max_examples, steps), seed) and last:
-                ops = last[-1][0]  # Hypothesis replays the shrunk example last
+                ops, cfg = last[-1]  # Hypothesis replays the shrunk example last
         h_len = len(ops)
 
-        def fails(cand: Sequence[Op], inv: str = inv, monitored: list[str] = monitored) -> bool:
+        def fails(
+            cand: Sequence[Op],
+            inv: str = inv,
+            monitored: list[str] = monitored,
+            cfg: EngineConfig = cfg,
+        ) -> bool:
             run = check_ops(cand, policy, cfg, monitored, stop_at=inv)
             return run.trace_error is None and run.first(inv) is not None
 
@@ -566,7 +537,9 @@ def search(
             small, minimal = shrink(ops, fails, budget=shrink_budget)
             final = check_ops(small, policy, cfg, monitored, stop_at=inv).first(inv)
             if final is not None:
-                found[inv] = Counterexample(inv, tuple(small), final, h_len, minimal)
+                found[inv] = Counterexample(
+                    inv, tuple(small), final, h_len, minimal, cfg, f.found_by
+                )
                 continue
         v = odd or Violation(
             "nondeterministic",
@@ -574,21 +547,25 @@ def search(
             "(state kept across runs?)",
         )
         found.setdefault(
-            "nondeterministic", _shrink_nondeterminism(policy, cfg, ops, v, shrink_budget)
+            "nondeterministic",
+            _shrink_nondeterminism(policy, _First(ops, v, cfg, f.found_by), shrink_budget),
         )
     return SearchResult(policy, names, found, stats)
 
 
-def _shrink_nondeterminism(
-    policy: str, cfg: EngineConfig, ops: Sequence[Op], v: Violation, budget: int
-) -> Counterexample:
+def _shrink_nondeterminism(policy: str, f: _First, budget: int) -> Counterexample:
     """Shorten a trace whose replays differ, keeping them different (when they do)."""
+    cfg = f.config
 
     def differs(cand: Sequence[Op]) -> bool:
         return nondeterminism(cand, policy, cfg) is not None
 
-    if not differs(ops):
-        return Counterexample("nondeterministic", tuple(ops), v, len(ops), False)
-    small, minimal = shrink(ops, differs, budget=budget)
-    final = nondeterminism(small, policy, cfg) or v
-    return Counterexample("nondeterministic", tuple(small), final, len(ops), minimal)
+    if not differs(f.ops):
+        return Counterexample(
+            "nondeterministic", tuple(f.ops), f.violation, len(f.ops), False, cfg, f.found_by
+        )
+    small, minimal = shrink(f.ops, differs, budget=budget)
+    final = nondeterminism(small, policy, cfg) or f.violation
+    return Counterexample(
+        "nondeterministic", tuple(small), final, len(f.ops), minimal, cfg, f.found_by
+    )

@@ -20,8 +20,9 @@ from typing import Any
 import attrs
 import z3
 
+from checkers.z3util import RLIMIT, TIMEOUT_MS, limited
 from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, BlockClass
-from kvmodel.policy import BasePolicy, Policy, RankTerm
+from kvmodel.policy import Policy, RankTerm, declared_rank
 
 __all__ = ["PROPERTIES", "Proof", "SymBlock", "before", "prove_policy", "prove_rank"]
 
@@ -144,7 +145,9 @@ class Proof:
     counterexample: dict[str, dict[str, str]] | None = None
 
 
-def prove_rank(rank: Sequence[RankTerm], prop: str, *, timeout_ms: int = 10_000) -> Proof:
+def prove_rank(
+    rank: Sequence[RankTerm], prop: str, *, timeout_ms: int = TIMEOUT_MS, rlimit: int = RLIMIT
+) -> Proof:
     """Prove one property of a rank. ``suspend_time`` is modelled as defined for Suspended
     blocks only (where the engine always has it), so a term may use it only under
     ``only`` ⊆ {Suspended}; anything else is refused rather than proved unsoundly."""
@@ -157,8 +160,7 @@ def prove_rank(rank: Sequence[RankTerm], prop: str, *, timeout_ms: int = 10_000)
             raise ValueError("suspend_time outside only={suspended} is not modelled")
 
     a, b = SymBlock.fresh("a"), SymBlock.fresh("b")
-    s = z3.Solver()
-    s.set("timeout", timeout_ms)
+    s = limited(z3.Solver(), rlimit=rlimit, timeout_ms=timeout_ms)
     s.add(
         a.wellformed(),
         b.wellformed(),
@@ -187,11 +189,20 @@ def prove_rank(rank: Sequence[RankTerm], prop: str, *, timeout_ms: int = 10_000)
 
 
 def prove_policy(
-    policy: Policy, props: Sequence[str] | None = None, *, timeout_ms: int = 10_000
+    policy: Policy,
+    props: Sequence[str] | None = None,
+    *,
+    timeout_ms: int = TIMEOUT_MS,
+    rlimit: int = RLIMIT,
 ) -> list[Proof]:
-    """Prove the ordering properties a rank policy claims (or ``props``)."""
-    if not isinstance(policy, BasePolicy) or not policy.rank:
-        raise ValueError(f"policy {policy.name!r} has no declarative rank to prove")
+    """Prove the ordering properties a rank policy claims (or ``props``). A policy whose
+    ``eviction_order`` is code (even if it also declares a ``rank``) has no rank to prove: what
+    it evicts is not what the rank says (:func:`kvmodel.policy.declared_rank`)."""
+    rank = declared_rank(policy)
+    if rank is None:
+        why = "its eviction order is code" if getattr(policy, "rank", ()) else "it has no rank"
+        raise ValueError(f"policy {policy.name!r} has no declarative rank to prove: {why}")
     if props is None:
-        props = [PROPERTY_OF_CLAIM[c] for c in sorted(policy.claims) if c in PROPERTY_OF_CLAIM]
-    return [prove_rank(policy.rank, p, timeout_ms=timeout_ms) for p in props]
+        claims: frozenset[str] = getattr(policy, "claims", frozenset())
+        props = [PROPERTY_OF_CLAIM[c] for c in sorted(claims) if c in PROPERTY_OF_CLAIM]
+    return [prove_rank(rank, p, timeout_ms=timeout_ms, rlimit=rlimit) for p in props]

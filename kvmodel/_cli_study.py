@@ -190,12 +190,22 @@ def cmd_prove(args: argparse.Namespace) -> int:
         )
     if args.depth < 1:
         raise ConfigError(f"--depth must be >= 1 (got {args.depth})")
+    from checkers.z3util import RLIMIT
+
+    rlimit = RLIMIT if args.rlimit is None else args.rlimit
+    if rlimit < 1:
+        raise ConfigError(f"--rlimit must be >= 1 (got {rlimit})")
     try:
-        proofs = prove_policy(policy, props, timeout_ms=int(args.timeout * 1000))
+        proofs = prove_policy(policy, props, timeout_ms=int(args.timeout * 1000), rlimit=rlimit)
     except ValueError:
         proofs = []  # no declarative rank: only the fragment (which will say so) applies
     answers = prove(
-        args.policy, names, fragment=Fragment(), depth=args.depth, timeout_s=args.timeout
+        args.policy,
+        names,
+        fragment=Fragment(),
+        depth=args.depth,
+        timeout_s=args.timeout,
+        rlimit=rlimit,
     )
     claims = set(getattr(policy, "claims", ()))
     bad_claim = any(a.rung == "violated" and a.invariant in claims for a in answers)

@@ -53,8 +53,10 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig) -> int:
-    """``replay --check``: replay with the invariant monitor; exit 1 on any violation."""
-    from checkers.harness import check_ops
+    """``replay --check``: replay with the invariant monitor, then twice more to compare the
+    logs (a ``nondeterministic`` finding when they differ); exit 1 on any violation or
+    finding."""
+    from checkers.harness import check_ops, nondeterminism
     from checkers.invariants import INVARIANTS
     from checkers.structural import Violation
 
@@ -68,7 +70,11 @@ def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig
     if args.observations:
         atomic_write(Path(args.observations), run.engine.log.to_jsonl())
     first: dict[str, Violation] = {}
-    for v in run.violations:
+    found = list(run.violations)
+    odd = nondeterminism(trace.ops, args.policy, config)
+    if odd is not None:
+        found.append(odd)
+    for v in found:
         first.setdefault(v.invariant, v)
     if args.json:
         print(
@@ -82,7 +88,7 @@ def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig
             )
         )
     else:
-        for v in run.violations:
+        for v in found:
             if first.get(v.invariant) is v:
                 print(f"VIOLATED {v.invariant} at op {v.op}: {v.message}")
         held = [n for n in names if n not in first]
@@ -190,6 +196,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     profile = args.profile or ("ci" if args.policy else "dev")
     shrinker = args.shrink or ("hypothesis" if args.policy else "dd")
     out = Path(args.out) if args.out else None
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1 (got {args.jobs})")
     reports = check_policies(
         policies,
         names,
@@ -198,7 +206,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
         steps=args.steps,
         seed=args.seed,
         out=out,
+        config=engine_config(args.config) if args.config else None,
         hypothesis_shrink=shrinker == "hypothesis",
+        walks=args.walks,
+        budget=_seconds(args.budget) if args.budget else None,
+        jobs=args.jobs,
     )
     failures = {r.policy: r.failures() for r in reports if r.failures()}
     if args.json:
@@ -220,9 +232,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
     for r in reports:
         st = r.result.stats
         never = ", ".join(st.never_fired()) or "none"
-        print(f"{r.policy}: {st.examples} examples, {st.steps} steps; rules never fired: {never}")
+        print(
+            f"{r.policy}: {st.examples} examples, {st.steps} steps, {st.walks} random walks; "
+            f"never fired: {never}"
+        )
         fired = ", ".join(f"{k} {n}" for k, n in sorted(st.rules.items()) if n)
         print(f"  rules fired: {fired}")
+        print(f"  ops applied: {', '.join(f'{k} {n}' for k, n in sorted(st.ops.items()) if n)}")
         print(f"  {st.coverage_line()}")
         for warning in st.unexercised(r.result.invariants):
             print(f"  warning: {warning}")
@@ -231,16 +247,39 @@ def _cmd_check(args: argparse.Namespace) -> int:
             tag = (
                 "CLAIM VIOLATED"
                 if inv in r.claims
-                else "FAILED" if inv in r.failures() else "finding"
+                else "FAILED"
+                if inv in r.failures()
+                else "finding"
             )
+            shrunk = f"Hypothesis {c.hypothesis_ops}" if c.found_by == "machine" else "random walk"
             print(
-                f"  {tag}: {inv}: {len(c.ops)} ops (Hypothesis {c.hypothesis_ops}, "
-                f"{'1-minimal' if c.one_minimal else 'not proven 1-minimal'}){where}"
+                f"  {tag}: {inv}: {len(c.ops)} ops ({shrunk}, "
+                f"{'1-minimal' if c.one_minimal else 'not proven 1-minimal'}; "
+                f"{_engine_brief(c.config)}){where}"
             )
     if failures:
         print(f"\nFAILED: claimed invariants violated or findings: {failures}")
         return 1
     return 0
+
+
+def _seconds(text: str) -> float:
+    """``60``, ``60s``, ``2m`` or ``1h`` as seconds."""
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    t = text.strip().lower()
+    unit = scale.get(t[-1:])
+    try:
+        value = float(t[:-1] if unit is not None else t) * (unit or 1.0)
+    except ValueError:
+        raise ConfigError(f"--budget: expected seconds like 60s, 2m or 1h, got {text!r}") from None
+    if value <= 0:
+        raise ConfigError(f"--budget: must be positive, got {text!r}")
+    return value
+
+
+def _engine_brief(cfg: EngineConfig) -> str:
+    tiers = " + ".join(f"{t.name} {t.blocks}" for t in cfg.tiers)
+    return f"engine: {tiers} blocks of {cfg.block_size} tokens"
 
 
 def _workload_args(sp: argparse.ArgumentParser) -> None:
@@ -290,6 +329,25 @@ def _parser() -> argparse.ArgumentParser:
         choices=["hypothesis", "dd"],
         help="hypothesis: Hypothesis shrinking then delta debugging (default for one "
         "policy); dd: delta debugging only (default for the table)",
+    )
+    ck.add_argument(
+        "--walks",
+        type=int,
+        help="random walks after the machine (default: the profile's: dev 50, ci 200, "
+        "thorough 2000)",
+    )
+    ck.add_argument(
+        "--budget",
+        help="time per policy (e.g. 60s, 5m): random walks go on until it is spent "
+        "(shrinking comes after)",
+    )
+    ck.add_argument(
+        "-j", "--jobs", type=int, default=1, help="processes for the random walks (default 1)"
+    )
+    ck.add_argument(
+        "--config",
+        help="engine config TOML: search on this one engine (default: a swarm, each example "
+        "draws its own)",
     )
     ck.add_argument("--out", help="directory for counterexample bundles")
     ck.add_argument("--json", action="store_true")
@@ -375,7 +433,18 @@ def _parser() -> argparse.ArgumentParser:
     pv.add_argument("--prop", help="comma-separated rank properties (default: those it claims)")
     pv.add_argument("--invariant", help="comma-separated fragment invariants (default: all)")
     pv.add_argument("--depth", type=int, default=8, help="BMC depth (default 8)")
-    pv.add_argument("--timeout", type=float, default=10.0, help="seconds per query")
+    pv.add_argument(
+        "--rlimit",
+        type=int,
+        default=None,
+        help="Z3 resource units per query (default 50,000,000): the deterministic budget",
+    )
+    pv.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="wall-clock seconds per query, a safety net above --rlimit (default 600)",
+    )
     pv.add_argument("--json", action="store_true")
     pv.set_defaults(func=cmd_prove)
 

@@ -46,7 +46,7 @@ from kvmodel.observations import (
     FreeReason,
     ObservationLog,
 )
-from kvmodel.policy import BasePolicy, Placement, Policy, RankTerm
+from kvmodel.policy import Placement, Policy, declared_rank
 from kvmodel.trace import (
     Append,
     Close,
@@ -77,16 +77,6 @@ class EngineProbe(Protocol):
         self, engine: Engine, block: NewBlock, placement: Placement, slot: BlockId
     ) -> None:
         """Called after a new block was placed (before it is recorded as resident)."""
-
-
-def _rank_of(policy: Policy) -> tuple[RankTerm, ...] | None:
-    """The declarative rank the policy's order is, or None if it orders blocks its own way."""
-    if not isinstance(policy, BasePolicy):
-        return None
-    method: object = type(policy).eviction_order
-    if method is not BasePolicy.eviction_order or not policy.rank:
-        return None
-    return policy.rank
 
 
 @attrs.define
@@ -148,7 +138,7 @@ class Engine:
         self.view: ModelView = EngineView(self)
         #: checkers observe decisions as they are made (None: no observer)
         self.probe: EngineProbe | None = None
-        rank = _rank_of(policy)
+        rank = declared_rank(policy)
         if fast and rank is None:
             raise ValueError(f"policy {policy.name!r} has no declarative rank: no fast path")
         self._victims: PolicyOrder | RankIndex = (

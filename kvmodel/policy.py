@@ -39,6 +39,7 @@ __all__ = [
     "Placement",
     "Policy",
     "RankTerm",
+    "declared_rank",
     "rank_key",
     "registered_policies",
     "resolve_policy",
@@ -199,6 +200,19 @@ class BasePolicy:
 
     def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
         return ()
+
+
+def declared_rank(policy: object) -> tuple[RankTerm, ...] | None:
+    """The declarative rank that *is* the policy's eviction order, or None when it orders
+    blocks its own way (an overridden ``eviction_order``) or has no rank. The one test of "a
+    rank policy": the engine's fast path, the oracle, the Z3 rank proofs and the bounded
+    model checker all ask it, so none of them judges a rank the policy does not follow."""
+    if not isinstance(policy, BasePolicy):
+        return None
+    method: object = type(policy).eviction_order
+    if method is not BasePolicy.eviction_order or not policy.rank:
+        return None
+    return policy.rank
 
 
 def _load(path: str) -> Any:

@@ -22,6 +22,7 @@ from kvmodel.ids import ContextId, MessageId, SessionId
 from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
 
 __all__ = [
+    "OP_NAMES",
     "TRACE_VERSION",
     "Append",
     "Close",
@@ -174,6 +175,10 @@ _OP_NAMES: dict[type[Any], str] = {
     Close: "close",
     EndSession: "end_session",
 }
+
+
+#: every op kind, by its trace name, in spec order (read by the generators and the checkers)
+OP_NAMES: tuple[str, ...] = tuple(_OP_NAMES.values())
 
 
 def op_name(op: Op) -> str:

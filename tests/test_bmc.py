@@ -96,10 +96,17 @@ def test_policies_outside_the_fragment_are_unknown_never_proved() -> None:
 def test_a_timeout_is_never_reported_as_proved(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bmc, "induction", lambda *a, **k: "unknown")
     assert {a.rung for a in prove("kvtether", depth=3)} == {"bounded"}
-    monkeypatch.setattr(bmc, "bmc", lambda prof, f, name, depth, **k: ("unknown", 2, ()))
+    real_bmc = bmc.bmc
+    monkeypatch.setattr(bmc, "bmc", lambda prof, f, name, depth, **k: ("unknown", 2, (), "timeout"))
     answers = prove("kvtether", depth=3)
     assert {a.rung for a in answers} == {"unknown"}
     assert all(a.reason == "timeout at depth 2" for a in answers)
+    # the budget that decides is deterministic: Z3 resource units, not wall time
+    monkeypatch.setattr(bmc, "bmc", real_bmc)
+    starved = prove("kvtether", ["no-zombie-kv"], depth=3, rlimit=1000, cross_depth=0)
+    assert [(a.rung, a.reason) for a in starved] == [("unknown", "resource limit at depth 1")]
+    again = prove("kvtether", ["no-zombie-kv"], depth=3, rlimit=1000, cross_depth=0)
+    assert again[0].reason == starved[0].reason
 
 
 def test_kvtether_is_proved_for_all_depths() -> None:

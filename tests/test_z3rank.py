@@ -3,6 +3,7 @@ the executable rank (``rank_key``) orders the same wrong way."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
 import pytest
@@ -11,8 +12,9 @@ from checkers.z3rank import PROPERTIES, PROPERTY_OF_CLAIM, prove_policy, prove_r
 from kvmodel.ids import BlockId, ContextId, TierName
 from kvmodel.lifecycle import BlockClass
 from kvmodel.messages import AgentKind
-from kvmodel.policy import BasePolicy, rank_key, registered_policies, resolve_policy
-from kvmodel.view import BlockInfo
+from kvmodel.policy import BasePolicy, declared_rank, rank_key, registered_policies, resolve_policy
+from kvmodel.view import BlockInfo, ModelView
+from policies.kvtether import KVTether
 
 RANKED = [
     p
@@ -76,3 +78,18 @@ def test_violations_replay_in_the_executable_rank(policy: str, prop: str) -> Non
 
 def test_properties_are_the_documented_ones() -> None:
     assert set(PROPERTIES) == set(PROPERTY_OF_CLAIM.values())
+
+
+def test_a_rank_the_policy_does_not_follow_is_not_proved() -> None:
+    # a policy that declares KVTether's rank but evicts by its own code: the rank's
+    # properties say nothing about what it evicts (kvmodel issue 13)
+    class OwnOrder(KVTether):
+        def eviction_order(
+            self, view: ModelView, candidates: Sequence[BlockInfo]
+        ) -> Iterable[BlockId]:
+            return sorted(b.id for b in candidates)
+
+    assert declared_rank(OwnOrder()) is None
+    assert declared_rank(KVTether()) == KVTether.rank
+    with pytest.raises(ValueError, match="its eviction order is code"):
+        prove_policy(OwnOrder())

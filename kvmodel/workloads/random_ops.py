@@ -10,7 +10,8 @@ ends -- is exercised against every other. All choices come from one seeded
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 import attrs
 import numpy as np
@@ -35,10 +36,30 @@ from kvmodel.trace import (
     Unpin,
 )
 
-__all__ = ["RandomParams", "random_trace"]
+__all__ = ["OP_WEIGHTS", "RandomParams", "random_trace"]
 
 _KINDS = (MessageKind.USER, MessageKind.OBSERVATION, MessageKind.INSTRUCTION)
 _OUT_KINDS = (MessageKind.REASONING, MessageKind.OUTPUT, MessageKind.TOOL_CALL)
+
+
+#: the relative weight of each op among the legal ones (the default generator's mix); a swarm
+#: search (:mod:`checkers.swarm`) draws its own vector with some ops switched off
+OP_WEIGHTS: Mapping[str, float] = MappingProxyType(
+    {
+        "open": 1.0,
+        "fork": 1.0,
+        "append": 3.0,
+        "replace": 1.0,
+        "remove": 1.0,
+        "pin": 1.0,
+        "unpin": 1.0,
+        "infer": 4.0,
+        "turn_end": 1.0,
+        "return": 1.0,
+        "close": 1.0,
+        "end_session": 0.2,
+    }
+)
 
 
 @attrs.frozen(slots=True)
@@ -51,6 +72,18 @@ class RandomParams:
     p_temporary: float = 0.15
     p_one_shot: float = 0.1
     p_ttl: float = 0.5
+    #: (op, weight) pairs overriding :data:`OP_WEIGHTS` (missing ops keep theirs; weight 0
+    #: switches an op off). None: the default mix, drawn exactly as before weights existed
+    weights: tuple[tuple[str, float], ...] | None = None
+    #: mean time between ops; shorter makes TTLs expire less often
+    mean_gap: float = 1.0
+
+    def __attrs_post_init__(self) -> None:
+        for op, w in self.weights or ():
+            if op not in OP_WEIGHTS or not w >= 0.0:
+                raise ValueError(
+                    f"RandomParams.weights: {op!r}={w!r} (ops: {', '.join(OP_WEIGHTS)})"
+                )
 
 
 @attrs.define
@@ -70,6 +103,7 @@ class _Gen:
         self.n_sess = 0
         self.open: dict[ContextId, _Ctx] = {}
         self.sessions: dict[SessionId, bool] = {}  # session -> ended
+        self.weights = {**OP_WEIGHTS, **dict(p.weights)} if p.weights is not None else None
         self.hash_tokens = [
             int(self.rng.integers(1, p.max_tokens + 1)) for _ in range(p.shared_hashes)
         ]
@@ -89,22 +123,32 @@ class _Gen:
 
     def step(self) -> Op:
         rng = self.rng
-        self.t = round(self.t + float(rng.exponential(1.0)) * (rng.random() < 0.7), 3)
+        self.t = round(self.t + float(rng.exponential(self.p.mean_gap)) * (rng.random() < 0.7), 3)
         t = self.t
         live = sorted(self.open)
         nonempty = [c for c in live if self.open[c].msgs]
-        choices = ["open"] if len(live) < self.p.max_open else []
+        legal = ["open"] if len(live) < self.p.max_open else []
         if live:
-            choices += ["append", "append", "append", "pin", "unpin", "close"]
+            legal += ["append", "pin", "unpin", "close"]
             if len(live) < self.p.max_open:
-                choices.append("fork")
+                legal.append("fork")
         if nonempty:
-            choices += ["infer", "infer", "infer", "infer", "replace", "remove", "turn_end"]
+            legal += ["infer", "replace", "remove", "turn_end"]
             if len(live) >= 2:
-                choices.append("return")
-        if any(not ended for ended in self.sessions.values()) and rng.random() < 0.2:
-            choices.append("end_session")
-        op = choices[int(rng.integers(0, len(choices)))]
+                legal.append("return")
+        session_open = any(not ended for ended in self.sessions.values())
+        if self.weights is None:
+            # the original mix (kept draw for draw, so seeded traces stay what they were)
+            choices = [c for c in legal for _ in range(int(OP_WEIGHTS[c]))]
+            if session_open and rng.random() < 0.2:
+                choices.append("end_session")
+            op = choices[int(rng.integers(0, len(choices)))]
+        else:
+            legal += ["end_session"] if session_open else []
+            w = np.array([self.weights[c] for c in legal], dtype=float)
+            if w.sum() <= 0.0:  # every legal op switched off: fall back to a uniform pick
+                w = np.ones(len(legal))
+            op = legal[int(rng.choice(len(legal), p=w / w.sum()))]
         make: Callable[[float, list[ContextId], list[ContextId]], Op] = getattr(self, f"_{op}")
         return make(t, live, nonempty)
 
@@ -229,4 +273,9 @@ def random_trace(params: RandomParams | None = None) -> Trace:
     p = params or RandomParams()
     g = _Gen(p)
     ops = tuple(g.step() for _ in range(p.ops))
-    return Trace(TraceHeader(1, {"kvtrace": 1, "generator": "random", **attrs.asdict(p)}), ops)
+    meta = attrs.asdict(p)
+    if p.weights is None:  # the header of a default-mix trace is what it always was
+        del meta["weights"]
+    if p.mean_gap == 1.0:
+        del meta["mean_gap"]
+    return Trace(TraceHeader(1, {"kvtrace": 1, "generator": "random", **meta}), ops)
