@@ -14,7 +14,7 @@ debugging over the trace (replay as the test) shortens it further, to 1-minimali
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -417,7 +417,7 @@ def search(
     steps: int = 30,
     seed: int = 0,
     shrink_budget: int = 1500,
-    hypothesis_shrink: bool = True,
+    hypothesis_shrink: bool | Collection[str] = True,
     walks: int = 0,
     walk_seconds: float | None = None,
     jobs: int = 1,
@@ -428,7 +428,8 @@ def search(
     it. After the machine, ``walks`` random walks (:mod:`checkers.walk`) run, and more until
     ``walk_seconds`` have passed, on ``jobs`` processes. ``hypothesis_shrink=False`` skips the
     targeted Hypothesis runs and delta-debugs the failing prefix directly: several times
-    faster, usually a little longer result.
+    faster, usually a little longer result; a collection of names runs them for those
+    invariants only (``kvmodel check``: the claimed ones and the findings).
     """
     from checkers import walk
 
@@ -497,7 +498,10 @@ def search(
 
         ops = f.ops
         monitored = [inv] if inv in INVARIANTS else []
-        if not hypothesis_shrink or f.found_by == "walk":
+        use_hypothesis = (
+            hypothesis_shrink if isinstance(hypothesis_shrink, bool) else inv in hypothesis_shrink
+        )
+        if not use_hypothesis or f.found_by == "walk":
             pass  # delta debugging alone, from the failing prefix
         elif offline:
             if (

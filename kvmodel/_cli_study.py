@@ -209,6 +209,8 @@ def cmd_prove(args: argparse.Namespace) -> int:
     )
     claims = set(getattr(policy, "claims", ()))
     bad_claim = any(a.rung == "violated" and a.invariant in claims for a in answers)
+    # what a proof here does not speak for: claims outside the fragment's invariants
+    uncovered = sorted(claims - set(FRAGMENT_INVARIANTS))
     if args.json:
         out = {
             "rank": [attrs.asdict(p) for p in proofs],
@@ -217,9 +219,11 @@ def cmd_prove(args: argparse.Namespace) -> int:
                     **attrs.asdict(a),
                     "trace": [str(x) for x in a.trace],
                     "claimed": a.invariant in claims,
+                    "structural": a.structural,
                 }
                 for a in answers
             ],
+            "uncovered_claims": uncovered,
         }
         print(json.dumps(out, indent=2))
     else:
@@ -243,6 +247,11 @@ def cmd_prove(args: argparse.Namespace) -> int:
         for a in answers:
             mark = "!" if a.rung == "violated" and a.invariant in claims else " "
             print(mark + " " + a.render())
+        if uncovered:
+            print(
+                f"claims the fragment does not cover (only kvmodel check tests them): "
+                f"{', '.join(uncovered)}"
+            )
     return 1 if bad_claim or any(p.rung == "violated" for p in proofs) else 0
 
 

@@ -122,6 +122,20 @@ def test_prove_cli(capsys: pytest.CaptureFixture[str]) -> None:
     mru = next(a for a in data["fragment"] if a["invariant"] == "suspended-mru")
     assert (mru["rung"], mru["depth"], mru["claimed"]) == ("violated", 3, True)
     assert len(mru["trace"]) == 3
+    # a rung true by the symbolic model's construction says so; uncovered claims are listed
+    pinned = next(a for a in data["fragment"] if a["invariant"] == "pinned-never-evicted")
+    assert pinned["rung"] == "proved"
+    assert "never offers a Pinned block" in pinned["structural"]
+    zombie = next(a for a in data["fragment"] if a["invariant"] == "no-zombie-kv")
+    assert zombie["structural"] is None
+    assert data["uncovered_claims"] == [
+        "chains", "legal-transitions", "no-eviction-in-flight", "no-stale-hit",
+        "prefix-closed-residency", "reclaim-dead-only", "temporary-bypass",
+    ]  # fmt: skip
+    assert main(["prove", "kvtether", "--depth", "3", "--invariant", "accounting"]) == 0
+    out = capsys.readouterr().out
+    assert "structural: checked as used <= slots" in out
+    assert "claims the fragment does not cover (only kvmodel check tests them): chains" in out
     assert main(["prove", "lru", "--invariant", "no-such"]) == 2
     assert main(["prove", "lru", "--depth", "0"]) == 2
 
