@@ -43,7 +43,14 @@ from checkers.z3rank import SymBlock, before
 from checkers.z3util import RLIMIT, TIMEOUT_MS, limited, unknown_reason
 from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, BlockClass
 from kvmodel.observations import FreeObs, FreeReason
-from kvmodel.policy import Policy, RankTerm, declared_rank, resolve_policy
+from kvmodel.policy import (
+    Policy,
+    RankTerm,
+    Reclaim,
+    declared_rank,
+    declared_reclaim,
+    resolve_policy,
+)
 
 __all__ = [
     "Answer",
@@ -75,8 +82,11 @@ class PolicyProfile:
 
 
 def profile(policy: str | Policy, fragment: Fragment | None = None) -> PolicyProfile:
-    """Read the policy's fragment behaviour: its rank (declarative), and its reclaims, probed on
-    every action sequence of depth 3 -- exactly the Dead blocks after every op, or nothing."""
+    """Read the policy's fragment behaviour from its declarations: the rank
+    (:func:`~kvmodel.policy.declared_rank`) and the reclaim rule
+    (:func:`~kvmodel.policy.declared_reclaim`). A rule in code -- an ``on_op`` no declaration
+    speaks for -- is outside the fragment. The declaration is then checked against the code on
+    every action sequence of depth 3 (the exhaustive search in :func:`prove` goes deeper)."""
     pol = resolve_policy(policy)
     name = pol.name
     rank = declared_rank(pol)
@@ -91,21 +101,29 @@ def profile(policy: str | Policy, fragment: Fragment | None = None) -> PolicyPro
         return PolicyProfile(name, unsupported="it brings its own engine")
     if callable(getattr(pol, "prepare", None)):
         return PolicyProfile(name, unsupported="it plans from the whole trace (offline)")
+    rule = declared_reclaim(pol)
+    if rule is None:
+        return PolicyProfile(
+            name, unsupported="its reclaim rule is code (on_op overridden without a Reclaim)"
+        )
     frag = fragment or Fragment()
-    ever_reclaims, ever_leaves_dead = False, False
     for seq in _sequences(frag, 3):  # every prefix is enumerated too
         run = check_ops(frag.ops(seq), policy, frag.config, ())
         log = run.engine.log
         if run.trace_error is not None or any(o.kind == "bypass" for o in log):
             return PolicyProfile(name, unsupported="it bypasses blocks that are not Temporary")
         frees = [o for o in log if isinstance(o, FreeObs) and o.reason == FreeReason.RECLAIM]
-        if any(o.state is not BlockClass.DEAD for o in frees):
-            return PolicyProfile(name, unsupported="it reclaims blocks that are not Dead")
-        ever_reclaims |= bool(frees)
-        ever_leaves_dead |= bool(run.engine.view.dead())
-    if ever_reclaims and ever_leaves_dead:
-        return PolicyProfile(name, unsupported="it reclaims Dead blocks only sometimes")
-    return PolicyProfile(name, rank, reclaims_dead=ever_reclaims)
+        left_dead = bool(run.engine.view.dead())
+        if (rule is Reclaim.NONE and frees) or (
+            rule is Reclaim.DEAD
+            and (left_dead or any(o.state is not BlockClass.DEAD for o in frees))
+        ):
+            return PolicyProfile(
+                name,
+                unsupported=f"its on_op does not do what it declares (reclaim={rule.value}) "
+                f"after {len(seq)} actions",
+            )
+    return PolicyProfile(name, rank, reclaims_dead=rule is Reclaim.DEAD)
 
 
 def _sequences(f: Fragment, depth: int) -> Iterable[tuple[Action, ...]]:
@@ -580,7 +598,9 @@ def _corroborate(
     symbolic model missed, or sees a refused decision or a crash, the symbolic model does not
     describe this policy: every other rung above violated becomes ``unknown`` -- never
     ``proved``."""
-    if depth <= 0 or all(a.rung in ("violated", "unknown") for a in answers):
+    offline = callable(getattr(resolve_policy(policy), "prepare", None))
+    if depth <= 0 or offline or all(a.rung == "violated" for a in answers):
+        # (an offline policy plans from a whole trace: the step-wise search cannot run it)
         return answers
     t0 = time.perf_counter()
     found = explore(policy, f, depth, [a.invariant for a in answers])

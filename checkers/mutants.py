@@ -18,7 +18,7 @@ import attrs
 from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, ContextId, TierName
 from kvmodel.lifecycle import BlockClass, MsgState
-from kvmodel.policy import BasePolicy, Placement, RankTerm, rank_key
+from kvmodel.policy import BasePolicy, Placement, RankTerm, Reclaim, rank_key
 from kvmodel.trace import Close, EndSession, Infer, Op, Remove, Replace, Return, TurnEnd
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 from policies.kvtether import KVTether
@@ -92,6 +92,8 @@ class _DeadAfterSuspended(BasePolicy):
         RankTerm("last_access"),
         RankTerm("depth", descending=True),
     )
+
+    reclaim: ClassVar[Reclaim | None] = Reclaim.NONE
 
     def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
         return ()

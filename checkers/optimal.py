@@ -30,14 +30,25 @@ __all__ = ["access_sets", "lifetimes", "min_hbf_writes", "min_writes"]
 
 
 def access_sets(trace: Trace, block_size: int) -> list[frozenset[BlockKey]]:
-    """Per inference, the keys of the full blocks it uses (unbounded memory, no eviction)."""
+    """Per inference, the keys of the full blocks it uses (unbounded memory, no eviction).
+
+    Raises ``ValueError`` for a trace whose inferences leave a partial block: the engine gives
+    a partial block a slot and a write too, which this model of the problem leaves out, so the
+    "minimum" would be a loose bound that a policy could appear to beat (issue 13)."""
     cfg = roomy_config(trace, EngineConfig(block_size, (TierConfig(TierName("all"), 1),)))
     engine = Engine(cfg, resolve_policy("lachesis-det"))  # reclaims Dead blocks, no bypass
     out: list[frozenset[BlockKey]] = []
-    for op in trace.ops:
+    for i, op in enumerate(trace.ops):
         if not isinstance(op, Infer):
             engine.apply(op)
             continue
+        c = engine.contexts.get(op.ctx)
+        tokens = (c.total_tokens if c is not None else 0) + sum(m.tokens for m in op.output)
+        if tokens % block_size:
+            raise ValueError(
+                f"op {i} (infer {op.ctx}): {tokens} tokens leave a partial block of "
+                f"{tokens % block_size}; min_writes models full blocks only"
+            )
         kept = list(engine.view.chain(op.ctx))[: engine.contexts[op.ctx].valid]
         used = {engine.view.block(b).key for b in kept}
         seen = len(engine.log)

@@ -19,7 +19,7 @@ from kvmodel.errors import (
 from kvmodel.lifecycle import BlockClass, Event, MsgState
 from kvmodel.memory import ModelShape, TierConfig
 from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
-from kvmodel.policy import BasePolicy, Placement, Policy, RankTerm, resolve_policy
+from kvmodel.policy import BasePolicy, Placement, Policy, RankTerm, Reclaim, resolve_policy
 from kvmodel.replay import ReplayResult, Summary, replay
 from kvmodel.trace import Trace, dump_trace, load_trace, parse_trace_lines
 from kvmodel.view import BlockInfo, ContextInfo, ModelView, NewBlock, TierInfo
@@ -50,6 +50,7 @@ __all__ = [
     "PolicyError",
     "PolicyNotFoundError",
     "RankTerm",
+    "Reclaim",
     "ReplayResult",
     "Role",
     "SpawnRecord",

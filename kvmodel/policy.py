@@ -15,6 +15,7 @@ so one definition is both run and proved. Ties are broken by ascending block id,
 
 from __future__ import annotations
 
+import enum
 import heapq
 import importlib
 import math
@@ -39,7 +40,9 @@ __all__ = [
     "Placement",
     "Policy",
     "RankTerm",
+    "Reclaim",
     "declared_rank",
+    "declared_reclaim",
     "rank_key",
     "registered_policies",
     "resolve_policy",
@@ -156,16 +159,31 @@ def rank_key(terms: Sequence[RankTerm], b: BlockInfo) -> tuple[float, ...]:
     return (*(t.value(b) for t in terms), float(b.id))
 
 
+class Reclaim(enum.Enum):
+    """A policy's reclaim rule, declared as data (spec/policies.md §Declared reclaim).
+
+    ``on_op`` returns what the engine frees after each op; when a policy declares one of these,
+    the checkers may rely on it instead of reading code: the bounded model checker inlines it,
+    and a policy whose ``on_op`` is not covered by a declaration is outside its fragment."""
+
+    NONE = "none"  #: frees nothing
+    DEAD = "dead"  #: after every op, exactly the Dead blocks (eager no-zombie-KV)
+
+
 class BasePolicy:
     """Defaults: place in configuration order, rank by :attr:`rank`, reclaim nothing.
 
     Subclass and set ``name`` and ``rank``; override a method only where a rule is not a rank.
+    A class that overrides ``on_op`` declares what it reclaims in :attr:`reclaim` (or leaves
+    it None: a rule in code, which the symbolic checkers do not read).
     """
 
     name: ClassVar[str] = "base"
     rank: ClassVar[tuple[RankTerm, ...]] = ()
     #: Invariants (spec names) the policy claims to satisfy; checked by ``checkers``.
     claims: ClassVar[frozenset[str]] = frozenset()
+    #: What ``on_op`` frees, as data; see :func:`declared_reclaim`
+    reclaim: ClassVar[Reclaim | None] = Reclaim.NONE
 
     def place(self, view: ModelView, block: NewBlock) -> Placement:
         return Placement(tuple(t.name for t in view.tiers()))
@@ -200,6 +218,22 @@ class BasePolicy:
 
     def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
         return ()
+
+
+def declared_reclaim(policy: object) -> Reclaim | None:
+    """The reclaim rule that *is* the policy's ``on_op``, or None. A declaration speaks for the
+    ``on_op`` of the class that makes it: a subclass that overrides ``on_op`` without declaring
+    again (an idle-timeout rule added to KVTether) inherits no declaration -- its rule is code.
+    The bounded model checker reads this; its exhaustive search of the executable model then
+    checks that the code does what was declared."""
+    if not isinstance(policy, BasePolicy):
+        return None
+    mro = type(policy).__mro__
+    on_op_owner = next(c for c in mro if "on_op" in vars(c))
+    reclaim_owner = next(c for c in mro if "reclaim" in vars(c))
+    if not issubclass(reclaim_owner, on_op_owner):
+        return None  # on_op was overridden below the class that declared the rule
+    return policy.reclaim
 
 
 def declared_rank(policy: object) -> tuple[RankTerm, ...] | None:

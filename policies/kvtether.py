@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from kvmodel.ids import BlockId
 from kvmodel.lifecycle import BlockClass
-from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, Placement, RankTerm
+from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, Placement, RankTerm, Reclaim
 from kvmodel.trace import Op
 from kvmodel.view import ModelView, NewBlock
 
@@ -48,6 +48,8 @@ class KVTether(BasePolicy):
     def place(self, view: ModelView, block: NewBlock) -> Placement:
         tiers = tuple(t.name for t in view.tiers())
         return Placement(tiers, bypass=block.state is BlockClass.TEMPORARY)
+
+    reclaim: ClassVar[Reclaim | None] = Reclaim.DEAD
 
     def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
         return view.dead()

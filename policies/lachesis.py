@@ -33,7 +33,7 @@ import attrs
 from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
 from kvmodel.lifecycle import BlockClass
 from kvmodel.messages import AgentKind
-from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, Placement, RankTerm
+from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, Placement, RankTerm, Reclaim
 from kvmodel.trace import Op, Open
 from kvmodel.view import ModelView, NewBlock
 from policies.spawn_predictor import SpawnPredictor
@@ -116,6 +116,8 @@ class LachesisDet(BasePolicy):
             self._segments[seg] = (cls, closes)
         return Placement(self.tiers_for(view, cls))
 
+    reclaim: ClassVar[Reclaim | None] = Reclaim.DEAD
+
     def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
         return view.dead()
 
@@ -150,6 +152,9 @@ class Lachesis(LachesisDet):
         self._position: dict[ContextId, int] = {}
         self._spawned: dict[str, int] = {}
         self._admitted: dict[ContextId, bool] = {}
+
+    #: on_op only observes spawns, then reclaims as lachesis-det does
+    reclaim: ClassVar[Reclaim | None] = Reclaim.DEAD
 
     def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
         if isinstance(op, Open) and op.agent is AgentKind.WORKER:

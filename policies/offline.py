@@ -25,7 +25,7 @@ from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
 from kvmodel.memory import TierConfig
 from kvmodel.observations import AllocObs, FreeObs
-from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, Placement
+from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, Placement, Reclaim
 from kvmodel.trace import Infer, Op, Trace
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 
@@ -36,6 +36,8 @@ class _ReclaimAll(BasePolicy):
     """Reference behaviour for the offline passes: one tier, every dead block freed at once."""
 
     name: ClassVar[str] = "offline-reference"
+
+    reclaim: ClassVar[Reclaim | None] = Reclaim.DEAD
 
     def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
         return view.dead()
@@ -160,6 +162,8 @@ class OptPlacement(BasePolicy):
         if (view.now_op, block.ctx, block.depth) in self._hbm:
             return Placement(names)
         return Placement(names[::-1])
+
+    reclaim: ClassVar[Reclaim | None] = Reclaim.DEAD
 
     def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
         return view.dead()

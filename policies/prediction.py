@@ -21,7 +21,7 @@ import numpy as np
 
 from kvmodel.ids import BlockId, ContextId
 from kvmodel.messages import AgentKind
-from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy
+from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, Reclaim
 from kvmodel.trace import Append, Close, EndSession, Infer, Op, Replace, Return
 from kvmodel.view import BlockInfo, ModelView
 
@@ -72,6 +72,8 @@ class WaitTracker:
 
 class _Tracking(BasePolicy):
     """Observes every op into a :class:`WaitTracker`; reclaims nothing."""
+
+    reclaim: ClassVar[Reclaim | None] = Reclaim.NONE
 
     def __init__(self) -> None:
         self.tracker = WaitTracker()

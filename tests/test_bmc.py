@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -19,7 +21,11 @@ from checkers.fragment import FRAGMENT_INVARIANTS, Fragment, explore
 from checkers.harness import check_ops
 from checkers.mutants import MUTANTS
 from kvmodel.cli import main
-from kvmodel.policy import registered_policies
+from kvmodel.ids import BlockId
+from kvmodel.policy import Reclaim, registered_policies
+from kvmodel.trace import Op
+from kvmodel.view import ModelView
+from policies.kvtether import KVTether
 
 MANIFEST = tomllib.loads(
     (Path(__file__).parent.parent / "checkers" / "expected_proofs.toml").read_text()
@@ -89,8 +95,17 @@ def test_bfs_and_bmc_agree_everywhere(policy: str) -> None:
 def test_policies_outside_the_fragment_are_unknown_never_proved() -> None:
     for policy in ("mori", "belady", "checkers.mutants:EvictsInFlight"):
         answers = prove(policy, depth=3)
-        assert {a.rung for a in answers} == {"unknown"}
-        assert all("outside the fragment" in a.reason for a in answers)
+        # never proved or bounded; what the executable model's exhaustive search finds is
+        # still reported, with a trace that replays (belady plans offline: not searched)
+        assert {a.rung for a in answers} <= {"unknown", "violated"}
+        for a in answers:
+            if a.rung == "unknown":
+                assert "outside the fragment" in a.reason
+                continue
+            assert "exhaustive search" in a.reason
+            assert check_ops(F.ops(a.trace), policy, F.config, [a.invariant]).first(a.invariant)
+    assert {a.rung for a in prove("belady", depth=3)} == {"unknown"}
+    assert "violated" in {a.rung for a in prove("mori", depth=3)}
 
 
 def test_a_timeout_is_never_reported_as_proved(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,3 +170,46 @@ def test_a_violated_rank_property_becomes_a_trace_with_the_wrong_eviction() -> N
     assert v is not None  # the executable model evicts the wrong Suspended block
     assert v.op == len(F.ops(trace)) - 1
     assert rank_counterexample("kvtether", "mru-within-suspended") is None  # proved: no trace
+
+
+class _Liar(KVTether):
+    """Declares eager reclaim of dead KV, reclaims nothing."""
+
+    name: ClassVar[str] = "liar"
+    reclaim: ClassVar[Reclaim | None] = Reclaim.DEAD
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        return ()
+
+
+class _Redeclared(KVTether):
+    """Overrides on_op (to observe) and declares again what it still does."""
+
+    name: ClassVar[str] = "redeclared"
+    reclaim: ClassVar[Reclaim | None] = Reclaim.DEAD
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        return list(super().on_op(view, op))
+
+
+def test_the_reclaim_rule_is_declared_data_and_checked_against_the_code() -> None:
+    from kvmodel.policy import declared_reclaim, resolve_policy
+
+    assert declared_reclaim(KVTether()) is Reclaim.DEAD
+    assert declared_reclaim(resolve_policy("lru")) is Reclaim.NONE
+    # an on_op overridden below the declaration is code: no declaration speaks for it
+    assert declared_reclaim(resolve_policy("checkers.mutants:IdleTimeoutReclaim")) is None
+    assert declared_reclaim(_Redeclared()) is Reclaim.DEAD
+    idle = "checkers.mutants:IdleTimeoutReclaim"
+    symbolic = prove(idle, ["pinned-never-evicted"], depth=3, cross_depth=0)
+    assert [(a.rung, a.reason) for a in symbolic] == [
+        ("unknown", "outside the fragment: its reclaim rule is code (on_op overridden without a "
+         "Reclaim)")
+    ]  # fmt: skip
+    # and the executable model's exhaustive search still finds (and replays) the bug
+    [found] = prove(idle, ["pinned-never-evicted"], depth=3)
+    assert (found.rung, found.depth) == ("violated", 5)
+    lies = prove(_Liar(), ["no-zombie-kv"], depth=3, cross_depth=0)
+    assert lies[0].rung == "unknown"
+    assert "does not do what it declares (reclaim=dead)" in lies[0].reason
+    assert {a.rung for a in prove(_Redeclared(), depth=3)} == {"proved"}

@@ -40,6 +40,16 @@ def test_belady_reaches_the_solver_optimum_and_online_policies_do_not_beat_it() 
     assert gaps >= 2  # the bound is not trivially met by recency
 
 
+def test_a_trace_with_partial_blocks_is_refused_not_loosely_bounded() -> None:
+    from kvmodel.workloads import RandomParams, random_trace
+
+    tr = random_trace(RandomParams(seed=1, ops=40))
+    with pytest.raises(ValueError, match=r"op \d+ \(infer c\d+\): \d+ tokens leave a partial"):
+        access_sets(tr, 4)
+    # the fragment's messages are whole blocks: accepted (and no policy beats the bound, above)
+    assert access_sets(F.trace(()), 4) == []
+
+
 def test_min_writes_on_a_classic_paging_sequence() -> None:
     a, b, c = BlockKey("a"), BlockKey("b"), BlockKey("c")
     seq = [frozenset({x}) for x in (a, b, c, a, b, c, a)]
