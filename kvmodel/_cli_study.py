@@ -252,7 +252,14 @@ def cmd_prove(args: argparse.Namespace) -> int:
                 f"claims the fragment does not cover (only kvmodel check tests them): "
                 f"{', '.join(uncovered)}"
             )
-    return 1 if bad_claim or any(p.rung == "violated" for p in proofs) else 0
+    mismatch = False
+    if args.self_check:
+        from checkers.conformance import self_check
+
+        sc = self_check(args.policy, walks=args.self_check_walks, steps=12)
+        print(json.dumps(attrs.asdict(sc), indent=2) if args.json else sc.render())
+        mismatch = bool(sc.mismatches)
+    return 1 if bad_claim or mismatch or any(p.rung == "violated" for p in proofs) else 0
 
 
 def _lachesis_samples(paths: Sequence[str]) -> list[WorkerSample]:

@@ -434,6 +434,15 @@ def _parser() -> argparse.ArgumentParser:
     pv.add_argument("--invariant", help="comma-separated fragment invariants (default: all)")
     pv.add_argument("--depth", type=int, default=8, help="BMC depth (default 8)")
     pv.add_argument(
+        "--self-check",
+        action="store_true",
+        help="also check the symbolic transition relation against the executable model, step "
+        "by step, on seeded random walks (exit 1 on a mismatch)",
+    )
+    pv.add_argument(
+        "--self-check-walks", type=int, default=60, help="random walks of 12 steps (default 60)"
+    )
+    pv.add_argument(
         "--rlimit",
         type=int,
         default=None,

@@ -151,6 +151,11 @@ def test_prove_cli(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "structural: checked as used <= slots" in out
     assert "claims the fragment does not cover (only kvmodel check tests them): chains" in out
+    args = ["prove", "lru", "--depth", "3", "--invariant", "accounting", "--self-check"]
+    assert main([*args, "--self-check-walks", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "transitions of 3 random walks" in out
+    assert "every successor admitted and unique, every verdict agrees" in out
     assert main(["prove", "lru", "--invariant", "no-such"]) == 2
     assert main(["prove", "lru", "--depth", "0"]) == 2
 
@@ -213,3 +218,41 @@ def test_the_reclaim_rule_is_declared_data_and_checked_against_the_code() -> Non
     assert lies[0].rung == "unknown"
     assert "does not do what it declares (reclaim=dead)" in lies[0].reason
     assert {a.rung for a in prove(_Redeclared(), depth=3)} == {"proved"}
+
+
+@pytest.mark.parametrize("policy", SLICE)
+def test_the_symbolic_step_is_the_executable_step(policy: str) -> None:
+    from checkers.conformance import self_check
+
+    r = self_check(policy, walks=6, steps=8)
+    assert r.ok, r.render()
+    assert r.steps >= 30
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ALL)
+def test_the_symbolic_step_is_the_executable_step_everywhere(policy: str) -> None:
+    from checkers.conformance import self_check
+
+    r = self_check(policy, walks=60, steps=12)
+    assert not r.mismatches, r.render()
+
+
+def test_the_self_check_catches_a_wrong_symbolic_reading() -> None:
+    import attrs
+
+    from checkers.bmc import profile
+    from checkers.conformance import self_check
+    from policies.lru import LRU
+
+    right = profile("kvtether")
+    # the reclaim rule forgotten: a close that frees dead KV is not a symbolic successor
+    no_reclaim = self_check(
+        "kvtether", walks=4, steps=8, prof=attrs.evolve(right, reclaims_dead=False)
+    )
+    assert no_reclaim.mismatches
+    assert "the engine's successor is not admitted" in no_reclaim.mismatches[0]
+    # the wrong rank: found once a walk makes the two orders disagree (walk 8 of seed 0)
+    wrong_rank = self_check("kvtether", walks=9, steps=12, prof=attrs.evolve(right, rank=LRU.rank))
+    assert [m.split(":")[0] for m in wrong_rank.mismatches] == ["walk 8"]
+    assert self_check("mori").outside == "it has no declarative rank"
