@@ -137,7 +137,15 @@ def _cmd_policies(args: argparse.Namespace) -> int:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    trace = agentic_from(args)
+    if args.random_ops is not None:
+        from kvmodel.workloads import RandomParams, random_trace
+
+        if args.random_ops < 1:
+            raise ConfigError(f"--random-ops must be >= 1 (got {args.random_ops})")
+        # every op kind (replace, unpin, partial forks, temporaries, ...), not agent-shaped
+        trace = random_trace(RandomParams(seed=args.seed, ops=args.random_ops))
+    else:
+        trace = agentic_from(args)
     text = "".join(line + "\n" for line in iter_trace_lines(trace))
     if args.output == "-":
         sys.stdout.write(text)
@@ -464,6 +472,13 @@ def _parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="write a generated agent workload trace")
     _workload_args(g)
     g.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
+    g.add_argument(
+        "--random-ops",
+        type=int,
+        metavar="N",
+        help="instead of an agent workload, N random valid ops over every op kind "
+        "(replace, unpin, partial forks, temporaries, ...): the fuzzing and checking generator",
+    )
     g.set_defaults(func=_cmd_generate)
 
     d = sub.add_parser("demo", help="compare built-in policies on a generated agent workload")

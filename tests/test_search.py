@@ -162,3 +162,13 @@ def test_replay_check_reports_a_nondeterministic_policy(
     assert main([*args, "--policy", "checkers.mutants:SharedCursorLRU"]) == 1
     out = capsys.readouterr().out
     assert "VIOLATED nondeterministic at op 54: two replays of the same trace differ" in out
+
+
+def test_generate_reaches_every_op_kind(tmp_path: Path) -> None:
+    from kvmodel.trace import load_trace
+
+    out = tmp_path / "r.jsonl"
+    assert main(["generate", "--random-ops", "400", "--seed", "3", "-o", str(out)]) == 0
+    seen = {op_name(op) for op in load_trace(out).ops}
+    assert seen == set(OP_NAMES)
+    assert main(["generate", "--random-ops", "0"]) == 2
