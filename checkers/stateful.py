@@ -426,7 +426,8 @@ def search(
 
     ``config=None`` is a swarm search (each example and walk draws its engine); a config fixes
     it. After the machine, ``walks`` random walks (:mod:`checkers.walk`) run, and more until
-    ``walk_seconds`` have passed, on ``jobs`` processes. ``hypothesis_shrink=False`` skips the
+    ``walk_seconds`` have passed since the search began, on ``jobs`` processes.
+    ``hypothesis_shrink=False`` skips the
     targeted Hypothesis runs and delta-debugs the failing prefix directly: several times
     faster, usually a little longer result; a collection of names runs them for those
     invariants only (``kvmodel check``: the claimed ones and the findings).
@@ -462,7 +463,10 @@ def search(
             names,
             seed=seed,
             walks=walks,
-            seconds=walk_seconds,
+            # the budget counts from the search's start: the machine's time is spent from it
+            seconds=None
+            if walk_seconds is None
+            else max(0.0, walk_seconds - (time.monotonic() - t0)),
             jobs=jobs,
             config=config,
             stats=stats,
