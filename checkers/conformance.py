@@ -4,7 +4,7 @@ against the executable model (``kvmodel prove POLICY --self-check``).
 A proof over the symbolic model is worth what the model is worth. This walks the executable
 model (the engine under the policy, with the invariant monitor) along seeded random action
 sequences of the fragment and, at every step, binds the symbolic state before and after to the
-engine's concrete states and asks Z3 three questions about :class:`checkers.bmc._Step`:
+engine's concrete states and asks Z3 three questions about :class:`checkers.bmc.Step`:
 
 1. **admitted** -- the engine's successor satisfies the transition relation;
 2. **the only one** -- no other successor does (on what the state determines: open, pinned,
@@ -26,10 +26,11 @@ import attrs
 import numpy as np
 import z3
 
-from checkers.bmc import PolicyProfile, _State, _Step, profile
+from checkers.bmc import profile
 from checkers.fragment import ACTIONS, FRAGMENT_INVARIANTS, Action, Fragment, Harness
 from checkers.harness import engine_for
 from checkers.invariants import Monitor
+from checkers.symbolic import PolicyProfile, State, Step
 from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, ContextId
 from kvmodel.observations import AllocObs
@@ -59,13 +60,15 @@ class SelfCheck:
         )
         if not self.mismatches:
             return head + "every successor admitted and unique, every verdict agrees"
-        return head + f"{len(self.mismatches)} mismatches\n" + "\n".join(
-            f"  {m}" for m in self.mismatches
+        return (
+            head
+            + f"{len(self.mismatches)} mismatches\n"
+            + "\n".join(f"  {m}" for m in self.mismatches)
         )
 
 
 def _bind(
-    st: _State, f: Fragment, engine: Engine, lg: Harness, now: int, where: dict[BlockId, Any]
+    st: State, f: Fragment, engine: Engine, lg: Harness, now: int, where: dict[BlockId, Any]
 ) -> list[Any]:
     """Constraints fixing ``st`` to the engine's concrete state (on what the state determines)."""
     out: list[Any] = [st.now == now]
@@ -102,7 +105,7 @@ def _walk(
         mon.apply(op)
     lg = Harness(f)
     where: dict[BlockId, tuple[int, int]] = {}
-    p_state, s_state = _State(f, 0, "p"), _State(f, 1, "s")
+    p_state, s_state = State(f, 0, "p"), State(f, 1, "s")
     checked, out = 0, []
     path: list[Action] = []
     prev = _bind(p_state, f, engine, lg, 0, where)
@@ -121,7 +124,7 @@ def _walk(
             if isinstance(o, AllocObs):
                 c = int(str(o.ctx)[1:])
                 where[o.block] = (c, lg.ver[c])
-        step = _Step(f, p_state, s_state, 1, "x", prof)
+        step = Step(f, p_state, s_state, 1, "x", prof)
         solver = z3.Solver()
         solver.add(step.cons, *prev)
         solver.add(step.kind == ACTIONS.index(a.kind), step.ctx == a.ctx)
