@@ -85,6 +85,8 @@ class SearchStats:
     coverage: Counter[str] = attrs.field(factory=Counter)
     #: invariant -> seconds from the search's start to its first violation (before shrinking)
     found_after: dict[str, float] = attrs.field(factory=dict)
+    #: random traces on which the engine was compared with the contract (engine-contract)
+    contract_traces: int = 0
 
     def keep_sample(self, ops: Sequence[Op], config: EngineConfig) -> None:
         if len(ops) > len(self.sample):

@@ -96,6 +96,8 @@ FINDINGS: Mapping[str, str] = MappingProxyType(
         "policy-protocol": "the engine refused a policy decision, or the policy's code raised",
         "engine-internal": "the engine under test crashed",
         "nondeterministic": "two replays of one trace gave different observation logs",
+        "engine-contract": "on ample memory the engine disagrees with an independent computation "
+        "of the contract (checkers.nversion)",
     }
 )
 

@@ -15,6 +15,7 @@ from typing import ClassVar
 
 import attrs
 
+from checkers.engine_mutants import ENGINE_MUTANTS
 from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, ContextId, TierName
 from kvmodel.lifecycle import BlockClass, MsgState
@@ -606,5 +607,7 @@ MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.mutants:NoBypassTetherLachesis": "temporary-bypass",
         "checkers.mutants:AllHBMFirstLachesis": "deterministic-placement",
         "checkers.mutants:AllHBMFirstTetherLachesis": "deterministic-placement",
+        # engine bugs that no invariant sees: caught by the engine's self-check
+        **ENGINE_MUTANTS,
     }
 )

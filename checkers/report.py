@@ -17,7 +17,7 @@ import attrs
 
 from checkers.harness import write_bundle
 from checkers.invariants import FINDINGS, INVARIANTS, STRUCTURAL
-from checkers.stateful import PROFILES, WALKS, SearchResult, search
+from checkers.stateful import CONTRACT_TRACES, PROFILES, WALKS, SearchResult, search
 from kvmodel.config import EngineConfig
 from kvmodel.policy import resolve_policy
 
@@ -77,6 +77,8 @@ class PolicyReport:
             "stats": {
                 "examples": st.examples,
                 "steps": st.steps,
+                "walks": st.walks,
+                "contract_traces": st.contract_traces,
                 "rules": dict(sorted(st.rules.items())),
                 "never_fired": st.never_fired(),
                 "coverage": dict(sorted(st.coverage.items())),
@@ -123,6 +125,7 @@ def check_policies(
             walks=WALKS[profile] if walks is None else walks,
             walk_seconds=budget,
             jobs=jobs,
+            contract_traces=CONTRACT_TRACES[profile],
         )
         bundles: dict[str, Path] = {}
         if out is not None:

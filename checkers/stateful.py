@@ -37,10 +37,12 @@ from checkers.invariants import FINDINGS, INVARIANTS, Monitor
 from checkers.structural import Violation
 from checkers.swarm import check_config, swarm_configs
 from kvmodel.config import EngineConfig
+from kvmodel.engine import Engine
 from kvmodel.policy import resolve_policy
 from kvmodel.trace import Op, Trace, op_name
 
 __all__ = [
+    "CONTRACT_TRACES",
     "PROFILES",
     "WALKS",
     "Counterexample",
@@ -57,6 +59,8 @@ __all__ = [
 PROFILES: dict[str, tuple[int, int]] = {"dev": (30, 25), "ci": (100, 30), "thorough": (600, 60)}
 #: random walks per profile (after the machine; ``--budget`` adds more)
 WALKS: dict[str, int] = {"dev": 50, "ci": 200, "thorough": 2000}
+#: random traces on which the policy's engine is compared with the contract (engine-contract)
+CONTRACT_TRACES: dict[str, int] = {"dev": 8, "ci": 24, "thorough": 200}
 
 
 @attrs.frozen
@@ -421,6 +425,7 @@ def search(
     walks: int = 0,
     walk_seconds: float | None = None,
     jobs: int = 1,
+    contract_traces: int = 0,
 ) -> SearchResult:
     """Search for counterexamples to each invariant under ``policy`` (see the module docstring).
 
@@ -431,6 +436,8 @@ def search(
     targeted Hypothesis runs and delta-debugs the failing prefix directly: several times
     faster, usually a little longer result; a collection of names runs them for those
     invariants only (``kvmodel check``: the claimed ones and the findings).
+    ``contract_traces`` random traces check the policy's engine against the contract on ample
+    memory (the ``engine-contract`` finding, :func:`checkers.nversion.engine_self_check`).
     """
     from checkers import walk
 
@@ -558,6 +565,24 @@ def search(
             "nondeterministic",
             _shrink_nondeterminism(policy, _First(ops, v, cfg, f.found_by), shrink_budget),
         )
+    if contract_traces:
+        from checkers.nversion import engine_self_check
+
+        engine_class = getattr(resolve_policy(policy), "engine_class", Engine)
+        t_check = time.monotonic()
+        sc = engine_self_check(engine_class, traces=contract_traces, seed=seed)
+        if sc is not None:
+            stats.found_after["engine-contract"] = t_check - t0
+            found["engine-contract"] = Counterexample(
+                "engine-contract",
+                sc.ops,
+                sc.violation,
+                sc.original_length,
+                sc.one_minimal,
+                sc.config,
+                "self-check",
+            )
+        stats.contract_traces += contract_traces
     return SearchResult(policy, names, found, stats)
 
 

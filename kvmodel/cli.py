@@ -28,6 +28,7 @@ from kvmodel._cli_study import (
     cmd_simulate,
 )
 from kvmodel.config import EngineConfig, default_config
+from kvmodel.engine import Engine
 from kvmodel.errors import ConfigError, KVModelError, PolicyNotFoundError, TraceError
 from kvmodel.policy import registered_policies, resolve_policy
 from kvmodel.replay import Summary, replay
@@ -54,10 +55,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig) -> int:
     """``replay --check``: replay with the invariant monitor, then twice more to compare the
-    logs (a ``nondeterministic`` finding when they differ); exit 1 on any violation or
-    finding."""
+    logs (a ``nondeterministic`` finding when they differ), and the policy's engine against the
+    contract on ample memory (``engine-contract``); exit 1 on any violation or finding."""
     from checkers.harness import check_ops, nondeterminism
     from checkers.invariants import INVARIANTS
+    from checkers.nversion import contract_violation
     from checkers.structural import Violation
 
     names = [n for n in args.check.split(",") if n] if args.check else list(INVARIANTS)
@@ -74,6 +76,10 @@ def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig
     odd = nondeterminism(trace.ops, args.policy, config)
     if odd is not None:
         found.append(odd)
+    engine_class = getattr(resolve_policy(args.policy), "engine_class", Engine)
+    off = contract_violation(trace.ops, engine_class, block_size=config.block_size)
+    if off is not None:
+        found.append(off)
     for v in found:
         first.setdefault(v.invariant, v)
     if args.json:
@@ -241,8 +247,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         st = r.result.stats
         never = ", ".join(st.never_fired()) or "none"
         print(
-            f"{r.policy}: {st.examples} examples, {st.steps} steps, {st.walks} random walks; "
-            f"never fired: {never}"
+            f"{r.policy}: {st.examples} examples, {st.steps} steps, {st.walks} random walks, "
+            f"{st.contract_traces} contract traces; never fired: {never}"
         )
         fired = ", ".join(f"{k} {n}" for k, n in sorted(st.rules.items()) if n)
         print(f"  rules fired: {fired}")
@@ -259,7 +265,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 if inv in r.failures()
                 else "finding"
             )
-            shrunk = f"Hypothesis {c.hypothesis_ops}" if c.found_by == "machine" else "random walk"
+            shrunk = {"machine": f"Hypothesis {c.hypothesis_ops}", "walk": "random walk"}.get(
+                c.found_by, f"engine self-check, from {c.hypothesis_ops}"
+            )
             print(
                 f"  {tag}: {inv}: {len(c.ops)} ops ({shrunk}, "
                 f"{'1-minimal' if c.one_minimal else 'not proven 1-minimal'}; "

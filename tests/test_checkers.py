@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 
+import checkers.engine_mutants
 import checkers.mutants
 from checkers.harness import check_ops, nondeterminism, shrink
 from checkers.invariants import FINDINGS, INVARIANTS, STRUCTURAL
 from checkers.mutants import MUTANTS
+from checkers.nversion import contract_violation
 from checkers.report import check_policies, expected_verdicts
 from checkers.stateful import check_config, make_machine
 from checkers.strategies import agent_traces
@@ -30,13 +32,15 @@ BUILTIN = sorted(registered_policies())
 
 def test_expected_verdicts_cover_every_policy_and_mutant() -> None:
     assert set(BUILTIN) <= set(EXPECTED)
-    mutants = {p for p in EXPECTED if p.startswith("checkers.mutants:")}
+    zoo = (checkers.mutants, checkers.engine_mutants)
+    mutants = {p for p in EXPECTED if p.split(":")[0] in {m.__name__ for m in zoo}}
     defined = {
-        f"checkers.mutants:{name}"
-        for name, obj in vars(checkers.mutants).items()
+        f"{module.__name__}:{name}"
+        for module in zoo
+        for name, obj in vars(module).items()
         if isinstance(obj, type)
         and issubclass(obj, BasePolicy)
-        and obj.__module__ == "checkers.mutants"
+        and obj.__module__ == module.__name__
         and not name.startswith("_")  # the bugs, as mixins
     }
     # every mutant class is in the zoo, and the zoo is the manifest: none can be left out
@@ -93,6 +97,11 @@ def test_every_mutant_is_caught_with_a_replayable_bundle(
         again_nd = nondeterminism(trace.ops, mutant, config)
         assert again_nd is not None
         assert again_nd.op == c.violation.op
+        return
+    if invariant == "engine-contract":
+        engine = resolve_policy(mutant).engine_class  # type: ignore[attr-defined]
+        assert contract_violation(trace.ops, engine, block_size=config.block_size) == c.violation
+        assert contract_violation(trace.ops, block_size=config.block_size) is None  # reference
         return
     again = check_ops(trace.ops, mutant, config, [invariant], stop_at=invariant).first(invariant)
     assert again == c.violation  # bit for bit: same op, same message

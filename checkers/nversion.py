@@ -1,0 +1,680 @@
+"""A second, independent computation of what the contract fixes without memory pressure.
+
+N-version programming for the reference model (spec/invariants.md §Self-checks of the engine):
+:class:`Shadow` reads a trace and computes, straight from spec primitives.md, blocks.md and
+lifecycle.md, everything that does not depend on an eviction decision -- each context's logical
+sequence, phase, chain and valid count; each inference's prompt, hit, miss and own tokens, hits
+and writes; the resident and Dead blocks; each block's class, holders, suspension time and last
+access. :func:`diverge` runs the engine beside it, op by op, on memory too large to fill, and
+returns the first field on which the two disagree.
+
+It shares no code with the engine's admission path or its lifecycle bookkeeping: its own packing
+(whole sequences, re-packed at every inference), its own keys (interned structural tuples, not
+BLAKE2b), every message state stored explicitly (the engine stores a per-context phase, L4), pin
+ends found by scanning (the engine keeps a heap). Only the input types (trace ops, messages) and
+the enum names are shared. It is a test oracle: its work per op is proportional to the whole
+state, never use it on a long trace.
+
+Two rule sets cover the two behaviours a policy can give an unpressured engine: ``KEEP`` (no
+bypass, no reclaim: LRU, vLLM-style, HBM-first, ...) and ``TETHER`` (Temporary blocks bypass the
+index, every Dead block is reclaimed after every op: KVTether).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import attrs
+
+from checkers.structural import Violation
+from kvmodel.config import EngineConfig
+from kvmodel.engine import Engine
+from kvmodel.errors import TraceError
+from kvmodel.ids import BlockId, ContextId, TierName
+from kvmodel.lifecycle import BlockClass, MsgState
+from kvmodel.memory import TierConfig
+from kvmodel.messages import Message, MessageKind
+from kvmodel.observations import AllocObs, HitObs, InferObs
+from kvmodel.policy import Policy
+from kvmodel.trace import (
+    Append,
+    Close,
+    EndSession,
+    Fork,
+    Infer,
+    Op,
+    Open,
+    Pin,
+    Remove,
+    Replace,
+    Return,
+    TurnEnd,
+    Unpin,
+)
+
+__all__ = [
+    "KEEP",
+    "SELF_CHECK_BLOCK_SIZES",
+    "TETHER",
+    "BlockFigures",
+    "Divergence",
+    "InferFigures",
+    "Rules",
+    "SelfCheckFind",
+    "Shadow",
+    "ample_config",
+    "contract_violation",
+    "diverge",
+    "engine_self_check",
+]
+
+_ROOT = -1
+_LIVE = (MsgState.PINNED, MsgState.ACTIVE, MsgState.SUSPENDED)
+# L5.2: the class of a block is the highest over its holders
+_ACROSS = {
+    BlockClass.EXPIRED: 1,
+    BlockClass.TEMPORARY: 2,
+    BlockClass.SUSPENDED: 3,
+    BlockClass.ACTIVE: 4,
+    BlockClass.PINNED: 5,
+}
+_AS_CLASS = {
+    MsgState.PINNED: BlockClass.PINNED,
+    MsgState.ACTIVE: BlockClass.ACTIVE,
+    MsgState.SUSPENDED: BlockClass.SUSPENDED,
+}
+
+
+@attrs.frozen
+class Rules:
+    """What the policy does when memory never runs out."""
+
+    bypass: bool  # a block whose class in its writer is Temporary is written, never indexed
+    reclaim: bool  # every Dead block is freed after every op
+
+
+KEEP = Rules(bypass=False, reclaim=False)
+TETHER = Rules(bypass=True, reclaim=True)
+
+
+@attrs.define
+class _Msg:
+    uid: int
+    id: str
+    content: str
+    tokens: int
+    kind: MessageKind
+
+
+@attrs.define
+class _Ctx:
+    id: ContextId
+    session: str
+    one_shot: bool
+    open: bool = True
+    runnable: bool = True  # L4: runnable from creation and every run until infer_end
+    seq: list[_Msg] = attrs.Factory(list)
+    state: dict[int, MsgState] = attrs.Factory(dict)  # every instance ever admitted
+    deadline: dict[int, float | None] = attrs.Factory(dict)  # pinned instances: when the pin ends
+    chain: list[tuple[int, tuple[int, ...]]] = attrs.Factory(list)  # (key, covered uids)
+    valid: int = 0
+    next_uid: int = 0
+    suspended_at: float | None = None
+    last_infer: float | None = None
+
+    def starts(self) -> list[int]:
+        out, pos = [], 0
+        for m in self.seq:
+            out.append(pos)
+            pos += m.tokens
+        return out
+
+    def tokens(self) -> int:
+        return sum(m.tokens for m in self.seq)
+
+
+@attrs.frozen
+class InferFigures:
+    prompt_tokens: int
+    hit_tokens: int
+    miss_tokens: int
+    output_tokens: int
+    own_blocks: int
+    hits: int
+    writes: int
+
+
+@attrs.frozen
+class BlockFigures:
+    depth: int
+    state: BlockClass
+    holders: tuple[str, ...]
+    suspend_time: float | None
+    last_access: float
+
+
+@attrs.frozen
+class Divergence:
+    """The first disagreement between the engine and the shadow: after op ``op`` (0-based),
+    ``what`` differs; ``engine`` and ``shadow`` are the two values."""
+
+    op: int
+    what: str
+    engine: object
+    shadow: object
+
+    def __str__(self) -> str:
+        return f"op {self.op}: {self.what}: engine {self.engine!r}, contract {self.shadow!r}"
+
+
+class Shadow:
+    """The contract's figures for one trace, op by op (valid traces only: no error checking)."""
+
+    def __init__(self, block_size: int, rules: Rules = KEEP) -> None:
+        self.bs = block_size
+        self.rules = rules
+        self.ctxs: dict[ContextId, _Ctx] = {}
+        self.sessions: dict[str, list[ContextId]] = {}
+        self.keys: dict[tuple[int, tuple[tuple[str, int, int], ...]], int] = {}
+        self.key_depth: dict[int, int] = {}
+        self.resident: set[int] = set()  # indexed full blocks (partial/bypassed ones leave at once)
+        self.touch: dict[int, float] = {}
+        self.now = 0.0
+        self.last_infer: InferFigures | None = None
+
+    # -------------------------------------------------------------- ops
+
+    def apply(self, op: Op) -> None:
+        self.now = op.t
+        self.last_infer = None
+        self._end_pins(op.t)
+        match op:
+            case Open():
+                self._new(op.ctx, op.session, op.one_shot)
+            case Fork():
+                self._fork(op)
+            case Append():
+                c = self.ctxs[op.ctx]
+                self._run(c)
+                for msg in op.messages:
+                    self._admit(c, msg, temporary=op.temporary)
+            case Replace():
+                c = self.ctxs[op.ctx]
+                self._run(c)
+                old = c.seq[op.index]
+                c.state[old.uid] = MsgState.EXPIRED
+                c.deadline.pop(old.uid, None)
+                new = self._msg(c, op.message)
+                c.state[new.uid] = MsgState.TEMPORARY if c.one_shot else MsgState.ACTIVE
+                self._invalidate(c, op.index)
+                c.seq[op.index] = new
+            case Remove():
+                c = self.ctxs[op.ctx]
+                self._invalidate(c, op.index)
+                for m in c.seq[op.index : op.index + op.count]:
+                    c.state[m.uid] = MsgState.EXPIRED
+                    c.deadline.pop(m.uid, None)
+                del c.seq[op.index : op.index + op.count]
+            case Pin():
+                c = self.ctxs[op.ctx]
+                end = None if op.ttl is None else op.t + op.ttl
+                for m in c.seq[_span(c, op.start, op.stop)]:
+                    if c.state[m.uid] is MsgState.TEMPORARY:
+                        continue  # L3.4
+                    if c.state[m.uid] is MsgState.PINNED:
+                        had = c.deadline.get(m.uid)
+                        end_now = None if had is None or end is None else max(had, end)
+                    else:
+                        end_now = end
+                    c.state[m.uid] = MsgState.PINNED
+                    c.deadline[m.uid] = end_now
+            case Unpin():
+                c = self.ctxs[op.ctx]
+                for m in c.seq[_span(c, op.start, op.stop)]:
+                    self._unpin(c, m.uid)
+            case Infer():
+                self._infer(op)
+            case TurnEnd():
+                c = self.ctxs[op.ctx]
+                reasoning = [i for i, m in enumerate(c.seq) if m.kind is MessageKind.REASONING]
+                if reasoning:
+                    self._invalidate(c, reasoning[0])
+                    for i in reasoning:
+                        c.state[c.seq[i].uid] = MsgState.EXPIRED
+                        c.deadline.pop(c.seq[i].uid, None)
+                    c.seq = [m for m in c.seq if m.kind is not MessageKind.REASONING]
+            case Return():
+                into = self.ctxs[op.into]
+                self._run(into)
+                self._admit(into, op.result, temporary=False)
+                self._close(self.ctxs[op.ctx])
+            case Close():
+                self._close(self.ctxs[op.ctx])
+            case EndSession():
+                for cid in self.sessions[op.session]:
+                    if self.ctxs[cid].open:
+                        self._close(self.ctxs[cid])
+        if self.rules.reclaim:
+            self.resident &= self.held()
+
+    def _new(self, ctx: ContextId, session: str, one_shot: bool) -> _Ctx:
+        c = _Ctx(ctx, session, one_shot)
+        self.ctxs[ctx] = c
+        self.sessions.setdefault(session, []).append(ctx)
+        return c
+
+    def _fork(self, op: Fork) -> None:
+        src = self.ctxs[op.src]
+        upto = len(src.seq) if op.upto is None else op.upto
+        c = self._new(op.ctx, src.session, src.one_shot)
+        c.next_uid = src.next_uid
+        c.seq = list(src.seq[:upto])
+        for m in c.seq:  # L6: live messages take the branch's phase, pins are not inherited
+            temporary = src.state[m.uid] is MsgState.TEMPORARY
+            c.state[m.uid] = MsgState.TEMPORARY if temporary else MsgState.ACTIVE
+        shared = sum(m.tokens for m in c.seq)
+        keep = min(src.valid, shared // self.bs)  # P5
+        c.chain = list(src.chain[:keep])
+        c.valid = keep
+
+    def _msg(self, c: _Ctx, m: Message) -> _Msg:
+        out = _Msg(c.next_uid, m.id, m.hash if m.hash is not None else m.id, m.tokens, m.kind)
+        c.next_uid += 1
+        return out
+
+    def _admit(self, c: _Ctx, m: Message, *, temporary: bool) -> None:
+        msg = self._msg(c, m)
+        c.state[msg.uid] = (
+            MsgState.TEMPORARY if temporary or c.one_shot else MsgState.ACTIVE
+        )
+        c.seq.append(msg)
+
+    def _run(self, c: _Ctx) -> None:
+        c.runnable = True
+        for m in c.seq:
+            if c.state[m.uid] is MsgState.SUSPENDED:
+                c.state[m.uid] = MsgState.ACTIVE
+
+    def _unpin(self, c: _Ctx, uid: int) -> None:
+        if c.state[uid] is MsgState.PINNED:
+            c.state[uid] = MsgState.ACTIVE if c.runnable else MsgState.SUSPENDED
+        c.deadline.pop(uid, None)
+
+    def _end_pins(self, t: float) -> None:
+        for c in self.ctxs.values():
+            if c.open:
+                for uid, end in list(c.deadline.items()):
+                    if end is not None and end <= t:
+                        self._unpin(c, uid)
+
+    def _invalidate(self, c: _Ctx, index: int) -> None:
+        """B5: every block from the edit's token offset on is invalid."""
+        if index < len(c.seq):
+            c.valid = min(c.valid, c.starts()[index] // self.bs)
+
+    def _close(self, c: _Ctx) -> None:
+        for m in c.seq:
+            c.state[m.uid] = MsgState.EXPIRED
+        c.seq, c.chain, c.valid, c.deadline, c.open = [], [], 0, {}, False
+
+    # -------------------------------------------------------------- the inference boundary
+
+    def pack(self, seq: Sequence[_Msg]) -> list[tuple[int | None, tuple[int, ...]]]:
+        """B2-B3 from block 0: (key or None for the partial tail, covered uids) per block."""
+        out: list[tuple[int | None, tuple[int, ...]]] = []
+        parent = _ROOT
+        i, offset, total = 0, 0, sum(m.tokens for m in seq)  # message i, token offset in it
+        while total:
+            take = min(self.bs, total)
+            total -= take
+            segs: list[tuple[str, int, int]] = []
+            uids: list[int] = []
+            while take:
+                m = seq[i]
+                n = min(take, m.tokens - offset)
+                segs.append((m.content, offset, offset + n))
+                uids.append(m.uid)
+                take -= n
+                offset += n
+                if offset == m.tokens:
+                    i, offset = i + 1, 0
+            if sum(b - a for _, a, b in segs) < self.bs:
+                out.append((None, tuple(uids)))
+                break
+            key = self.keys.setdefault((parent, tuple(segs)), len(self.keys))
+            self.key_depth[key] = len(out)
+            out.append((key, tuple(uids)))
+            parent = key
+        return out
+
+    def _infer(self, op: Infer) -> None:
+        c = self.ctxs[op.ctx]
+        bs = self.bs
+        for m in c.seq:  # infer_start
+            if c.state[m.uid] is MsgState.SUSPENDED:
+                c.state[m.uid] = MsgState.ACTIVE
+        c.runnable = True
+        prompt = c.tokens()
+        temps = [i for i, m in enumerate(c.seq) if c.state[m.uid] is MsgState.TEMPORARY]
+        cut = c.starts()[temps[0]] // bs if temps else None
+        for msg in op.output:
+            self._admit(c, msg, temporary=False)
+        v = c.valid
+        c.chain = c.chain[:v]
+        for kept_key, _ in c.chain:  # the kept prefix is used by this inference (PP3)
+            self.touch[kept_key] = op.t
+        blocks = self.pack(c.seq)[v:]
+        hits = 0
+        for d, (hit, _) in enumerate(blocks, start=v):
+            if hit is None or d >= prompt // bs or hit not in self.resident:
+                break
+            hits += 1
+            self.touch[hit] = op.t
+        tail = list(blocks[:hits])
+        attaching = True
+        for key, uids in blocks[hits:]:
+            if key is not None and key in self.resident:  # recomputed in place (B6.3)
+                self.touch[key] = op.t
+                kept = True
+            elif key is None or (
+                self.rules.bypass and self._within(c, uids) is BlockClass.TEMPORARY
+            ):
+                kept = False
+            else:
+                self.resident.add(key)
+                self.touch[key] = op.t
+                kept = True
+            attaching = attaching and kept
+            if attaching:
+                tail.append((key, uids))
+        c.chain += [(k, u) for k, u in tail if k is not None]
+        if cut is not None:
+            del c.chain[cut:]
+        c.valid = len(c.chain)
+        c.last_infer = op.t
+        self.last_infer = InferFigures(
+            prompt,
+            (v + hits) * bs,
+            prompt - (v + hits) * bs,
+            sum(m.tokens for m in op.output),
+            v,
+            hits,
+            len(blocks) - hits,
+        )
+        # infer_end: live unpinned messages wait; temporaries expire and leave (P7.6, P8)
+        c.runnable = False
+        for m in c.seq:
+            if c.state[m.uid] is MsgState.ACTIVE:
+                c.state[m.uid] = MsgState.SUSPENDED
+        c.suspended_at = op.t + op.duration
+        gone = [i for i, m in enumerate(c.seq) if c.state[m.uid] is MsgState.TEMPORARY]
+        if gone:
+            self._invalidate(c, gone[0])
+            for i in gone:
+                c.state[c.seq[i].uid] = MsgState.EXPIRED
+            c.seq = [m for i, m in enumerate(c.seq) if i not in set(gone)]
+        if c.one_shot:
+            self._close(c)
+
+    # -------------------------------------------------------------- what an observer sees
+
+    def _within(self, c: _Ctx, uids: Iterable[int]) -> BlockClass:
+        states = [c.state[u] for u in uids]
+        if MsgState.EXPIRED in states:
+            return BlockClass.EXPIRED
+        if MsgState.TEMPORARY in states:
+            return BlockClass.TEMPORARY
+        return max((_AS_CLASS[s] for s in states), key=_ACROSS.__getitem__)
+
+    def block_class_in(self, c: _Ctx, depth: int) -> BlockClass:
+        """L5.1 (with the L5.3 pinned prefix)."""
+        if depth >= c.valid:
+            return BlockClass.EXPIRED
+        cls = self._within(c, c.chain[depth][1])
+        starts = c.starts()
+        pinned = [
+            (starts[i] + m.tokens - 1) // self.bs
+            for i, m in enumerate(c.seq)
+            if c.state[m.uid] is MsgState.PINNED
+        ]
+        if pinned and depth <= max(pinned) and cls in _ACROSS and _ACROSS[cls] >= 3:
+            return BlockClass.PINNED
+        return cls
+
+    def held(self) -> set[int]:
+        return {k for c in self.ctxs.values() if c.open for k, _ in c.chain}
+
+    def dead(self) -> set[int]:
+        return self.resident - self.held()
+
+    def blocks(self) -> dict[int, BlockFigures]:
+        """Every resident block's figures (L5.2, PP3)."""
+        holders: dict[int, list[tuple[_Ctx, int]]] = {}
+        for c in self.ctxs.values():
+            if c.open:
+                for d, (k, _) in enumerate(c.chain):
+                    holders.setdefault(k, []).append((c, d))
+        out = {}
+        for k in self.resident:
+            hs = holders.get(k, [])
+            classes = [self.block_class_in(c, d) for c, d in hs]
+            state = max(classes, key=_ACROSS.__getitem__) if classes else BlockClass.DEAD
+            waits = [
+                c.suspended_at
+                for (c, _), cls in zip(hs, classes, strict=True)
+                if cls is BlockClass.SUSPENDED and c.suspended_at is not None
+            ]
+            out[k] = BlockFigures(
+                self.key_depth[k],
+                state,
+                tuple(sorted(c.id for c, _ in hs)),
+                min(waits) if waits else None,
+                self.touch[k],
+            )
+        return out
+
+
+def _span(c: _Ctx, start: int | None, stop: int | None) -> slice:
+    return slice(0 if start is None else start, len(c.seq) if stop is None else stop)
+
+
+# ------------------------------------------------------------------ running both
+
+
+def ample_config(ops: Sequence[Op], block_size: int) -> EngineConfig:
+    """One tier larger than every block the trace can write: no eviction, no rejection."""
+    written = 0
+    s = Shadow(block_size)
+    for op in ops:
+        s.apply(op)
+        if s.last_infer is not None:
+            written += s.last_infer.writes
+    return EngineConfig(block_size, (TierConfig(TierName("hbm"), written + 1),))
+
+
+def diverge(
+    ops: Sequence[Op],
+    policy: Callable[[], Policy],
+    rules: Rules,
+    *,
+    block_size: int = 4,
+    engine_class: type[Engine] | None = None,
+) -> Divergence | None:
+    """Run the engine (``engine_class``, default the policy's own or the reference) beside the
+    shadow on ample memory; the first divergence, or ``None`` if they agree after every op."""
+    pol = policy()
+    cls: type[Engine] = (
+        engine_class if engine_class is not None else getattr(pol, "engine_class", Engine)
+    )
+    engine = cls(ample_config(ops, block_size), pol)
+    shadow = Shadow(block_size, rules)
+    ids: dict[str, int] = {}
+    for k, op in enumerate(ops):
+        seen = len(engine.log)
+        try:
+            engine.apply(op)
+        except TraceError:
+            raise  # not a valid trace (or the engine says so): no contract question
+        except Exception as err:
+            return Divergence(k, "the engine raised", repr(err), "no error")
+        shadow.apply(op)
+        found = _compare(k, engine, shadow, engine.log.since(seen), ids)
+        if found is not None:
+            return found
+    return None
+
+
+def _compare(
+    k: int, e: Engine, s: Shadow, records: Sequence[object], ids: dict[str, int]
+) -> Divergence | None:
+    def differ(what: str, ev: object, sv: object) -> Divergence | None:
+        return None if ev == sv else Divergence(k, what, ev, sv)
+
+    infer = next((r for r in records if isinstance(r, InferObs)), None)
+    fig = s.last_infer
+    if (infer is None) != (fig is None):
+        return Divergence(k, "an infer record", infer, fig)
+    if infer is not None and fig is not None:
+        got = InferFigures(
+            infer.prompt_tokens,
+            infer.hit_tokens,
+            infer.miss_tokens,
+            infer.output_tokens,
+            infer.own_blocks,
+            sum(isinstance(r, HitObs) for r in records),
+            sum(isinstance(r, AllocObs) for r in records),
+        )
+        if (d := differ(f"inference figures of {infer.ctx}", got, fig)) is not None:
+            return d
+    view = e.view
+    for cid, c in s.ctxs.items():
+        info = view.context(cid)
+        shape = (info.is_open, info.messages, info.tokens, info.materialized_blocks)
+        want = (c.open, len(c.seq), c.tokens(), len(c.chain))
+        if d := differ(f"context {cid} (open, messages, tokens, chain)", shape, want):
+            return d
+        if not c.open:
+            continue
+        timing = (info.valid_blocks, info.phase, info.suspended_at, info.last_infer)
+        phase = MsgState.ACTIVE if c.runnable else MsgState.SUSPENDED
+        want_t = (c.valid, phase, c.suspended_at, c.last_infer)
+        if d := differ(f"context {cid} (valid, phase, suspended at, last infer)", timing, want_t):
+            return d
+    mine = s.blocks()
+    theirs: dict[int, BlockFigures] = {}
+    for bid in sorted(view.resident(), key=lambda b: e.blocks[b].depth):
+        b = view.block(BlockId(bid))
+        sid = _translate(e, bid, s, ids)
+        if sid is None:
+            what = f"block {bid} at depth {b.depth}"
+            return Divergence(k, what, "resident", "no full block of any sequence has its content")
+        theirs[sid] = BlockFigures(
+            b.depth, b.state, tuple(b.holders), b.suspend_time, b.last_access
+        )
+    if (d := differ("resident blocks (by content)", sorted(theirs), sorted(mine))) is not None:
+        return d
+    for sid in sorted(mine):
+        if (d := differ(f"block at depth {mine[sid].depth}", theirs[sid], mine[sid])) is not None:
+            return d
+    for cid, c in s.ctxs.items():
+        if c.open:
+            chain = [_translate(e, b, s, ids) for b in view.chain(cid)]
+            if (d := differ(f"chain of {cid}", chain, [key for key, _ in c.chain])) is not None:
+                return d
+    return None
+
+
+def _translate(e: Engine, bid: int, s: Shadow, ids: dict[str, int]) -> int | None:
+    """The shadow's key for an engine block, from its parent and its segments."""
+    spec = e.blocks[BlockId(bid)].spec
+    if spec.key is None:
+        return None
+    if spec.key in ids:
+        return ids[spec.key]
+    parent = _ROOT if spec.depth == 0 else ids.get(spec.parent)
+    if parent is None:
+        return None
+    found = s.keys.get((parent, tuple((g.key, g.start, g.stop) for g in spec.segments)))
+    if found is not None:
+        ids[spec.key] = found
+    return found
+
+
+# ------------------------------------------------------------------ the self-check
+
+
+def _reference_policies() -> tuple[tuple[str, Callable[[], Policy], Rules], ...]:
+    from policies.kvtether import KVTether
+    from policies.lru import LRU
+
+    return (("lru", LRU, KEEP), ("kvtether", KVTether, TETHER))
+
+
+def contract_violation(
+    ops: Sequence[Op], engine_class: type[Engine] = Engine, *, block_size: int = 4
+) -> Violation | None:
+    """``engine-contract``: ``engine_class`` on ample memory, under LRU (no bypass, no reclaim)
+    and under KVTether (bypass, eager reclaim), disagrees with :class:`Shadow`. ``None`` when it
+    agrees or the trace is not valid (the reference engine raises a ``TraceError`` on it)."""
+    from kvmodel.logical import Sequences
+
+    check = Sequences(block_size)
+    try:
+        for op in ops:
+            check.apply(op)
+    except TraceError:
+        return None
+    for name, policy, rules in _reference_policies():
+        try:
+            d = diverge(ops, policy, rules, block_size=block_size, engine_class=engine_class)
+        except TraceError as err:  # a valid trace the engine under test refuses
+            d = Divergence(len(ops), "the engine refused a valid trace", str(err), "no error")
+        if d is not None:
+            return Violation(
+                "engine-contract",
+                f"the engine under {name} on ample memory (block size {block_size}) disagrees "
+                f"with the contract at op {d.op} on {d.what}: engine {d.engine!r}, contract "
+                f"{d.shadow!r}",
+                op=d.op,
+            )
+    return None
+
+
+#: block sizes the self-check cycles through (1 makes every message boundary a block boundary)
+SELF_CHECK_BLOCK_SIZES = (4, 1, 2, 16)
+
+
+@attrs.frozen
+class SelfCheckFind:
+    ops: tuple[Op, ...]  # delta-debugged
+    violation: Violation
+    config: EngineConfig  # ample memory for ``ops`` at the block size it was found with
+    one_minimal: bool
+    original_length: int
+
+
+def engine_self_check(
+    engine_class: type[Engine], *, traces: int, seed: int = 0, ops: int = 60
+) -> SelfCheckFind | None:
+    """Compare ``engine_class`` with the contract on ``traces`` random traces (every op kind,
+    :func:`kvmodel.workloads.random_ops.random_trace`); the first disagreement, delta-debugged,
+    or ``None``."""
+    from checkers.harness import shrink
+    from kvmodel.workloads.random_ops import RandomParams, random_trace
+
+    for i in range(traces):
+        bs = SELF_CHECK_BLOCK_SIZES[i % len(SELF_CHECK_BLOCK_SIZES)]
+        trace = random_trace(RandomParams(seed=seed * 100_003 + i, ops=ops))
+        if contract_violation(trace.ops, engine_class, block_size=bs) is None:
+            continue
+
+        def fails(cand: Sequence[Op], bs: int = bs) -> bool:
+            return contract_violation(cand, engine_class, block_size=bs) is not None
+
+        small, minimal = shrink(trace.ops, fails)
+        v = contract_violation(small, engine_class, block_size=bs)
+        assert v is not None
+        return SelfCheckFind(
+            tuple(small), v, ample_config(small, bs), minimal, len(trace.ops)
+        )
+    return None
