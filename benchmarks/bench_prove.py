@@ -1,7 +1,9 @@
-"""Per-query Z3 times: rank-order proofs, BMC at depths 4, 8 and 12, k-induction.
-Prints figures; asserts nothing.
+"""Per-query Z3 times: rank-order proofs, BMC at depths 4, 8 and 12, k-induction; and with
+``--reach 10,60`` the BMC depth reached within each time budget per policy and invariant (the
+incremental solver goes one depth deeper while the budget lasts; kvmodel issue 13's goal is depth
+12 on the default fragment within 10 s). Prints figures; asserts nothing.
 
-    python benchmarks/bench_prove.py [--depths 4,8,12]
+    python benchmarks/bench_prove.py [--depths 4,8,12] [--reach 10,60] [--max-depth 40]
 """
 
 from __future__ import annotations
@@ -9,20 +11,70 @@ from __future__ import annotations
 import argparse
 import time
 
-from checkers.bmc import bmc, induction, profile
+import z3
+
+from checkers.bmc import PolicyProfile, bmc, induction, profile
 from checkers.fragment import FRAGMENT_INVARIANTS, Fragment
+from checkers.symbolic import State, Step
 from checkers.z3rank import prove_policy
 from kvmodel.policy import resolve_policy
 
 POLICIES = ["lru", "vllm-prefix", "hbm-first", "kvtether", "lachesis-det", "tether-lachesis"]
 
 
+def reach(
+    prof: PolicyProfile, f: Fragment, invariant: str, seconds: float, max_depth: int
+) -> tuple[int, str]:
+    """The deepest depth whose BMC query finished within ``seconds`` (wall clock, from the
+    start), and how the run ended: "violated" at that depth, "budget" or "max"."""
+    t0 = time.perf_counter()
+    solver = z3.Solver()
+    states = [State(f, 0, "s")]
+    solver.add(states[0].initial())
+    done = 0
+    for d in range(1, max_depth + 1):
+        left = seconds - (time.perf_counter() - t0)
+        if left <= 0:
+            return done, "budget"
+        solver.set("timeout", max(1, int(left * 1000)))
+        states.append(State(f, d, "s"))
+        step = Step(f, states[d - 1], states[d], d, "a", prof)
+        solver.add(step.cons)
+        lit = z3.Bool(f"check{d}")
+        solver.add(z3.Implies(lit, step.violated(invariant)))
+        r = solver.check(lit)
+        if r == z3.unknown:
+            return done, "budget"
+        done = d
+        if r == z3.sat:
+            return done, "violated"
+        solver.add(z3.Not(step.violated(invariant)))
+    return done, "max"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--depths", default="4,8,12")
+    ap.add_argument("--reach", help="comma-separated budgets in seconds, e.g. 10,60")
+    ap.add_argument("--max-depth", type=int, default=40)
     a = ap.parse_args()
     depths = [int(x) for x in a.depths.split(",")]
     f = Fragment()
+    if a.reach:
+        budgets = [float(x) for x in a.reach.split(",")]
+        print(f"BMC depth reached per budget (fragment: {f.contexts} contexts, {f.slots} slots)")
+        print(f"  {'policy':<16} {'invariant':<38}" + "".join(f"  {b:>6g}s" for b in budgets))
+        for p in POLICIES:
+            prof = profile(p, f)
+            for inv in FRAGMENT_INVARIANTS:
+                cells = []
+                for b in budgets:
+                    d, how = reach(prof, f, inv, b, a.max_depth)
+                    mark = {"violated": "V", "max": "+"}.get(how, " ")
+                    cells.append(f"{d:>3} {mark}")
+                print(f"  {p:<16} {inv:<38}" + "".join(f"  {c:>7}" for c in cells), flush=True)
+        print("  V: violated at that depth (shortest); +: reached --max-depth within the budget")
+        return
     print("rank-order proofs (claimed properties, all feature values):")
     for p in POLICIES:
         t0 = time.perf_counter()
