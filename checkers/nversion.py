@@ -9,15 +9,19 @@ access. :func:`diverge` runs the engine beside it, op by op, on memory too large
 returns the first field on which the two disagree.
 
 It shares no code with the engine's admission path or its lifecycle bookkeeping: its own packing
-(whole sequences, re-packed at every inference), its own keys (interned structural tuples, not
-BLAKE2b), every message state stored explicitly (the engine stores a per-context phase, L4), pin
-ends found by scanning (the engine keeps a heap). Only the input types (trace ops, messages) and
-the enum names are shared. It is a test oracle: its work per op is proportional to the whole
+(whole sequences, re-packed at every inference), every message state stored explicitly (the
+engine stores a per-context phase, L4), pin ends found by scanning (the engine keeps a heap), its
+own chains, holders and classes. Shared are the input types (trace ops, messages), the enum names
+and B3's hash function (:func:`kvmodel.blocks.chain_key`, the definition of a key, applied to
+the shadow's own packing). It is a test oracle: its work per op is proportional to the whole
 state, never use it on a long trace.
 
-Two rule sets cover the two behaviours a policy can give an unpressured engine: ``KEEP`` (no
-bypass, no reclaim: LRU, vLLM-style, HBM-first, ...) and ``TETHER`` (Temporary blocks bypass the
-index, every Dead block is reclaimed after every op: KVTether).
+Two modes. *Predicting* (``Rules``), on memory that cannot fill: the shadow makes the policy's
+decisions too -- ``KEEP`` (no bypass, no reclaim: LRU, vLLM-style, HBM-first, ...) or ``TETHER``
+(Temporary blocks bypass the index, every Dead block is reclaimed after every op: KVTether).
+*Following* (``rules=None``), any policy and any memory: every decision (victims, bypasses,
+reclaims, rejections) is read from the engine's log and checked for what the contract fixes
+about it, and everything else is computed and compared as before.
 """
 
 from __future__ import annotations
@@ -27,14 +31,25 @@ from collections.abc import Callable, Iterable, Sequence
 import attrs
 
 from checkers.structural import Violation
+from kvmodel.blocks import ROOT_KEY, Segment, chain_key
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import TraceError
-from kvmodel.ids import BlockId, ContextId, TierName
+from kvmodel.ids import BlockId, BlockKey, ContentKey, ContextId, TierName
 from kvmodel.lifecycle import BlockClass, MsgState
 from kvmodel.memory import TierConfig
 from kvmodel.messages import Message, MessageKind
-from kvmodel.observations import AllocObs, HitObs, InferObs
+from kvmodel.observations import (
+    AllocObs,
+    BypassObs,
+    EvictObs,
+    FreeObs,
+    FreeReason,
+    HitObs,
+    InferObs,
+    Observation,
+    RejectObs,
+)
 from kvmodel.policy import Policy
 from kvmodel.trace import (
     Append,
@@ -68,8 +83,7 @@ __all__ = [
     "engine_self_check",
 ]
 
-_ROOT = -1
-_LIVE = (MsgState.PINNED, MsgState.ACTIVE, MsgState.SUSPENDED)
+_COMMIT_FREES = (FreeReason.PARTIAL, FreeReason.BYPASS)
 # L5.2: the class of a block is the highest over its holders
 _ACROSS = {
     BlockClass.EXPIRED: 1,
@@ -116,7 +130,7 @@ class _Ctx:
     seq: list[_Msg] = attrs.Factory(list)
     state: dict[int, MsgState] = attrs.Factory(dict)  # every instance ever admitted
     deadline: dict[int, float | None] = attrs.Factory(dict)  # pinned instances: when the pin ends
-    chain: list[tuple[int, tuple[int, ...]]] = attrs.Factory(list)  # (key, covered uids)
+    chain: list[tuple[BlockKey, tuple[int, ...]]] = attrs.Factory(list)  # (key, covered uids)
     valid: int = 0
     next_uid: int = 0
     suspended_at: float | None = None
@@ -175,18 +189,27 @@ class Shadow:
         self.rules = rules
         self.ctxs: dict[ContextId, _Ctx] = {}
         self.sessions: dict[str, list[ContextId]] = {}
-        self.keys: dict[tuple[int, tuple[tuple[str, int, int], ...]], int] = {}
-        self.key_depth: dict[int, int] = {}
-        self.resident: set[int] = set()  # indexed full blocks (partial/bypassed ones leave at once)
-        self.touch: dict[int, float] = {}
+        self.key_depth: dict[BlockKey, int] = {}
+        self.resident: set[BlockKey] = set()  # indexed full blocks (partial/bypassed ones leave)
+        self.touch: dict[BlockKey, float] = {}
         self.now = 0.0
         self.last_infer: InferFigures | None = None
+        #: following the engine (``apply(op, records)``): where its records break the contract
+        self.problems: list[str] = []
 
     # -------------------------------------------------------------- ops
 
-    def apply(self, op: Op) -> None:
+    def apply(self, op: Op, records: Sequence[Observation] | None = None) -> None:
+        """Apply ``op``. With ``records`` (the engine's observation records of it) every policy
+        decision -- victims, bypasses, reclaims, rejections -- is taken from them, and what the
+        contract fixes about each record (which block is written next, its key and depth,
+        whether it is a rewrite, the class it is logged with, that a victim is resident and not
+        in flight) is checked; mismatches go to :attr:`problems`. Without, the decisions are
+        predicted from :attr:`rules` (memory that cannot fill)."""
         self.now = op.t
         self.last_infer = None
+        self.problems = []
+        todo = list(records) if records is not None else None
         self._end_pins(op.t)
         match op:
             case Open():
@@ -233,7 +256,7 @@ class Shadow:
                 for m in c.seq[_span(c, op.start, op.stop)]:
                     self._unpin(c, m.uid)
             case Infer():
-                self._infer(op)
+                self._infer(op, todo)
             case TurnEnd():
                 c = self.ctxs[op.ctx]
                 reasoning = [i for i, m in enumerate(c.seq) if m.kind is MessageKind.REASONING]
@@ -254,7 +277,9 @@ class Shadow:
                 for cid in self.sessions[op.session]:
                     if self.ctxs[cid].open:
                         self._close(self.ctxs[cid])
-        if self.rules.reclaim:
+        if todo is not None:
+            self._follow_reclaims(todo)
+        elif self.rules.reclaim:
             self.resident &= self.held()
 
     def _new(self, ctx: ContextId, session: str, one_shot: bool) -> _Ctx:
@@ -319,35 +344,36 @@ class Shadow:
 
     # -------------------------------------------------------------- the inference boundary
 
-    def pack(self, seq: Sequence[_Msg]) -> list[tuple[int | None, tuple[int, ...]]]:
-        """B2-B3 from block 0: (key or None for the partial tail, covered uids) per block."""
-        out: list[tuple[int | None, tuple[int, ...]]] = []
-        parent = _ROOT
+    def pack(self, seq: Sequence[_Msg]) -> list[tuple[BlockKey | None, tuple[int, ...]]]:
+        """B2-B3 from block 0: (key, or None for the partial tail; covered uids) per block. The
+        packing is the shadow's own; the key is the spec's hash over it (B3's one definition)."""
+        out: list[tuple[BlockKey | None, tuple[int, ...]]] = []
+        parent = ROOT_KEY
         i, offset, total = 0, 0, sum(m.tokens for m in seq)  # message i, token offset in it
         while total:
             take = min(self.bs, total)
             total -= take
-            segs: list[tuple[str, int, int]] = []
+            segs: list[Segment] = []
             uids: list[int] = []
             while take:
                 m = seq[i]
                 n = min(take, m.tokens - offset)
-                segs.append((m.content, offset, offset + n))
+                segs.append(Segment(ContentKey(m.content), offset, offset + n))
                 uids.append(m.uid)
                 take -= n
                 offset += n
                 if offset == m.tokens:
                     i, offset = i + 1, 0
-            if sum(b - a for _, a, b in segs) < self.bs:
+            if sum(g.stop - g.start for g in segs) < self.bs:
                 out.append((None, tuple(uids)))
                 break
-            key = self.keys.setdefault((parent, tuple(segs)), len(self.keys))
+            key = chain_key(parent, segs)
             self.key_depth[key] = len(out)
             out.append((key, tuple(uids)))
             parent = key
         return out
 
-    def _infer(self, op: Infer) -> None:
+    def _infer(self, op: Infer, todo: list[Observation] | None) -> None:
         c = self.ctxs[op.ctx]
         bs = self.bs
         for m in c.seq:  # infer_start
@@ -360,38 +386,45 @@ class Shadow:
         for msg in op.output:
             self._admit(c, msg, temporary=False)
         v = c.valid
-        c.chain = c.chain[:v]
-        for kept_key, _ in c.chain:  # the kept prefix is used by this inference (PP3)
-            self.touch[kept_key] = op.t
+        c.chain = c.chain[:v]  # the invalid tail goes first (P7.2), committed or not
         blocks = self.pack(c.seq)[v:]
         hits = 0
         for d, (hit, _) in enumerate(blocks, start=v):
             if hit is None or d >= prompt // bs or hit not in self.resident:
                 break
             hits += 1
-            self.touch[hit] = op.t
-        tail = list(blocks[:hits])
-        attaching = True
-        for key, uids in blocks[hits:]:
-            if key is not None and key in self.resident:  # recomputed in place (B6.3)
-                self.touch[key] = op.t
-                kept = True
-            elif key is None or (
-                self.rules.bypass and self._within(c, uids) is BlockClass.TEMPORARY
-            ):
-                kept = False
-            else:
-                self.resident.add(key)
-                self.touch[key] = op.t
-                kept = True
-            attaching = attaching and kept
-            if attaching:
+        misses = blocks[hits:]
+        placed: list[tuple[BlockKey | None, tuple[int, ...], bool]] = []  # key, uids, attach?
+        if todo is None:
+            for key, uids in misses:
+                if key is not None and key in self.resident:  # recomputed in place (B6.3)
+                    self.touch[key] = op.t
+                    placed.append((key, uids, True))
+                elif key is None or (
+                    self.rules.bypass and self._within(c, uids) is BlockClass.TEMPORARY
+                ):
+                    placed.append((key, uids, False))
+                else:
+                    self._index(key, op.t)
+                    placed.append((key, uids, True))
+            committed = True
+        else:
+            committed = self._follow_infer(c, op, todo, blocks, hits, v, placed)
+        if committed:
+            for kept_key, _ in c.chain:  # the kept prefix is used by this inference (PP3)
+                self.touch[kept_key] = op.t
+            tail = [(k, u) for k, u in blocks[:hits] if k is not None]
+            for key, uids, attach in placed:
+                if not attach or key is None:
+                    break
                 tail.append((key, uids))
-        c.chain += [(k, u) for k, u in tail if k is not None]
-        if cut is not None:
-            del c.chain[cut:]
-        c.valid = len(c.chain)
-        c.last_infer = op.t
+            for key, _ in tail:
+                self.touch[key] = op.t
+            c.chain += tail
+            if cut is not None:
+                del c.chain[cut:]
+            c.valid = len(c.chain)
+            c.last_infer = op.t
         self.last_infer = InferFigures(
             prompt,
             (v + hits) * bs,
@@ -399,7 +432,7 @@ class Shadow:
             sum(m.tokens for m in op.output),
             v,
             hits,
-            len(blocks) - hits,
+            len(placed),
         )
         # infer_end: live unpinned messages wait; temporaries expire and leave (P7.6, P8)
         c.runnable = False
@@ -415,6 +448,110 @@ class Shadow:
             c.seq = [m for i, m in enumerate(c.seq) if i not in set(gone)]
         if c.one_shot:
             self._close(c)
+
+    def _index(self, key: BlockKey, t: float) -> None:
+        self.resident.add(key)
+        self.touch[key] = t
+
+    def _drop(self, key: BlockKey) -> None:
+        """A block leaves memory; every chain holding it is cut there (M4.3)."""
+        self.resident.discard(key)
+        d = self.key_depth[key]
+        for h in self.ctxs.values():
+            if h.open and len(h.chain) > d and h.chain[d][0] == key:
+                del h.chain[d:]
+                h.valid = min(h.valid, d)
+
+    def _follow_infer(
+        self,
+        c: _Ctx,
+        op: Infer,
+        todo: list[Observation],
+        blocks: Sequence[tuple[BlockKey | None, tuple[int, ...]]],
+        hits: int,
+        v: int,
+        placed: list[tuple[BlockKey | None, tuple[int, ...], bool]],
+    ) -> bool:
+        """Consume the inference's records (up to the reclaims); True if it was committed."""
+        bad = self.problems.append
+        if not todo or not isinstance(todo[0], InferObs):
+            bad("no infer record")
+            return False
+        todo.pop(0)
+        logged: list[BlockKey] = []
+        while todo and isinstance(hit := todo[0], HitObs):
+            logged.append(hit.key)
+            todo.pop(0)
+        if logged != [k for k, _ in blocks[:hits]]:
+            bad(f"hit records name {logged}, the contract's hits are {blocks[:hits]}")
+        misses = blocks[hits:]
+        flight = {k for k, _ in c.chain} | {k for k, _ in blocks[:hits] if k is not None}
+        rejected = False
+        while todo and not (isinstance(todo[0], FreeObs) and todo[0].reason == FreeReason.RECLAIM):
+            r = todo.pop(0)
+            if isinstance(r, EvictObs):
+                if r.key not in self.resident:
+                    bad(f"evicted block {r.block} ({r.key}), which is not resident")
+                    continue
+                if r.key in flight:
+                    bad(f"evicted block {r.block}, in flight")
+                if (cls := self.class_of(r.key)) is not r.state:
+                    bad(f"evict of block {r.block} logged as {r.state.value}; it is {cls.value}")
+                self._drop(r.key)
+            elif isinstance(r, AllocObs):
+                if len(placed) == len(misses):
+                    bad(f"alloc of block {r.block} beyond the {len(misses)} blocks to write")
+                    continue
+                key, uids = misses[len(placed)]
+                depth = v + hits + len(placed)
+                rewrite = key is not None and key in self.resident
+                if (r.key, r.depth, r.rewrite) != (key, depth, rewrite):
+                    bad(
+                        f"alloc (key, depth, rewrite) = {(r.key, r.depth, r.rewrite)}; the next "
+                        f"block to write is {(key, depth, rewrite)}"
+                    )
+                if not rewrite and (cls := self._within(c, uids)) is not r.state:
+                    bad(f"alloc of block {r.block} logged as {r.state.value}; it is {cls.value}")
+                if key is not None:
+                    flight.add(key)
+                    if not rewrite:
+                        self._index(key, op.t)
+                    self.touch[key] = op.t
+                placed.append((key, uids, key is not None))
+            elif isinstance(r, BypassObs):
+                if not placed or placed[-1][0] != r.key:
+                    bad(f"bypass of block {r.block}, not the block just written")
+                    continue
+                key, uids, _ = placed[-1]
+                placed[-1] = (key, uids, False)
+                if key is not None:
+                    self.resident.discard(key)  # written for this inference, never indexed
+            elif isinstance(r, RejectObs):
+                rejected = True
+            elif isinstance(r, FreeObs) and r.reason == FreeReason.REJECT:
+                if r.key is not None:
+                    self.resident.discard(r.key)
+            elif not (isinstance(r, FreeObs) and r.reason in _COMMIT_FREES):
+                bad(f"unexpected record in an inference: {r.kind}")
+        if rejected:
+            return False
+        if len(placed) != len(misses):
+            bad(f"{len(placed)} of {len(misses)} blocks written and no rejection")
+            return False
+        return True
+
+    def _follow_reclaims(self, todo: list[Observation]) -> None:
+        for r in todo:
+            if not (isinstance(r, FreeObs) and r.reason == FreeReason.RECLAIM):
+                self.problems.append(f"unexpected record after the op: {r.kind}")
+            elif r.key is None or r.key not in self.resident:
+                self.problems.append(f"reclaimed block {r.block}, which is not resident")
+            else:
+                if (cls := self.class_of(r.key)) is not r.state:
+                    self.problems.append(
+                        f"reclaim of block {r.block} logged as {r.state.value}; it is {cls.value}"
+                    )
+                self._drop(r.key)
 
     # -------------------------------------------------------------- what an observer sees
 
@@ -441,15 +578,25 @@ class Shadow:
             return BlockClass.PINNED
         return cls
 
-    def held(self) -> set[int]:
+    def class_of(self, key: BlockKey) -> BlockClass:
+        """L5.2 over the open contexts holding ``key`` now; Dead if none."""
+        d = self.key_depth[key]
+        classes = [
+            self.block_class_in(h, d)
+            for h in self.ctxs.values()
+            if h.open and len(h.chain) > d and h.chain[d][0] == key
+        ]
+        return max(classes, key=_ACROSS.__getitem__) if classes else BlockClass.DEAD
+
+    def held(self) -> set[BlockKey]:
         return {k for c in self.ctxs.values() if c.open for k, _ in c.chain}
 
-    def dead(self) -> set[int]:
+    def dead(self) -> set[BlockKey]:
         return self.resident - self.held()
 
-    def blocks(self) -> dict[int, BlockFigures]:
+    def blocks(self) -> dict[BlockKey, BlockFigures]:
         """Every resident block's figures (L5.2, PP3)."""
-        holders: dict[int, list[tuple[_Ctx, int]]] = {}
+        holders: dict[BlockKey, list[tuple[_Ctx, int]]] = {}
         for c in self.ctxs.values():
             if c.open:
                 for d, (k, _) in enumerate(c.chain):
@@ -495,20 +642,25 @@ def ample_config(ops: Sequence[Op], block_size: int) -> EngineConfig:
 def diverge(
     ops: Sequence[Op],
     policy: Callable[[], Policy],
-    rules: Rules,
+    rules: Rules | None,
     *,
     block_size: int = 4,
     engine_class: type[Engine] | None = None,
+    config: EngineConfig | None = None,
 ) -> Divergence | None:
     """Run the engine (``engine_class``, default the policy's own or the reference) beside the
-    shadow on ample memory; the first divergence, or ``None`` if they agree after every op."""
+    shadow; the first divergence, or ``None`` if they agree after every op.
+
+    ``rules``: the shadow predicts every decision (memory that cannot fill: ``config`` defaults
+    to :func:`ample_config`). ``None``: the shadow follows the engine's decisions from its log
+    and checks everything else -- any policy, any ``config`` (default ample)."""
     pol = policy()
     cls: type[Engine] = (
         engine_class if engine_class is not None else getattr(pol, "engine_class", Engine)
     )
-    engine = cls(ample_config(ops, block_size), pol)
-    shadow = Shadow(block_size, rules)
-    ids: dict[str, int] = {}
+    cfg = config if config is not None else ample_config(ops, block_size)
+    engine = cls(cfg, pol)
+    shadow = Shadow(cfg.block_size, rules or KEEP)
     for k, op in enumerate(ops):
         seen = len(engine.log)
         try:
@@ -517,16 +669,17 @@ def diverge(
             raise  # not a valid trace (or the engine says so): no contract question
         except Exception as err:
             return Divergence(k, "the engine raised", repr(err), "no error")
-        shadow.apply(op)
-        found = _compare(k, engine, shadow, engine.log.since(seen), ids)
+        records = engine.log.since(seen)
+        shadow.apply(op, records if rules is None else None)
+        if shadow.problems:
+            return Divergence(k, "the log", shadow.problems[0], "what the contract allows")
+        found = _compare(k, engine, shadow, records)
         if found is not None:
             return found
     return None
 
 
-def _compare(
-    k: int, e: Engine, s: Shadow, records: Sequence[object], ids: dict[str, int]
-) -> Divergence | None:
+def _compare(k: int, e: Engine, s: Shadow, records: Sequence[object]) -> Divergence | None:
     def differ(what: str, ev: object, sv: object) -> Divergence | None:
         return None if ev == sv else Divergence(k, what, ev, sv)
 
@@ -560,44 +713,24 @@ def _compare(
         want_t = (c.valid, phase, c.suspended_at, c.last_infer)
         if d := differ(f"context {cid} (valid, phase, suspended at, last infer)", timing, want_t):
             return d
+        chain = [view.block(b).key for b in view.chain(cid)]
+        if d := differ(f"chain of {cid}", chain, [key for key, _ in c.chain]):
+            return d
     mine = s.blocks()
-    theirs: dict[int, BlockFigures] = {}
-    for bid in sorted(view.resident(), key=lambda b: e.blocks[b].depth):
+    theirs: dict[BlockKey, BlockFigures] = {}
+    for bid in view.resident():
         b = view.block(BlockId(bid))
-        sid = _translate(e, bid, s, ids)
-        if sid is None:
-            what = f"block {bid} at depth {b.depth}"
-            return Divergence(k, what, "resident", "no full block of any sequence has its content")
-        theirs[sid] = BlockFigures(
+        if b.key is None:
+            return Divergence(k, f"block {bid} at depth {b.depth}", "resident", "no full block")
+        theirs[b.key] = BlockFigures(
             b.depth, b.state, tuple(b.holders), b.suspend_time, b.last_access
         )
-    if (d := differ("resident blocks (by content)", sorted(theirs), sorted(mine))) is not None:
+    if (d := differ("resident blocks (by key)", sorted(theirs), sorted(mine))) is not None:
         return d
-    for sid in sorted(mine):
-        if (d := differ(f"block at depth {mine[sid].depth}", theirs[sid], mine[sid])) is not None:
+    for key in sorted(mine):
+        if (d := differ(f"block {key}", theirs[key], mine[key])) is not None:
             return d
-    for cid, c in s.ctxs.items():
-        if c.open:
-            chain = [_translate(e, b, s, ids) for b in view.chain(cid)]
-            if (d := differ(f"chain of {cid}", chain, [key for key, _ in c.chain])) is not None:
-                return d
     return None
-
-
-def _translate(e: Engine, bid: int, s: Shadow, ids: dict[str, int]) -> int | None:
-    """The shadow's key for an engine block, from its parent and its segments."""
-    spec = e.blocks[BlockId(bid)].spec
-    if spec.key is None:
-        return None
-    if spec.key in ids:
-        return ids[spec.key]
-    parent = _ROOT if spec.depth == 0 else ids.get(spec.parent)
-    if parent is None:
-        return None
-    found = s.keys.get((parent, tuple((g.key, g.start, g.stop) for g in spec.segments)))
-    if found is not None:
-        ids[spec.key] = found
-    return found
 
 
 # ------------------------------------------------------------------ the self-check

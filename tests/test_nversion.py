@@ -6,6 +6,7 @@ must agree after every op, on every field (spec/invariants.md §Self-checks of t
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from checkers.engine_mutants import ENGINE_MUTANTS
@@ -18,9 +19,11 @@ from checkers.nversion import (
     diverge,
     engine_self_check,
 )
+from checkers.swarm import draw_config
 from kvmodel.engine import Engine
 from kvmodel.messages import Message, MessageKind, Role
-from kvmodel.policy import resolve_policy
+from kvmodel.policy import registered_policies, resolve_policy
+from kvmodel.replay import replay
 from kvmodel.trace import Append, Fork, Infer, Open, Pin, Remove, Return, TurnEnd
 from kvmodel.workloads.agentic import AgenticParams, generate_agentic
 from kvmodel.workloads.random_ops import RandomParams, random_trace
@@ -100,3 +103,39 @@ def test_every_engine_mutant_diverges_from_the_contract(mutant: str) -> None:
 def test_invalid_traces_are_no_contract_question() -> None:
     # inferring on an unknown context: the reference engine refuses it, so no verdict
     assert contract_violation([Infer(0.0, "nope")]) is None  # type: ignore[arg-type]
+
+
+ONLINE = sorted(
+    p for p in registered_policies() if not callable(getattr(resolve_policy(p), "prepare", None))
+)
+
+
+@pytest.mark.parametrize("policy", ONLINE)
+def test_reference_engine_agrees_when_followed_under_pressure(policy: str) -> None:
+    # the shadow takes every policy decision from the log (victims, bypasses, reclaims,
+    # rejections) and checks the rest, on a swarm of small engines where these traces evict,
+    # spill and reject
+    cls = type(resolve_policy(policy))
+    evictions = rejections = 0
+    for seed in range(12):
+        trace = random_trace(RandomParams(seed=seed, ops=60))
+        config = draw_config(np.random.default_rng([seed, 7]))
+        assert diverge(trace.ops, cls, None, config=config) is None, f"seed {seed}"
+        e = replay(trace, policy, config).engine
+        evictions += sum(e.stats.evictions.values())
+        rejections += e.stats.rejected
+    assert evictions  # the comparison ran under pressure
+    assert rejections
+
+
+@pytest.mark.parametrize("mutant", sorted(ENGINE_MUTANTS))
+def test_every_engine_mutant_diverges_when_followed_under_pressure(mutant: str) -> None:
+    engine = resolve_policy(mutant).engine_class  # type: ignore[attr-defined]
+    found = []
+    for seed in range(30):
+        trace = random_trace(RandomParams(seed=seed, ops=60))
+        config = draw_config(np.random.default_rng([seed, 7]))
+        found.append(diverge(trace.ops, LRU, None, config=config, engine_class=engine))
+        if found[-1] is not None:
+            break
+    assert found[-1] is not None, mutant
