@@ -5,23 +5,28 @@ An invariant is checked at one of four moments, each a plain function here:
 
 * *state* -- over the engine state after an op (``check_no_zombie``, ``check_prefix_closed``...);
 * *log* -- over the observation records one op produced (``log_pinned``, ``log_bypass``...);
-* *eviction* -- over the candidates at the moment of an eviction (``evict_priority``...), via the
-  engine's probe;
+* *eviction* -- over the candidates at the moment of an eviction (``evict_priority``...): the
+  victim, the candidates and their classes and suspension times as the contract model
+  (:class:`checkers.nversion.Shadow`, following the log) computes them, never the engine's own
+  view or cache; the engine's probe only says which tiers the allocation could evict from;
 * *placement* -- over a placement decision as it is made (``place_deterministic``).
 
 The :class:`Monitor` keeps the little memory some invariants need (the dead set before an op, the
-expected prompt keys of an inference, blocks written as Temporary and indexed) and collects
-:class:`Violation` results. A violation is a result, never raised (STYLE §6).
+expected prompt keys of an inference -- from the contract model's own packing --, blocks written as
+Temporary and indexed), runs the contract model beside the engine (the ``engine-contract``
+finding) and collects :class:`Violation` results. A violation is a result, never raised (STYLE
+§6).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
+from checkers.nversion import Shadow, compare
 from checkers.structural import (
     Violation,
     check_accounting,
@@ -46,14 +51,14 @@ from kvmodel.observations import (
 )
 from kvmodel.policy import STRUCTURAL_CLAIMS, Placement
 from kvmodel.trace import Close, EndSession, Infer, Op, Return
-from kvmodel.view import BlockInfo, NewBlock
+from kvmodel.view import NewBlock
 
 __all__ = [
     "FINDINGS",
     "INVARIANTS",
     "STRUCTURAL",
+    "EvictionTerms",
     "Monitor",
-    "evict_candidates",
     "evict_live_before_dead",
     "evict_mru",
     "evict_priority",
@@ -101,6 +106,12 @@ FINDINGS: Mapping[str, str] = MappingProxyType(
     }
 )
 
+#: the Monitor compares the engine with the contract model after every one of a run's first
+#: ``FULL_COMPARE_OPS`` ops, then after every ``COMPARE_EVERY``-th (the comparison reads every
+#: resident block; the model follows every op and judges every eviction whatever the sampling)
+FULL_COMPARE_OPS = 48
+COMPARE_EVERY = 4
+
 _LIVE_OR_TEMP = frozenset({BlockClass.TEMPORARY, BlockClass.SUSPENDED, BlockClass.ACTIVE})
 _RECLAIMABLE = frozenset({BlockClass.DEAD, BlockClass.EXPIRED})
 
@@ -124,19 +135,21 @@ def reachable(before: MsgState | None, after: MsgState) -> bool:
 # ----------------------------------------------------------------------------- eviction-time
 
 
-def evict_candidates(engine: Engine, victim: BlockId, tiers: Sequence[TierName]) -> list[BlockInfo]:
-    """The other evictable blocks in ``tiers`` at the moment of an eviction (spec M4.1)."""
-    out = []
-    for bid, b in engine.blocks.items():
-        if bid == victim or b.tier not in tiers or engine.in_flight(b):
-            continue
-        info = engine.view.block(bid)
-        if info.state is not BlockClass.PINNED:
-            out.append(info)
-    return out
+class EvictionTerms(Protocol):
+    """What an eviction-order invariant reads of a block: :class:`~kvmodel.view.BlockInfo` and
+    the contract model's :class:`checkers.nversion.EvictionTerms` both have it."""
+
+    @property
+    def id(self) -> BlockId: ...
+
+    @property
+    def state(self) -> BlockClass: ...
+
+    @property
+    def suspend_time(self) -> float | None: ...
 
 
-def evict_live_before_dead(victim: BlockInfo, cands: Iterable[BlockInfo]) -> str | None:
+def evict_live_before_dead(victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> str | None:
     if victim.state in _LIVE_OR_TEMP:
         for c in cands:
             if c.state in _RECLAIMABLE:
@@ -147,7 +160,7 @@ def evict_live_before_dead(victim: BlockInfo, cands: Iterable[BlockInfo]) -> str
     return None
 
 
-def evict_priority(victim: BlockInfo, cands: Iterable[BlockInfo]) -> str | None:
+def evict_priority(victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> str | None:
     p = BLOCK_CLASS_PRIORITY[victim.state]
     for c in cands:
         if BLOCK_CLASS_PRIORITY[c.state] < p:
@@ -158,7 +171,7 @@ def evict_priority(victim: BlockInfo, cands: Iterable[BlockInfo]) -> str | None:
     return None
 
 
-def evict_mru(victim: BlockInfo, cands: Iterable[BlockInfo]) -> str | None:
+def evict_mru(victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> str | None:
     if victim.state is not BlockClass.SUSPENDED:
         return None
     mine = -1e300 if victim.suspend_time is None else victim.suspend_time
@@ -268,6 +281,10 @@ class Monitor:
         self._temp_indexed: set[BlockId] = set()
         self._pending = _Pending()
         self._writes: dict[str, int] = dict.fromkeys(engine.memory.names, 0)
+        #: the contract model, following the engine's log (None once it could not follow)
+        self._shadow: Shadow | None = Shadow(engine.block_size)
+        self._diverged = False
+        self._evict_tiers: list[tuple[TierName, ...]] = []
         engine.probe = self
 
     # -- plumbing
@@ -284,27 +301,48 @@ class Monitor:
     # -- engine probe
 
     def before_evict(self, engine: Engine, victim: BlockId, tiers: tuple[TierName, ...]) -> None:
-        b = engine.blocks[victim]
-        if engine.in_flight(b):
-            self._add("no-eviction-in-flight", f"evicted in-flight block {victim}", victim)
-        info = engine.view.block(victim)
-        if info.state is BlockClass.PINNED:
-            self._add("pinned-never-evicted", f"evicted pinned block {victim}", victim)
-        wanted = self.active & {
-            "no-live-eviction-before-dead-reclaim",
-            "state-priority-eviction",
-            "suspended-mru",
-        }
-        if not wanted:
+        """Remember which tiers the allocation could evict from; the eviction itself is judged
+        after the op, on the contract model's view of that moment (no engine state is read)."""
+        self._evict_tiers.append(tiers)
+
+    def _evictions(self) -> None:
+        if self._shadow is None:
             return
-        cands = evict_candidates(engine, victim, tiers)
-        for name, check in (
+        wanted = (
             ("no-live-eviction-before-dead-reclaim", evict_live_before_dead),
             ("state-priority-eviction", evict_priority),
             ("suspended-mru", evict_mru),
-        ):
-            if name in wanted and (msg := check(info, cands)) is not None:
-                self._add(name, msg, victim)
+        )
+        for ev in self._shadow.evictions:
+            victim = ev.victim.id
+            if ev.in_flight:
+                self._add("no-eviction-in-flight", f"evicted in-flight block {victim}", victim)
+            for name, check in wanted:
+                if name in self.active and (msg := check(ev.victim, ev.candidates)) is not None:
+                    self._add(name, msg, victim)
+
+    def _contract(self, op: Op, records: Sequence[Observation]) -> None:
+        """Follow the op in the contract model and compare (spec §Self-checks of the engine)."""
+        if self._shadow is None:
+            return
+        tiers, self._evict_tiers = self._evict_tiers, []
+        try:
+            self._shadow.apply(op, records, tiers)
+            if self._diverged:
+                return
+            if self._shadow.problems:
+                msg = f"the log breaks the contract: {self._shadow.problems[0]}"
+            elif self.op_index < FULL_COMPARE_OPS or self.op_index % COMPARE_EVERY == 0:
+                d = compare(self.op_index, self.engine, self._shadow, records)
+                msg = "" if d is None else f"the engine disagrees with the contract on {d}"
+            else:
+                msg = ""
+        except Exception as err:
+            self._shadow = None
+            msg = f"the contract model cannot follow the log: {type(err).__name__}: {err}"
+        if msg:
+            self._diverged = True
+            self.violations.append(Violation("engine-contract", msg, op=self.op_index))
 
     def after_place(
         self, engine: Engine, block: NewBlock, placement: Placement, slot: BlockId
@@ -329,9 +367,10 @@ class Monitor:
                 c = e.contexts.get(op.ctx)
                 if c is not None and c.is_open:
                     p.closing = c.one_shot
-                    if "no-stale-hit" in self.active:
-                        full = c.total_tokens // e.block_size
-                        p.expected = [s.key for s in c.pack_from(0)[:full] if s.key is not None]
+                    if "no-stale-hit" in self.active and self._shadow is not None:
+                        # the prompt's keys recomputed from the trace by B2-B3 (the contract
+                        # model's own packing), not read from the engine's context
+                        p.expected = self._shadow.prompt_keys(op.ctx)
                         p.ctx = c.id
         self._pending = p
 
@@ -381,6 +420,8 @@ class Monitor:
         e = self.engine
         records = e.log.since(self._seen)
         self._seen = len(e.log)
+        self._contract(op, records)
+        self._evictions()
         a = self.active
         for r in records:
             if isinstance(r, AllocObs):

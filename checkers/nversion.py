@@ -73,11 +73,14 @@ __all__ = [
     "TETHER",
     "BlockFigures",
     "Divergence",
+    "Eviction",
+    "EvictionTerms",
     "InferFigures",
     "Rules",
     "SelfCheckFind",
     "Shadow",
     "ample_config",
+    "compare",
     "contract_violation",
     "diverge",
     "engine_self_check",
@@ -168,6 +171,25 @@ class BlockFigures:
 
 
 @attrs.frozen
+class EvictionTerms:
+    """What the eviction-order invariants read of a block (its slot, class, suspension)."""
+
+    id: BlockId
+    state: BlockClass
+    suspend_time: float | None
+
+
+@attrs.frozen
+class Eviction:
+    """One eviction as the contract sees it: the victim, the other evictable blocks in the
+    tiers the allocation could evict from (M4.1), and whether the victim was in flight (M4.2)."""
+
+    victim: EvictionTerms
+    candidates: tuple[EvictionTerms, ...]
+    in_flight: bool
+
+
+@attrs.frozen
 class Divergence:
     """The first disagreement between the engine and the shadow: after op ``op`` (0-based),
     ``what`` differs; ``engine`` and ``shadow`` are the two values."""
@@ -190,25 +212,39 @@ class Shadow:
         self.ctxs: dict[ContextId, _Ctx] = {}
         self.sessions: dict[str, list[ContextId]] = {}
         self.key_depth: dict[BlockKey, int] = {}
+        self._keys: dict[tuple[BlockKey, tuple[tuple[str, int, int], ...]], BlockKey] = {}
         self.resident: set[BlockKey] = set()  # indexed full blocks (partial/bypassed ones leave)
         self.touch: dict[BlockKey, float] = {}
         self.now = 0.0
         self.last_infer: InferFigures | None = None
         #: following the engine (``apply(op, records)``): where its records break the contract
         self.problems: list[str] = []
+        #: following: the op's evictions, with the candidates and classes the contract gives
+        self.evictions: list[Eviction] = []
+        self.tier: dict[BlockKey, str] = {}
+        self.slot: dict[BlockKey, BlockId] = {}
 
     # -------------------------------------------------------------- ops
 
-    def apply(self, op: Op, records: Sequence[Observation] | None = None) -> None:
+    def apply(
+        self,
+        op: Op,
+        records: Sequence[Observation] | None = None,
+        evict_tiers: Sequence[Sequence[str]] = (),
+    ) -> None:
         """Apply ``op``. With ``records`` (the engine's observation records of it) every policy
         decision -- victims, bypasses, reclaims, rejections -- is taken from them, and what the
         contract fixes about each record (which block is written next, its key and depth,
         whether it is a rewrite, the class it is logged with, that a victim is resident and not
         in flight) is checked; mismatches go to :attr:`problems`. Without, the decisions are
-        predicted from :attr:`rules` (memory that cannot fill)."""
+        predicted from :attr:`rules` (memory that cannot fill). ``evict_tiers``: for each eviction
+        of the op in turn, the tiers its allocation could evict from (what the engine's probe
+        saw; default the victim's tier); each eviction as the contract sees it goes to
+        :attr:`evictions`."""
         self.now = op.t
         self.last_infer = None
         self.problems = []
+        self.evictions = []
         todo = list(records) if records is not None else None
         self._end_pins(op.t)
         match op:
@@ -256,7 +292,7 @@ class Shadow:
                 for m in c.seq[_span(c, op.start, op.stop)]:
                     self._unpin(c, m.uid)
             case Infer():
-                self._infer(op, todo)
+                self._infer(op, todo, list(evict_tiers))
             case TurnEnd():
                 c = self.ctxs[op.ctx]
                 reasoning = [i for i, m in enumerate(c.seq) if m.kind is MessageKind.REASONING]
@@ -309,9 +345,7 @@ class Shadow:
 
     def _admit(self, c: _Ctx, m: Message, *, temporary: bool) -> None:
         msg = self._msg(c, m)
-        c.state[msg.uid] = (
-            MsgState.TEMPORARY if temporary or c.one_shot else MsgState.ACTIVE
-        )
+        c.state[msg.uid] = MsgState.TEMPORARY if temporary or c.one_shot else MsgState.ACTIVE
         c.seq.append(msg)
 
     def _run(self, c: _Ctx) -> None:
@@ -367,13 +401,18 @@ class Shadow:
             if sum(g.stop - g.start for g in segs) < self.bs:
                 out.append((None, tuple(uids)))
                 break
-            key = chain_key(parent, segs)
+            memo = (parent, tuple((g.key, g.start, g.stop) for g in segs))
+            key = self._keys.get(memo)
+            if key is None:
+                key = self._keys[memo] = chain_key(parent, segs)
             self.key_depth[key] = len(out)
             out.append((key, tuple(uids)))
             parent = key
         return out
 
-    def _infer(self, op: Infer, todo: list[Observation] | None) -> None:
+    def _infer(
+        self, op: Infer, todo: list[Observation] | None, evict_tiers: list[Sequence[str]]
+    ) -> None:
         c = self.ctxs[op.ctx]
         bs = self.bs
         for m in c.seq:  # infer_start
@@ -409,7 +448,7 @@ class Shadow:
                     placed.append((key, uids, True))
             committed = True
         else:
-            committed = self._follow_infer(c, op, todo, blocks, hits, v, placed)
+            committed = self._follow_infer(c, op, todo, blocks, hits, v, placed, evict_tiers)
         if committed:
             for kept_key, _ in c.chain:  # the kept prefix is used by this inference (PP3)
                 self.touch[kept_key] = op.t
@@ -462,6 +501,26 @@ class Shadow:
                 del h.chain[d:]
                 h.valid = min(h.valid, d)
 
+    def _eviction(self, victim: BlockKey, tiers: Sequence[str], flight: set[BlockKey]) -> Eviction:
+        holders, pins = self._holders()
+        cands = []
+        for key in sorted(self.resident):
+            if key == victim or key in flight or self.tier[key] not in tiers:
+                continue
+            info = self.evictable(key, holders, pins)
+            if info.state is not BlockClass.PINNED:
+                cands.append(info)
+        return Eviction(self.evictable(victim, holders, pins), tuple(cands), victim in flight)
+
+    def evictable(
+        self,
+        key: BlockKey,
+        holders: dict[BlockKey, list[_Ctx]] | None = None,
+        pins: dict[ContextId, int] | None = None,
+    ) -> EvictionTerms:
+        f = self.figures(key, holders, pins)
+        return EvictionTerms(self.slot[key], f.state, f.suspend_time)
+
     def _follow_infer(
         self,
         c: _Ctx,
@@ -471,6 +530,7 @@ class Shadow:
         hits: int,
         v: int,
         placed: list[tuple[BlockKey | None, tuple[int, ...], bool]],
+        evict_tiers: list[Sequence[str]],
     ) -> bool:
         """Consume the inference's records (up to the reclaims); True if it was committed."""
         bad = self.problems.append
@@ -493,8 +553,8 @@ class Shadow:
                 if r.key not in self.resident:
                     bad(f"evicted block {r.block} ({r.key}), which is not resident")
                     continue
-                if r.key in flight:
-                    bad(f"evicted block {r.block}, in flight")
+                tiers = evict_tiers.pop(0) if evict_tiers else (r.tier,)
+                self.evictions.append(self._eviction(r.key, tiers, flight))
                 if (cls := self.class_of(r.key)) is not r.state:
                     bad(f"evict of block {r.block} logged as {r.state.value}; it is {cls.value}")
                 self._drop(r.key)
@@ -516,6 +576,7 @@ class Shadow:
                     flight.add(key)
                     if not rewrite:
                         self._index(key, op.t)
+                        self.tier[key], self.slot[key] = r.tier, r.block
                     self.touch[key] = op.t
                 placed.append((key, uids, key is not None))
             elif isinstance(r, BypassObs):
@@ -563,30 +624,37 @@ class Shadow:
             return BlockClass.TEMPORARY
         return max((_AS_CLASS[s] for s in states), key=_ACROSS.__getitem__)
 
-    def block_class_in(self, c: _Ctx, depth: int) -> BlockClass:
-        """L5.1 (with the L5.3 pinned prefix)."""
+    def block_class_in(self, c: _Ctx, depth: int, pin_depth: int | None = None) -> BlockClass:
+        """L5.1 (with the L5.3 pinned prefix). ``pin_depth``: :meth:`pin_depth` of ``c`` if
+        the caller has it."""
         if depth >= c.valid:
             return BlockClass.EXPIRED
         cls = self._within(c, c.chain[depth][1])
-        starts = c.starts()
-        pinned = [
-            (starts[i] + m.tokens - 1) // self.bs
-            for i, m in enumerate(c.seq)
-            if c.state[m.uid] is MsgState.PINNED
-        ]
-        if pinned and depth <= max(pinned) and cls in _ACROSS and _ACROSS[cls] >= 3:
+        if pin_depth is None:
+            pin_depth = self.pin_depth(c)
+        if depth <= pin_depth and cls in _ACROSS and _ACROSS[cls] >= 3:
             return BlockClass.PINNED
         return cls
 
+    def pin_depth(self, c: _Ctx) -> int:
+        """The deepest block covering a Pinned message of ``c`` (-1: none)."""
+        starts = c.starts()
+        return max(
+            (
+                (starts[i] + m.tokens - 1) // self.bs
+                for i, m in enumerate(c.seq)
+                if c.state[m.uid] is MsgState.PINNED
+            ),
+            default=-1,
+        )
+
     def class_of(self, key: BlockKey) -> BlockClass:
         """L5.2 over the open contexts holding ``key`` now; Dead if none."""
-        d = self.key_depth[key]
-        classes = [
-            self.block_class_in(h, d)
-            for h in self.ctxs.values()
-            if h.open and len(h.chain) > d and h.chain[d][0] == key
-        ]
-        return max(classes, key=_ACROSS.__getitem__) if classes else BlockClass.DEAD
+        return self.figures(key).state
+
+    def prompt_keys(self, ctx: ContextId) -> list[BlockKey]:
+        """The keys of the full blocks of the context's logical sequence now (B2-B3)."""
+        return [k for k, _ in self.pack(self.ctxs[ctx].seq) if k is not None]
 
     def held(self) -> set[BlockKey]:
         return {k for c in self.ctxs.values() if c.open for k, _ in c.chain}
@@ -594,31 +662,47 @@ class Shadow:
     def dead(self) -> set[BlockKey]:
         return self.resident - self.held()
 
-    def blocks(self) -> dict[BlockKey, BlockFigures]:
-        """Every resident block's figures (L5.2, PP3)."""
-        holders: dict[BlockKey, list[tuple[_Ctx, int]]] = {}
+    def figures(
+        self,
+        key: BlockKey,
+        holders: dict[BlockKey, list[_Ctx]] | None = None,
+        pins: dict[ContextId, int] | None = None,
+    ) -> BlockFigures:
+        """A resident block's figures (L5.2, PP3) now. ``holders`` and ``pins`` (from
+        :meth:`_holders`) save recomputing them for every block."""
+        d = self.key_depth[key]
+        if holders is None or pins is None:
+            holders, pins = self._holders()
+        hs = holders.get(key, [])
+        classes = [self.block_class_in(h, d, pins[h.id]) for h in hs]
+        state = max(classes, key=_ACROSS.__getitem__) if classes else BlockClass.DEAD
+        waits = [
+            h.suspended_at
+            for h, cls in zip(hs, classes, strict=True)
+            if cls is BlockClass.SUSPENDED and h.suspended_at is not None
+        ]
+        return BlockFigures(
+            d,
+            state,
+            tuple(sorted(h.id for h in hs)),
+            min(waits) if waits else None,
+            self.touch[key],
+        )
+
+    def _holders(self) -> tuple[dict[BlockKey, list[_Ctx]], dict[ContextId, int]]:
+        holders: dict[BlockKey, list[_Ctx]] = {}
+        pins: dict[ContextId, int] = {}
         for c in self.ctxs.values():
             if c.open:
-                for d, (k, _) in enumerate(c.chain):
-                    holders.setdefault(k, []).append((c, d))
-        out = {}
-        for k in self.resident:
-            hs = holders.get(k, [])
-            classes = [self.block_class_in(c, d) for c, d in hs]
-            state = max(classes, key=_ACROSS.__getitem__) if classes else BlockClass.DEAD
-            waits = [
-                c.suspended_at
-                for (c, _), cls in zip(hs, classes, strict=True)
-                if cls is BlockClass.SUSPENDED and c.suspended_at is not None
-            ]
-            out[k] = BlockFigures(
-                self.key_depth[k],
-                state,
-                tuple(sorted(c.id for c, _ in hs)),
-                min(waits) if waits else None,
-                self.touch[k],
-            )
-        return out
+                pins[c.id] = self.pin_depth(c)
+                for k, _ in c.chain:
+                    holders.setdefault(k, []).append(c)
+        return holders, pins
+
+    def blocks(self) -> dict[BlockKey, BlockFigures]:
+        """Every resident block's figures."""
+        holders, pins = self._holders()
+        return {k: self.figures(k, holders, pins) for k in self.resident}
 
 
 def _span(c: _Ctx, start: int | None, stop: int | None) -> slice:
@@ -673,13 +757,16 @@ def diverge(
         shadow.apply(op, records if rules is None else None)
         if shadow.problems:
             return Divergence(k, "the log", shadow.problems[0], "what the contract allows")
-        found = _compare(k, engine, shadow, records)
+        found = compare(k, engine, shadow, records)
         if found is not None:
             return found
     return None
 
 
-def _compare(k: int, e: Engine, s: Shadow, records: Sequence[object]) -> Divergence | None:
+def compare(k: int, e: Engine, s: Shadow, records: Sequence[object]) -> Divergence | None:
+    """After op ``k``: the first field on which the engine (its view and the op's ``records``)
+    and the shadow differ."""
+
     def differ(what: str, ev: object, sv: object) -> Divergence | None:
         return None if ev == sv else Divergence(k, what, ev, sv)
 
@@ -726,6 +813,9 @@ def _compare(k: int, e: Engine, s: Shadow, records: Sequence[object]) -> Diverge
             b.depth, b.state, tuple(b.holders), b.suspend_time, b.last_access
         )
     if (d := differ("resident blocks (by key)", sorted(theirs), sorted(mine))) is not None:
+        return d
+    dead = sorted(dk for b in view.dead() if (dk := view.block(BlockId(b)).key) is not None)
+    if (d := differ("dead blocks (by key)", dead, sorted(s.dead()))) is not None:
         return d
     for key in sorted(mine):
         if (d := differ(f"block {key}", theirs[key], mine[key])) is not None:
@@ -807,7 +897,5 @@ def engine_self_check(
         small, minimal = shrink(trace.ops, fails)
         v = contract_violation(small, engine_class, block_size=bs)
         assert v is not None
-        return SelfCheckFind(
-            tuple(small), v, ample_config(small, bs), minimal, len(trace.ops)
-        )
+        return SelfCheckFind(tuple(small), v, ample_config(small, bs), minimal, len(trace.ops))
     return None

@@ -6,10 +6,13 @@ must agree after every op, on every field (spec/invariants.md §Self-checks of t
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 
 from checkers.engine_mutants import ENGINE_MUTANTS
+from checkers.harness import check_ops
+from checkers.invariants import INVARIANTS
 from checkers.nversion import (
     KEEP,
     SELF_CHECK_BLOCK_SIZES,
@@ -20,7 +23,11 @@ from checkers.nversion import (
     engine_self_check,
 )
 from checkers.swarm import draw_config
+from kvmodel._engine_view import EngineView
+from kvmodel._resident import ResidentBlock
 from kvmodel.engine import Engine
+from kvmodel.lifecycle import BlockClass
+from kvmodel.view import BlockInfo
 from kvmodel.messages import Message, MessageKind, Role
 from kvmodel.policy import registered_policies, resolve_policy
 from kvmodel.replay import replay
@@ -139,3 +146,47 @@ def test_every_engine_mutant_diverges_when_followed_under_pressure(mutant: str) 
         if found[-1] is not None:
             break
     assert found[-1] is not None, mutant
+
+
+class _LyingView(EngineView):
+    """Shows every Suspended block as Active (and so hides MRU order from the policy)."""
+
+    def _compute(self, b: ResidentBlock) -> BlockInfo:
+        info = super()._compute(b)
+        if info.state is BlockClass.SUSPENDED:
+            return attrs.evolve(info, state=BlockClass.ACTIVE, suspend_time=None)
+        return info
+
+
+class _LyingEngine(Engine):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.view = _LyingView(self)
+
+
+class _TetherOnALyingEngine(KVTether):
+    engine_class = _LyingEngine
+
+
+def test_the_monitor_judges_evictions_by_the_contract_not_by_the_engines_view() -> None:
+    # an engine whose view lies about classes: a monitor reading that view would find the
+    # policy's order consistent with it; the monitor reads the contract model's classes instead
+    found: set[str] = set()
+    for seed in range(30):
+        trace = random_trace(RandomParams(seed=seed, ops=60))
+        config = draw_config(np.random.default_rng([seed, 7]))
+        run = check_ops(trace.ops, _TetherOnALyingEngine(), config, list(INVARIANTS))
+        found |= {v.invariant for v in run.violations}
+    assert "engine-contract" in found
+    assert found & {"state-priority-eviction", "suspended-mru"}
+    # the honest engine, same traces: none of them
+    for seed in range(30):
+        trace = random_trace(RandomParams(seed=seed, ops=60))
+        config = draw_config(np.random.default_rng([seed, 7]))
+        run = check_ops(trace.ops, KVTether(), config, list(INVARIANTS))
+        assert not {v.invariant for v in run.violations} & {
+            "engine-contract",
+            "state-priority-eviction",
+            "suspended-mru",
+            "no-live-eviction-before-dead-reclaim",
+        }, seed
