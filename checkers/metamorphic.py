@@ -26,10 +26,12 @@ from kvmodel.policy import Policy
 from kvmodel.trace import Append, Close, Fork, Infer, Op, Open, Pin, Remove, Replace, Unpin
 
 __all__ = [
+    "PAIR_RELATIONS",
     "RELATIONS",
     "Run",
     "batched_edits",
     "fork_holds_the_prefix",
+    "interleaving",
     "inverse_edit",
     "no_op_pin",
     "renaming",
@@ -167,6 +169,31 @@ def fork_holds_the_prefix(ops: Sequence[Op], run: Run) -> str | None:
     return None
 
 
+def interleaving(ops: Sequence[Op], other: Sequence[Op], run: Run, seed: int = 0) -> str | None:
+    """Two traces of independent sessions (``other`` renamed apart: no shared id, session or
+    content) merged by a seeded random interleaving: without memory pressure every inference of
+    ``ops`` has the figures it has alone (P3-P7: a context's KV depends only on its own ops and
+    content). Times become the merged position, in both runs."""
+    names = _names(other)
+    apart = [_rename(op, {n: f"other.{n}" for n in names}) for op in other]
+    rng = np.random.default_rng(seed)
+    order = rng.permutation([0] * len(ops) + [1] * len(apart))
+    merged: list[Op] = []
+    mine: list[Op] = []
+    it = [iter(ops), iter(apart)]
+    for t, side in enumerate(order):
+        op = attrs.evolve(next(it[side]), t=float(t))
+        merged.append(op)
+        if side == 0:
+            mine.append(op)
+    own = set(_names(ops))
+    a = _figures(run(mine))
+    b = [f for f in _figures(run(merged)) if f[0] in own]
+    if a == b:
+        return None
+    return f"interleaving another session changes the figures: {_first_difference(a, b)}"
+
+
 def snapshot(ops: Sequence[Op], run: Run) -> str | None:
     """A run copied at its midpoint and continued gives the log of the whole run: the engine's
     state is all in the engine (no globals, no identity-keyed caches)."""
@@ -187,6 +214,10 @@ RELATIONS: dict[str, tuple[Callable[..., str | None], bool]] = {
     "inverse-edit": (inverse_edit, True),
     "fork-holds-the-prefix": (fork_holds_the_prefix, True),
     "snapshot": (snapshot, False),
+}
+#: relations over two traces (not in :data:`RELATIONS`): name -> (relation, needs ample memory)
+PAIR_RELATIONS: dict[str, tuple[Callable[..., str | None], bool]] = {
+    "interleaving": (interleaving, True),
 }
 
 

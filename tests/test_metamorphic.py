@@ -10,7 +10,7 @@ from typing import ClassVar
 import pytest
 
 from checkers.engine_mutants import EagerEdits, ForkWithoutPrefix
-from checkers.metamorphic import RELATIONS, Run, runner
+from checkers.metamorphic import RELATIONS, Run, interleaving, runner
 from checkers.mutants import SharedCursorLRU
 from checkers.nversion import ample_config
 from kvmodel.config import EngineConfig
@@ -115,3 +115,23 @@ def test_with_rejections_more_capacity_can_lower_beladys_hits() -> None:
     ops = list(random_trace(RandomParams(seed=9, ops=80)).ops)
     assert _belady_hits(ops, 14) == (40, 11)
     assert _belady_hits(ops, 16) == (28, 10)
+
+
+def test_interleaving_independent_sessions_changes_no_figure_without_pressure() -> None:
+    for seed in range(10):
+        a = list(random_trace(RandomParams(seed=seed, ops=50)).ops)
+        b = list(random_trace(RandomParams(seed=seed + 100, ops=50)).ops)
+        blocks = ample_config(a, 4).tiers[0].blocks + ample_config(b, 4).tiers[0].blocks
+        for policy in (LRU, KVTether):
+            run = runner(policy, EngineConfig(4, (TierConfig(TierName("hbm"), blocks),)), Engine)
+            assert interleaving(a, b, run, seed) is None, seed
+
+
+def test_interleaving_is_not_vacuous_under_pressure() -> None:
+    # on a small engine the sessions compete for blocks: the relation must see the difference
+    found = []
+    for seed in range(10):
+        a = list(random_trace(RandomParams(seed=seed, ops=50)).ops)
+        b = list(random_trace(RandomParams(seed=seed + 100, ops=50)).ops)
+        found.append(interleaving(a, b, runner(LRU, SMALL, Engine), seed))
+    assert any(found)
