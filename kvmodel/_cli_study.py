@@ -190,6 +190,11 @@ def cmd_prove(args: argparse.Namespace) -> int:
         )
     if args.depth < 1:
         raise ConfigError(f"--depth must be >= 1 (got {args.depth})")
+    for opt in ("contexts", "slots", "edits"):
+        low = 0 if opt == "edits" else 1
+        if getattr(args, opt) < low or getattr(args, opt) > 6:
+            raise ConfigError(f"--{opt} must be in [{low}, 6] (got {getattr(args, opt)})")
+    fragment = Fragment(args.contexts, args.slots, args.edits)
     from checkers.z3util import RLIMIT
 
     rlimit = RLIMIT if args.rlimit is None else args.rlimit
@@ -202,7 +207,7 @@ def cmd_prove(args: argparse.Namespace) -> int:
     answers = prove(
         args.policy,
         names,
-        fragment=Fragment(),
+        fragment=fragment,
         depth=args.depth,
         timeout_s=args.timeout,
         rlimit=rlimit,
@@ -239,7 +244,7 @@ def cmd_prove(args: argparse.Namespace) -> int:
                 if shown is not None:
                     print(f"      the wrong eviction ({shown[0]}) on a trace: "
                           + " ; ".join(str(a) for a in shown[1]))  # fmt: skip
-        f = Fragment()
+        f = fragment
         print(
             f"invariants over the fragment ({f.contexts} contexts, {f.slots} slots, "
             f"{f.edits} edit each; BMC to depth {args.depth}, then k-induction):"
@@ -256,7 +261,7 @@ def cmd_prove(args: argparse.Namespace) -> int:
     if args.self_check:
         from checkers.conformance import self_check
 
-        sc = self_check(args.policy, walks=args.self_check_walks, steps=12)
+        sc = self_check(args.policy, fragment=fragment, walks=args.self_check_walks, steps=12)
         print(json.dumps(attrs.asdict(sc), indent=2) if args.json else sc.render())
         mismatch = bool(sc.mismatches)
     return 1 if bad_claim or mismatch or any(p.rung == "violated" for p in proofs) else 0

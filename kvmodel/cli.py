@@ -450,6 +450,13 @@ def _parser() -> argparse.ArgumentParser:
     pv.add_argument("--invariant", help="comma-separated fragment invariants (default: all)")
     pv.add_argument("--depth", type=int, default=8, help="BMC depth (default 8)")
     pv.add_argument(
+        "--contexts", type=int, default=3, help="fragment: open contexts (default 3)"
+    )
+    pv.add_argument("--slots", type=int, default=2, help="fragment: HBM slots (default 2)")
+    pv.add_argument(
+        "--edits", type=int, default=1, help="fragment: edits per context (default 1)"
+    )
+    pv.add_argument(
         "--self-check",
         action="store_true",
         help="also check the symbolic transition relation against the executable model, step "
