@@ -229,6 +229,11 @@ def cmd_prove(args: argparse.Namespace) -> int:
                 for a in answers
             ],
             "uncovered_claims": uncovered,
+            "fragment_size": {
+                "contexts": fragment.contexts,
+                "slots": fragment.slots,
+                "edits": fragment.edits,
+            },
         }
         print(json.dumps(out, indent=2))
     else:

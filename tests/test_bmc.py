@@ -256,3 +256,17 @@ def test_the_self_check_catches_a_wrong_symbolic_reading() -> None:
     wrong_rank = self_check("kvtether", walks=9, steps=12, prof=attrs.evolve(right, rank=LRU.rank))
     assert [m.split(":")[0] for m in wrong_rank.mismatches] == ["walk 8"]
     assert self_check("mori").outside == "it has no declarative rank"
+
+
+def test_prove_cli_takes_the_fragment_size(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["prove", "lru", "--contexts", "2", "--slots", "3", "--edits", "2"]
+    inv = ["--invariant", "no-zombie-kv,free-at-boundary", "--depth", "3", "--json"]
+    assert main([*args, *inv]) == 0  # lru claims neither: findings, not failures
+    out = json.loads(capsys.readouterr().out)
+    assert out["fragment_size"] == {"contexts": 2, "slots": 3, "edits": 2}
+    assert {(a["invariant"], a["rung"], a["depth"]) for a in out["fragment"]} == {
+        ("no-zombie-kv", "violated", 2),
+        ("free-at-boundary", "violated", 2),
+    }
+    for bad in (["--slots", "0"], ["--contexts", "7"], ["--edits", "-1"]):
+        assert main(["prove", "lru", *bad]) == 2
