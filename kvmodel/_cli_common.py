@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -13,6 +15,39 @@ from kvmodel.trace import Trace, load_trace
 from kvmodel.workloads import PRESETS, AgenticParams, generate_agentic
 
 __all__ = ["agentic_from", "atomic_write", "engine_config", "workload"]
+
+
+def int_at_least(lo: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``lo`` (anything else is a usage error, exit 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer (got {text!r})") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lo} (got {v})")
+        return v
+
+    return parse
+
+
+def number_in(lo: float, hi: float = math.inf, *, low_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number in ``[lo, hi]`` (``(lo, hi]`` with ``low_open``)."""
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number (got {text!r})") from None
+        ok = math.isfinite(v) and (v > lo if low_open else v >= lo) and v <= hi
+        if not ok:
+            lo_s = f"> {lo:g}" if low_open else f">= {lo:g}"
+            hi_s = "" if math.isinf(hi) else f" and <= {hi:g}"
+            raise argparse.ArgumentTypeError(f"expected a finite number {lo_s}{hi_s} (got {text})")
+        return v
+
+    return parse
 
 
 def atomic_write(path: Path, text: str) -> None:

@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from kvmodel._cli_common import agentic_from, atomic_write, engine_config
+from kvmodel._cli_common import (
+    agentic_from,
+    atomic_write,
+    engine_config,
+    int_at_least,
+    number_in,
+)
 from kvmodel._cli_study import (
     cmd_compare,
     cmd_import,
@@ -299,9 +305,11 @@ def _engine_brief(cfg: EngineConfig) -> str:
 
 
 def _workload_args(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--sessions", type=int, help="sessions (default: 4, or the preset's)")
-    sp.add_argument("--turns", type=int, default=3)
+    sp.add_argument("--seed", type=int_at_least(0), default=0)
+    sp.add_argument(
+        "--sessions", type=int_at_least(1), help="sessions (default: 4, or the preset's)"
+    )
+    sp.add_argument("--turns", type=int_at_least(1), default=3)
     sp.add_argument(
         "--workload-preset",
         dest="preset_workload",
@@ -337,9 +345,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=["dev", "ci", "thorough"],
         help="search size (default: ci for one policy, dev for the table)",
     )
-    ck.add_argument("--max-examples", type=int, help="Hypothesis examples (overrides profile)")
-    ck.add_argument("--steps", type=int, help="steps per example (overrides profile)")
-    ck.add_argument("--seed", type=int, default=0)
+    ck.add_argument(
+        "--max-examples", type=int_at_least(1), help="Hypothesis examples (overrides profile)"
+    )
+    ck.add_argument("--steps", type=int_at_least(1), help="steps per example (overrides profile)")
+    ck.add_argument("--seed", type=int_at_least(0), default=0)
     ck.add_argument(
         "--shrink",
         choices=["hypothesis", "dd"],
@@ -348,7 +358,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     ck.add_argument(
         "--walks",
-        type=int,
+        type=int_at_least(0),
         help="random walks after the machine (default: the profile's: dev 50, ci 200, "
         "thorough 2000)",
     )
@@ -358,7 +368,11 @@ def _parser() -> argparse.ArgumentParser:
         "(shrinking comes after)",
     )
     ck.add_argument(
-        "-j", "--jobs", type=int, default=1, help="processes for the random walks (default 1)"
+        "-j",
+        "--jobs",
+        type=int_at_least(1),
+        default=1,
+        help="processes for the random walks (default 1)",
     )
     ck.add_argument(
         "--config",
@@ -384,7 +398,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sm.add_argument(
         "--scale",
-        type=float,
+        type=number_in(0.0, low_open=True),
         default=0.005,
         help="shrink preset capacities (default 0.005, for seconds-long runs)",
     )
@@ -401,7 +415,7 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("--policies", help="comma-separated subset (default: both families)")
     cp.add_argument("--splits", default="1/7,2/6,3/5,4/4,8/8*")
     cp.add_argument("--model", default="llama-4-maverick")
-    cp.add_argument("--scale", type=float, default=0.005)
+    cp.add_argument("--scale", type=number_in(0.0, low_open=True), default=0.005)
     cp.add_argument("--config", help="engine config TOML for the cache comparison")
     cp.add_argument("--out", help="directory for plots (PNG)")
     cp.add_argument("--json", action="store_true")
@@ -448,7 +462,7 @@ def _parser() -> argparse.ArgumentParser:
     pv.add_argument("policy")
     pv.add_argument("--prop", help="comma-separated rank properties (default: those it claims)")
     pv.add_argument("--invariant", help="comma-separated fragment invariants (default: all)")
-    pv.add_argument("--depth", type=int, default=8, help="BMC depth (default 8)")
+    pv.add_argument("--depth", type=int_at_least(1), default=8, help="BMC depth (default 8)")
     pv.add_argument(
         "--contexts", type=int, default=3, help="fragment: open contexts (default 3)"
     )
@@ -463,17 +477,20 @@ def _parser() -> argparse.ArgumentParser:
         "by step, on seeded random walks (exit 1 on a mismatch)",
     )
     pv.add_argument(
-        "--self-check-walks", type=int, default=60, help="random walks of 12 steps (default 60)"
+        "--self-check-walks",
+        type=int_at_least(0),
+        default=60,
+        help="random walks of 12 steps (default 60)",
     )
     pv.add_argument(
         "--rlimit",
-        type=int,
+        type=int_at_least(1),
         default=None,
         help="Z3 resource units per query (default 50,000,000): the deterministic budget",
     )
     pv.add_argument(
         "--timeout",
-        type=float,
+        type=number_in(0.0, low_open=True),
         default=600.0,
         help="wall-clock seconds per query, a safety net above --rlimit (default 600)",
     )
@@ -489,7 +506,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
     g.add_argument(
         "--random-ops",
-        type=int,
+        type=int_at_least(1),
         metavar="N",
         help="instead of an agent workload, N random valid ops over every op kind "
         "(replace, unpin, partial forks, temporaries, ...): the fuzzing and checking generator",
@@ -508,12 +525,12 @@ def _parser() -> argparse.ArgumentParser:
     lf = lsub.add_parser("fit", help="fit ridge weights (default: the documented training set)")
     lf.add_argument("traces", nargs="*", help="trace files (default: built-in training traces)")
     lf.add_argument("--out", required=True, help="weights JSON to write")
-    lf.add_argument("--ridge", type=float, help="ridge penalty (default 1.0)")
+    lf.add_argument("--ridge", type=number_in(0.0), help="ridge penalty (default 1.0)")
     lf.set_defaults(func=cmd_lachesis_fit)
     lc = lsub.add_parser("cv", help="grouped k-fold CV: Kendall tau and 10%% selection shares")
     lc.add_argument("traces", nargs="*", help="trace files (default: built-in training traces)")
-    lc.add_argument("--folds", type=int, default=5)
-    lc.add_argument("--select", type=float, default=0.1)
+    lc.add_argument("--folds", type=int_at_least(2), default=5)
+    lc.add_argument("--select", type=number_in(0.0, 1.0, low_open=True), default=0.1)
     lc.add_argument("--json", action="store_true")
     lc.set_defaults(func=cmd_lachesis_cv)
     return p

@@ -11,6 +11,10 @@ from kvmodel.errors import TraceError
 __all__ = ["read_jsonl"]
 
 
+#: Python's JSON decoder recurses per nesting level; deeper input is refused, not a crash
+_TOO_DEEP = "JSON nested too deeply (no kvmodel input nests more than a few levels)"
+
+
 def read_jsonl(path: str | Path, what: str) -> list[tuple[int, Any]]:
     """``(line number, decoded value)`` for every non-blank line of ``path``.
 
@@ -32,4 +36,6 @@ def read_jsonl(path: str | Path, what: str) -> list[tuple[int, Any]]:
             out.append((n, json.loads(raw)))
         except json.JSONDecodeError as e:
             raise TraceError(f"malformed JSON: {e.msg}", file=str(p), line=n) from None
+        except RecursionError:
+            raise TraceError(_TOO_DEEP, file=str(p), line=n) from None
     return out

@@ -436,6 +436,10 @@ def parse_trace_lines(lines: Iterable[str], *, source: str | None = None) -> Tra
             raise TraceError(
                 f"malformed JSON: {e.msg} at column {e.colno}", file=source, line=lineno
             ) from None
+        except RecursionError:
+            raise TraceError(
+                "JSON nested too deeply (a trace line nests a few levels)", file=source, line=lineno
+            ) from None
         if isinstance(obj, dict) and "kvtrace" in obj:
             if ops or numbers or header.meta:
                 raise TraceError(

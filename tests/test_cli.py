@@ -145,3 +145,52 @@ def test_lachesis_fit_and_cv(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert -1 <= r["kendall_tau"] <= 1
     assert main(["lachesis", "cv", traces[0], "--folds", "50"]) == 2
     assert "at least 50 sessions" in capsys.readouterr().err
+
+
+# -- crash classes of kvmodel issue 20, each pinned: a usage error or a located error, exit 2
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "lru", "--steps", "-1"],
+        ["check", "lru", "--max-examples", "0"],
+        ["check", "lru", "--walks", "-3"],
+        ["check", "lru", "-j", "0"],
+        ["simulate", "--workload", "multi-agent", "--sessions", "0", "--turns", "1"],
+        ["generate", "--turns", "0"],
+        ["generate", "--random-ops", "0"],
+        ["compare", "--scale", "nan"],
+        ["compare", "--scale", "-1"],
+        ["prove", "lru", "--depth", "0"],
+        ["prove", "lru", "--timeout", "inf"],
+        ["lachesis", "cv", "--folds", "1"],
+        ["lachesis", "cv", "--select", "1.5"],
+    ],
+)
+def test_out_of_range_arguments_are_usage_errors(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert "expected" in capsys.readouterr().err
+
+
+def test_deeply_nested_json_and_binary_toml_are_located_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    out = tmp_path / "obs.jsonl"
+    assert main(["replay", str(deep), "--observations", str(out)]) == 2
+    assert f"{deep}:1: JSON nested too deeply" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["kv-events", str(deep)]) == 2
+    assert "nested too deeply" in capsys.readouterr().err
+    good = tmp_path / "t.jsonl"
+    assert main(["generate", "--random-ops", "5", "-o", str(good)]) == 0
+    binary = tmp_path / "bin.toml"
+    binary.write_bytes(b"\xff\xfe\x00 binary")
+    assert main(["replay", str(good), "--config", str(binary)]) == 2
+    assert f"{binary}: not UTF-8 text" in capsys.readouterr().err

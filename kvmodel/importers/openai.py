@@ -140,6 +140,8 @@ def conversations(path: Path, report: ImportReport) -> Iterator[Conversation]:
         raise TraceError(f"cannot read log file: {e.strerror}", file=str(path)) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise TraceError(f"not a JSON log: {e}", file=str(path)) from None
+    except RecursionError:
+        raise TraceError("not a JSON log: nested too deeply", file=str(path)) from None
     stem = path.name.split(".")[0]
     if isinstance(data, dict) and isinstance(data.get("messages"), list):
         c = _from_final(stem, data["messages"], report)
