@@ -17,11 +17,12 @@ import attrs
 
 from kvmodel._cli_common import atomic_write, engine_config, workload
 from kvmodel.config import default_config
-from kvmodel.errors import ConfigError, TraceError
+from kvmodel.errors import ConfigError, KVModelError, TraceError
+from kvmodel.logical import Sequences
 from kvmodel.policy import STRUCTURAL_CLAIMS, resolve_policy
 from kvmodel.presets import hardware_config
 from kvmodel.replay import replay
-from kvmodel.trace import iter_trace_lines, load_trace
+from kvmodel.trace import iter_trace_lines, load_trace, parse_trace_lines
 
 if TYPE_CHECKING:
     from policies.spawn_predictor import WorkerSample
@@ -43,8 +44,28 @@ def cmd_import(args: argparse.Namespace) -> int:
     from kvmodel.importers import import_claude_code, import_openai
 
     importer = import_openai if args.format == "openai" else import_claude_code
-    trace, report = importer(args.paths)
+    where = args.paths[0] if len(args.paths) == 1 else None
+    try:
+        trace, report = importer(args.paths)
+    except KVModelError:
+        raise
+    except (AttributeError, KeyError, TypeError, ValueError, RecursionError, UnicodeError) as e:
+        # a record shaped other than the importer expects: a located error, nothing written
+        raise TraceError(
+            f"cannot import: a record is not shaped as expected ({type(e).__name__}: {e})",
+            file=where,
+        ) from None
     text = "".join(line + "\n" for line in iter_trace_lines(trace))
+    # what is written must be a trace the model accepts: read it back and apply it
+    try:
+        check = Sequences(16)
+        for op in parse_trace_lines(text.splitlines(), source=args.output).ops:
+            check.apply(op)
+    except TraceError as e:
+        raise TraceError(
+            f"the import would write a trace the model rejects ({e}); nothing was written",
+            file=where,
+        ) from None
     atomic_write(Path(args.output), text)
     print(
         f"{report.conversations} conversations, {report.requests} requests -> "

@@ -197,3 +197,37 @@ def test_imports_are_deterministic() -> None:
     c, _ = import_claude_code([CC_FIXTURE])
     d, _ = import_claude_code([CC_FIXTURE])
     assert list(iter_trace_lines(c)) == list(iter_trace_lines(d))
+
+
+def test_a_record_of_an_unexpected_shape_is_a_located_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # kvmodel issue 20: a string timestamp crashed the importer with a ValueError
+    import json
+
+    lines = [json.loads(x) for x in CC_FIXTURE.read_text().splitlines() if x.strip()]
+    lines[1]["timestamp"] = "x"
+    bad = tmp_path / CC_FIXTURE.name
+    bad.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "out.jsonl"
+    assert main(["import", "claude-code", str(bad), "-o", str(out)]) == 2
+    assert f"{bad}: cannot import: a record is not shaped as expected" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_an_import_never_writes_a_trace_the_model_rejects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kvmodel.importers as importers
+    from kvmodel.trace import Infer, TraceHeader
+
+    def broken(paths: object) -> tuple[Trace, object]:
+        real, report = import_openai([DATA / "openai" / "airline_fixture.json"])
+        return Trace(TraceHeader(), (*real.ops, Infer(1e9, "never-opened"))), report  # type: ignore[arg-type]
+
+    monkeypatch.setattr(importers, "import_openai", broken)
+    out = tmp_path / "out.jsonl"
+    log = DATA / "openai" / "airline_fixture.json"
+    assert main(["import", "openai", str(log), "-o", str(out)]) == 2
+    assert "would write a trace the model rejects" in capsys.readouterr().err
+    assert not out.exists()
