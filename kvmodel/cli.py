@@ -537,7 +537,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """Run the CLI; returns the exit status (a usage error, printed by argparse, is 2)."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2): a status, like any other
+        return e.code if isinstance(e.code, int) else 2
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
