@@ -20,7 +20,7 @@ finding) and collects :class:`Violation` results. A violation is a result, never
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -54,10 +54,13 @@ from kvmodel.trace import Close, EndSession, Infer, Op, Return
 from kvmodel.view import NewBlock
 
 __all__ = [
+    "CONCRETE",
     "FINDINGS",
     "INVARIANTS",
+    "ORDER",
     "STRUCTURAL",
     "EvictionTerms",
+    "Logic",
     "Monitor",
     "evict_live_before_dead",
     "evict_mru",
@@ -149,39 +152,84 @@ class EvictionTerms(Protocol):
     def suspend_time(self) -> float | None: ...
 
 
+@attrs.frozen
+class Logic:
+    """How an eviction-order predicate is evaluated: on concrete values (:data:`CONCRETE`, the
+    Monitor) or as solver terms (``checkers.z3util.Z3_LOGIC``: z3rank's rank proofs and the BMC
+    step). One definition, three readers (kvmodel issue 13)."""
+
+    is_: Callable[[Any, BlockClass], Any]  # a state term is the class
+    any_: Callable[..., Any]
+    all_: Callable[..., Any]
+    later: Callable[[Any, Any], Any]  # suspension x after y (None: -inf, never after)
+
+
+def _later(x: float | None, y: float | None) -> bool:
+    return x is not None and (y is None or x > y)
+
+
+CONCRETE = Logic(lambda s, c: s is c, lambda *xs: any(xs), lambda *xs: all(xs), _later)
+
+_D, _E, _S = BlockClass.DEAD, BlockClass.EXPIRED, BlockClass.SUSPENDED
+_LIVE_ORDERED = (BlockClass.TEMPORARY, BlockClass.SUSPENDED, BlockClass.ACTIVE)
+
+#: The eviction-order invariants, each as one predicate ``first_goes_first(a, b, logic)``: with
+#: ``a`` and ``b`` both evictable, evicting ``b`` while ``a`` is a candidate violates the
+#: invariant. ``a`` and ``b`` have ``state`` and ``suspend_time`` terms (spec/invariants.md,
+#: Lifecycle-aware table; z3rank proves a rank never orders such a pair the wrong way).
+ORDER: Mapping[str, Callable[[Any, Any, Logic], Any]] = MappingProxyType(
+    {
+        "no-live-eviction-before-dead-reclaim": lambda a, b, lg: lg.all_(
+            lg.any_(lg.is_(a.state, _D), lg.is_(a.state, _E)),
+            lg.any_(*(lg.is_(b.state, x) for x in _LIVE_ORDERED)),
+        ),
+        "state-priority-eviction": lambda a, b, lg: lg.any_(
+            *(
+                lg.all_(lg.is_(a.state, x), lg.is_(b.state, y))
+                for x in BlockClass
+                for y in BlockClass
+                if BLOCK_CLASS_PRIORITY[x] < BLOCK_CLASS_PRIORITY[y]
+            )
+        ),
+        "suspended-mru": lambda a, b, lg: lg.all_(
+            lg.is_(a.state, _S), lg.is_(b.state, _S), lg.later(a.suspend_time, b.suspend_time)
+        ),
+    }
+)
+
+
+def _passed_over(
+    name: str, victim: EvictionTerms, cands: Iterable[EvictionTerms]
+) -> EvictionTerms | None:
+    return next((c for c in cands if ORDER[name](c, victim, CONCRETE)), None)
+
+
 def evict_live_before_dead(victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> str | None:
-    if victim.state in _LIVE_OR_TEMP:
-        for c in cands:
-            if c.state in _RECLAIMABLE:
-                return (
-                    f"evicted {victim.state.value} block {victim.id} while "
-                    f"{c.state.value} block {c.id} was evictable"
-                )
-    return None
+    c = _passed_over("no-live-eviction-before-dead-reclaim", victim, cands)
+    if c is None:
+        return None
+    return (
+        f"evicted {victim.state.value} block {victim.id} while "
+        f"{c.state.value} block {c.id} was evictable"
+    )
 
 
 def evict_priority(victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> str | None:
-    p = BLOCK_CLASS_PRIORITY[victim.state]
-    for c in cands:
-        if BLOCK_CLASS_PRIORITY[c.state] < p:
-            return (
-                f"evicted {victim.state.value} block {victim.id} before "
-                f"{c.state.value} block {c.id}"
-            )
-    return None
+    c = _passed_over("state-priority-eviction", victim, cands)
+    if c is None:
+        return None
+    return f"evicted {victim.state.value} block {victim.id} before {c.state.value} block {c.id}"
 
 
 def evict_mru(victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> str | None:
-    if victim.state is not BlockClass.SUSPENDED:
+    c = _passed_over("suspended-mru", victim, cands)
+    if c is None:
         return None
     mine = -1e300 if victim.suspend_time is None else victim.suspend_time
-    for c in cands:
-        if c.state is BlockClass.SUSPENDED and c.suspend_time is not None and c.suspend_time > mine:
-            return (
-                f"evicted block {victim.id} suspended at {mine:g} before block {c.id} "
-                f"suspended later, at {c.suspend_time:g}"
-            )
-    return None
+    return (
+        f"evicted block {victim.id} suspended at {mine:g} before block {c.id} "
+        f"suspended later, at {c.suspend_time:g}"
+    )
 
 
 # ----------------------------------------------------------------------------- placement-time

@@ -15,7 +15,9 @@ import attrs
 import z3
 
 from checkers.fragment import ACTIONS, FRAGMENT_INVARIANTS, Action, Fragment
+from checkers.invariants import ORDER
 from checkers.z3rank import SymBlock, before
+from checkers.z3util import Z3_LOGIC
 from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, BlockClass
 from kvmodel.policy import RankTerm
 
@@ -23,6 +25,12 @@ __all__ = ["PolicyProfile", "State", "Step", "c_"]
 
 _CLS = list(BlockClass)
 _PRIO = BLOCK_CLASS_PRIORITY
+
+
+@attrs.frozen
+class _OrderTerms:
+    state: Any
+    suspend_time: Any
 
 
 def c_(x: BlockClass) -> Any:
@@ -246,59 +254,24 @@ class Step:
         blocks = p.blocks()
         vic_cls = {b: self.mid[b] for b in blocks}
 
-        def prio(x: Any) -> Any:
-            out: Any = z3.IntVal(5)
-            for c in reversed(_CLS):
-                out = z3.If(x == c_(c), _PRIO[c], out)
-            return out
-
         def some_victim(pred: Callable[[tuple[int, int]], Any]) -> Any:
             return z3.Or(*(z3.And(self.evict[b], pred(b)) for b in blocks))
 
-        live = (BlockClass.TEMPORARY, BlockClass.SUSPENDED, BlockClass.ACTIVE)
         if name == "no-zombie-kv":
             return z3.Or(
                 *(z3.And(s.res[c][v], s.cls(c, v) == c_(BlockClass.DEAD)) for c, v in blocks)
             )
-        if name == "state-priority-eviction":
+        if name in ORDER:
+            # the invariant's one definition (checkers.invariants.ORDER) over this step's terms:
+            # a candidate ``o`` that had to go before the victim ``b``
+            terms = {o: _OrderTerms(self.mid[o], p.st[o[0]]) for o in blocks}
             return some_victim(
                 lambda b: z3.Or(
-                    *(z3.And(self.cand[o], prio(self.mid[o]) < prio(vic_cls[b])) for o in blocks)
-                )
-            )
-        if name == "no-live-eviction-before-dead-reclaim":
-            return some_victim(
-                lambda b: z3.And(
-                    z3.Or(*(vic_cls[b] == c_(x) for x in live)),
-                    z3.Or(
-                        *(
-                            z3.And(
-                                self.cand[o],
-                                z3.Or(
-                                    self.mid[o] == c_(BlockClass.DEAD),
-                                    self.mid[o] == c_(BlockClass.EXPIRED),
-                                ),
-                            )
-                            for o in blocks
-                        )
-                    ),
-                )
-            )
-        if name == "suspended-mru":
-            return some_victim(
-                lambda b: z3.And(
-                    vic_cls[b] == c_(BlockClass.SUSPENDED),
-                    z3.Or(
-                        *(
-                            z3.And(
-                                self.cand[o],
-                                self.mid[o] == c_(BlockClass.SUSPENDED),
-                                p.st[o[0]] > p.st[b[0]],
-                            )
-                            for o in blocks
-                            if o != b
-                        )
-                    ),
+                    *(
+                        z3.And(self.cand[o], ORDER[name](terms[o], terms[b], Z3_LOGIC))
+                        for o in blocks
+                        if o != b
+                    )
                 )
             )
         if name == "pinned-never-evicted":

@@ -20,7 +20,8 @@ from typing import Any
 import attrs
 import z3
 
-from checkers.z3util import RLIMIT, TIMEOUT_MS, limited
+from checkers.invariants import ORDER
+from checkers.z3util import RLIMIT, TIMEOUT_MS, Z3_LOGIC, limited
 from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, BlockClass
 from kvmodel.policy import Policy, RankTerm, declared_rank
 
@@ -112,28 +113,22 @@ def before(rank: Sequence[RankTerm], a: SymBlock, b: SymBlock) -> Any:
 
 
 #: property name -> premise P(a, b) under which a must go before b
-PROPERTIES: dict[str, Callable[[SymBlock, SymBlock], Any]] = {
-    "dead-before-live": lambda a, b: z3.And(
-        z3.Or(a.is_(BlockClass.DEAD), a.is_(BlockClass.EXPIRED)), z3.Or(*(b.is_(c) for c in _LIVE))
-    ),
-    "class-priority": lambda a, b: z3.Or(
-        *(
-            z3.And(a.is_(x), b.is_(y))
-            for x in _PRIO
-            for y in _PRIO
-            if _PRIO[x] < _PRIO[y] and y is not BlockClass.PINNED
-        )
-    ),
-    "mru-within-suspended": lambda a, b: z3.And(
-        a.is_(BlockClass.SUSPENDED), b.is_(BlockClass.SUSPENDED), a.suspend_time > b.suspend_time
-    ),
-}
-
 #: the claimed invariant whose eviction order each property is
 PROPERTY_OF_CLAIM = {
     "no-live-eviction-before-dead-reclaim": "dead-before-live",
     "state-priority-eviction": "class-priority",
     "suspended-mru": "mru-within-suspended",
+}
+
+
+def _property(invariant: str) -> Callable[[SymBlock, SymBlock], Any]:
+    return lambda a, b: ORDER[invariant](a, b, Z3_LOGIC)
+
+
+#: property -> "``a`` must be evicted before ``b``" over two symbolic evictable blocks: the
+#: invariant's one definition (:data:`checkers.invariants.ORDER`) read as Z3 terms
+PROPERTIES: dict[str, Callable[[SymBlock, SymBlock], Any]] = {
+    prop: _property(inv) for inv, prop in PROPERTY_OF_CLAIM.items()
 }
 
 

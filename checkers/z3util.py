@@ -14,7 +14,10 @@ from typing import TypeVar
 
 import z3
 
-__all__ = ["RLIMIT", "TIMEOUT_MS", "limited", "unknown_reason"]
+from checkers.invariants import Logic
+from kvmodel.lifecycle import BlockClass
+
+__all__ = ["RLIMIT", "TIMEOUT_MS", "Z3_LOGIC", "limited", "unknown_reason"]
 
 #: resource units per ``check`` (about 50x the largest query on the default fragment)
 RLIMIT = 50_000_000
@@ -43,3 +46,17 @@ def unknown_reason(solver: z3.Solver | z3.Optimize) -> str:
     if any(w in why for w in ("resource", "rlimit", "canceled")):  # Z3 says "canceled"
         return "resource limit"
     return why
+
+
+def _z3_logic() -> Logic:
+    classes = list(BlockClass)
+    return Logic(
+        lambda s, c: s == z3.IntVal(classes.index(c)),
+        z3.Or,
+        z3.And,
+        lambda x, y: x > y,
+    )
+
+
+#: :class:`checkers.invariants.Logic` over Z3 terms (a class is its index in ``BlockClass``)
+Z3_LOGIC = _z3_logic()
