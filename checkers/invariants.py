@@ -371,9 +371,9 @@ class Monitor:
 
     def _contract(self, op: Op, records: Sequence[Observation]) -> None:
         """Follow the op in the contract model and compare (spec §Self-checks of the engine)."""
+        tiers, self._evict_tiers = self._evict_tiers, []  # this op's, whether followed or not
         if self._shadow is None:
             return
-        tiers, self._evict_tiers = self._evict_tiers, []
         try:
             self._shadow.apply(op, records, tiers)
             if self._diverged:
