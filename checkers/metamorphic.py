@@ -35,6 +35,7 @@ __all__ = [
     "inverse_edit",
     "no_op_pin",
     "renaming",
+    "retiming",
     "runner",
     "snapshot",
 ]
@@ -206,6 +207,35 @@ def snapshot(ops: Sequence[Op], run: Run) -> str | None:
     return None if a == b else f"a mid-run copy diverges: {_first_difference(a, b)}"
 
 
+def retiming(ops: Sequence[Op], run: Run, seed: int = 0) -> str | None:
+    """Every time point of the trace -- op times, and the ends of inference durations and pin
+    ttls -- moved by a seeded strictly increasing map (integer gaps, so sums stay exact): the log
+    is the same but for its times. It holds for an engine and a policy whose decisions compare
+    times and never measure them, the premise on which ``checkers.reach`` merges states up to
+    re-timing (``compares_times_only``); a policy with an idle timeout breaks it."""
+    points: set[float] = set()
+    for op in ops:
+        points.add(op.t)
+        if isinstance(op, Infer):
+            points.add(op.t + op.duration)
+        if isinstance(op, Pin) and op.ttl is not None:
+            points.add(op.t + op.ttl)
+    order = sorted(points)
+    gaps = np.random.default_rng(seed).integers(1, 50, len(order))
+    new = dict(zip(order, (float(x) for x in np.cumsum(gaps)), strict=True))
+    out: list[Op] = []
+    for op in ops:
+        moved = attrs.evolve(op, t=new[op.t])
+        if isinstance(op, Infer) and isinstance(moved, Infer):
+            moved = attrs.evolve(moved, duration=new[op.t + op.duration] - new[op.t])
+        if isinstance(op, Pin) and isinstance(moved, Pin) and op.ttl is not None:
+            moved = attrs.evolve(moved, ttl=new[op.t + op.ttl] - new[op.t])
+        out.append(moved)
+    a = [{**r, "t": new[r["t"]]} if "t" in r else r for r in _records(run(ops))]
+    b = _records(run(out))
+    return None if a == b else f"re-timing the trace changes the log: {_first_difference(a, b)}"
+
+
 #: name -> (relation, whether it needs memory that cannot fill)
 RELATIONS: dict[str, tuple[Callable[..., str | None], bool]] = {
     "renaming": (renaming, False),
@@ -214,6 +244,7 @@ RELATIONS: dict[str, tuple[Callable[..., str | None], bool]] = {
     "inverse-edit": (inverse_edit, True),
     "fork-holds-the-prefix": (fork_holds_the_prefix, True),
     "snapshot": (snapshot, False),
+    "retiming": (retiming, False),
 }
 #: relations over two traces (not in :data:`RELATIONS`): name -> (relation, needs ample memory)
 PAIR_RELATIONS: dict[str, tuple[Callable[..., str | None], bool]] = {

@@ -36,6 +36,7 @@ __all__ = [
     "cmd_oracle",
     "cmd_prove",
     "cmd_simulate",
+    "wide_spec",
 ]
 
 
@@ -193,6 +194,16 @@ def cmd_kv_events(args: argparse.Namespace) -> int:
     return 1 if found else 0
 
 
+def wide_spec(text: str) -> object:
+    """An argparse type: ``--wide K=V,...`` -> a :class:`checkers.reach.Wide`."""
+    from checkers.reach import parse_wide
+
+    try:
+        return parse_wide(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def cmd_prove(args: argparse.Namespace) -> int:
     """Z3: the rank's eviction-order properties for all feature values, then bounded model
     checking and k-induction of the invariants over the harness fragment."""
@@ -237,6 +248,21 @@ def cmd_prove(args: argparse.Namespace) -> int:
     bad_claim = any(a.rung == "violated" and a.invariant in claims for a in answers)
     # what a proof here does not speak for: claims outside the fragment's invariants
     uncovered = sorted(claims - set(FRAGMENT_INVARIANTS))
+    found = None
+    if args.reach or args.wide is not None:
+        from checkers.invariants import FINDINGS
+        from checkers.reach import REACH_INVARIANTS, Wide, reach
+
+        found = reach(
+            args.policy,
+            args.wide if args.wide is not None else Wide(),
+            max_states=args.max_states,
+            max_seconds=args.reach_seconds,
+        )
+        bad_claim = bad_claim or any(
+            n in claims or n in FINDINGS for n in found.failing
+        )
+        uncovered = sorted(set(uncovered) - set(REACH_INVARIANTS))
     if args.json:
         out = {
             "rank": [attrs.asdict(p) for p in proofs],
@@ -256,6 +282,29 @@ def cmd_prove(args: argparse.Namespace) -> int:
                 "edits": fragment.edits,
             },
         }
+        if found is not None:
+            out["reach"] = {
+                "fragment": attrs.asdict(found.wide),
+                "states": found.states,
+                "transitions": found.transitions,
+                "depth": found.depth,
+                "fixpoint": found.fixpoint,
+                "exact": found.inexact is None,
+                "inexact": found.inexact,
+                "capped": found.capped,
+                "seconds": round(found.seconds, 3),
+                "levels": list(found.levels),
+                "verdicts": [
+                    {
+                        "invariant": n,
+                        "rung": found.verdict(n)[0],
+                        "detail": found.verdict(n)[1],
+                        "claimed": n in claims,
+                        "trace": [str(x) for x in found.failing.get(n, (0, ()))[1]],
+                    }
+                    for n in (*found.invariants, *(f for f in found.failing if f in FINDINGS))
+                ],
+            }
         print(json.dumps(out, indent=2))
     else:
         print(f"rank-order properties of {policy.name} (all feature values):")
@@ -278,10 +327,12 @@ def cmd_prove(args: argparse.Namespace) -> int:
         for a in answers:
             mark = "!" if a.rung == "violated" and a.invariant in claims else " "
             print(mark + " " + a.render())
+        if found is not None:
+            print(found.render(claims))
         if uncovered:
             print(
-                f"claims the fragment does not cover (only kvmodel check tests them): "
-                f"{', '.join(uncovered)}"
+                f"claims the fragment{'s do' if found is not None else ' does'} not cover "
+                f"(only kvmodel check tests them): {', '.join(uncovered)}"
             )
     mismatch = False
     if args.self_check:

@@ -32,6 +32,7 @@ from kvmodel._cli_study import (
     cmd_oracle,
     cmd_prove,
     cmd_simulate,
+    wide_spec,
 )
 from kvmodel.config import EngineConfig, default_config
 from kvmodel.engine import Engine
@@ -493,6 +494,33 @@ def _parser() -> argparse.ArgumentParser:
         type=number_in(0.0, low_open=True),
         default=600.0,
         help="wall-clock seconds per query, a safety net above --rlimit (default 600)",
+    )
+    pv.add_argument(
+        "--reach",
+        action="store_true",
+        help="also search the executable model exhaustively over the wide fragment (2-block "
+        "chains, a temporary append, forks, two tiers) to a fixpoint: every invariant proved, "
+        "violated with a shortest trace, or bounded",
+    )
+    pv.add_argument(
+        "--wide",
+        type=wide_spec,
+        default=None,
+        metavar="K=V,...",
+        help="the wide fragment: contexts, forks, hbm, hbf, edits, temporary (default "
+        "contexts=1,forks=0,hbm=2,hbf=1,edits=1,temporary=yes); implies --reach",
+    )
+    pv.add_argument(
+        "--max-states",
+        type=int_at_least(1),
+        default=200_000,
+        help="--reach: stop (bounded, not proved) after this many states (default 200,000)",
+    )
+    pv.add_argument(
+        "--reach-seconds",
+        type=number_in(0.0, low_open=True),
+        default=900.0,
+        help="--reach: stop (bounded, not proved) after this many seconds (default 900)",
     )
     pv.add_argument("--json", action="store_true")
     pv.set_defaults(func=cmd_prove)

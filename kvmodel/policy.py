@@ -184,6 +184,13 @@ class BasePolicy:
     claims: ClassVar[frozenset[str]] = frozenset()
     #: What ``on_op`` frees, as data; see :func:`declared_reclaim`
     reclaim: ClassVar[Reclaim | None] = Reclaim.NONE
+    #: The policy's code (``place``, beyond the declared rank and reclaim) reads times only to
+    #: compare them, never to measure a duration or compare with a constant: its decisions do
+    #: not change under a strictly increasing re-timing of the trace. Declared, not inferred;
+    #: the exhaustive search (checkers.reach) relies on it and the ``retiming`` relation
+    #: (checkers.metamorphic) tests it. It speaks for the ``place`` of the class that sets it:
+    #: a subclass overriding ``place`` declares again.
+    compares_times_only: ClassVar[bool] = False
 
     def place(self, view: ModelView, block: NewBlock) -> Placement:
         return Placement(tuple(t.name for t in view.tiers()))

@@ -45,6 +45,9 @@ class KVTether(BasePolicy):
         }
     )
 
+    #: place reads the block's class only
+    compares_times_only: ClassVar[bool] = True
+
     def place(self, view: ModelView, block: NewBlock) -> Placement:
         tiers = tuple(t.name for t in view.tiers())
         return Placement(tiers, bypass=block.state is BlockClass.TEMPORARY)

@@ -108,6 +108,9 @@ class LachesisDet(BasePolicy):
         names = tuple(t.name for t in view.tiers())
         return names if cls is SegmentClass.SHORT else names[::-1]
 
+    #: place reads the agent kind, context and kinds of a block (its segment class) only
+    compares_times_only: ClassVar[bool] = True
+
     def place(self, view: ModelView, block: NewBlock) -> Placement:
         cls = self.segment_class(view, block)
         _, seg, closes = classify(block)
@@ -141,6 +144,8 @@ class Lachesis(LachesisDet):
     name: ClassVar[str] = "lachesis"
     #: workers are placed by the predictive path (deterministic-placement exempts them)
     predicts_workers: ClassVar[bool] = True
+    #: the predictive path reads spawn times and durations
+    compares_times_only: ClassVar[bool] = False
     #: fraction of HBM kept free for reviewers when admitting workers
     reviewer_reserve: ClassVar[float] = 0.1
 

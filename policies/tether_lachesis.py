@@ -25,6 +25,9 @@ class TetherLachesis(LachesisDet):
     rank: ClassVar[tuple[RankTerm, ...]] = KVTether.rank
     claims: ClassVar[frozenset[str]] = KVTether.claims | {"deterministic-placement"}
 
+    #: place reads the block's segment class and lifecycle class only
+    compares_times_only: ClassVar[bool] = True
+
     def place(self, view: ModelView, block: NewBlock) -> Placement:
         pl = super().place(view, block)
         return Placement(pl.tiers, bypass=block.state is BlockClass.TEMPORARY)

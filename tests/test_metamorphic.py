@@ -11,7 +11,7 @@ import pytest
 
 from checkers.engine_mutants import EagerEdits, ForkWithoutPrefix
 from checkers.metamorphic import RELATIONS, Run, interleaving, runner
-from checkers.mutants import SharedCursorLRU
+from checkers.mutants import IdleTimeoutReclaim, SharedCursorLRU
 from checkers.nversion import ample_config
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
@@ -69,6 +69,8 @@ CAUGHT: dict[str, tuple[type[Engine], Callable[[], Policy]]] = {
     "renaming": (Engine, WriterNameOrder),
     # a policy keeping state outside itself: a copy of a run does not continue like the run
     "snapshot": (Engine, SharedCursorLRU),
+    # an idle timeout measures durations
+    "retiming": (Engine, IdleTimeoutReclaim),
 }
 
 
@@ -135,3 +137,17 @@ def test_interleaving_is_not_vacuous_under_pressure() -> None:
         b = list(random_trace(RandomParams(seed=seed + 100, ops=50)).ops)
         found.append(interleaving(a, b, runner(LRU, SMALL, Engine), seed))
     assert any(found)
+
+
+def test_every_policy_that_compares_times_only_passes_retiming() -> None:
+    # the declaration checkers.reach relies on, tested for every built-in policy making it
+    from checkers.metamorphic import retiming
+    from kvmodel.policy import registered_policies, resolve_policy
+
+    declared = [p for p in registered_policies() if resolve_policy(p).compares_times_only]
+    assert {"kvtether", "tether-lachesis", "lachesis-det"} <= set(declared)
+    for name in declared:
+        for seed in range(6):
+            ops = list(random_trace(RandomParams(seed=seed, ops=60)).ops)
+            run = runner(lambda n=name: resolve_policy(n), SMALL, Engine)
+            assert retiming(ops, run, seed) is None, (name, seed)

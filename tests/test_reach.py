@@ -1,0 +1,186 @@
+"""The exhaustive search of the executable model over the wide fragment (checkers/reach.py):
+fixpoint proofs for the reference policies, shortest replayable violations, mutants the Z3
+fragment cannot see, honest "bounded" verdicts, and a sampled test of the state merge."""
+
+from __future__ import annotations
+
+import json
+from typing import ClassVar
+
+import pytest
+
+from checkers.harness import check_ops
+from checkers.mutants import MUTANTS
+from checkers.reach import (
+    REACH_INVARIANTS,
+    Step,
+    Wide,
+    WideHarness,
+    check_merges,
+    exact_merge,
+    parse_wide,
+    reach,
+    state_key,
+)
+from kvmodel.cli import main
+from kvmodel.policy import Placement, resolve_policy
+from kvmodel.view import ModelView, NewBlock
+from policies.kvtether import KVTether
+
+#: one context growing to a 2-block chain (or a temporary append), one edit, tiers of 2 + 1
+TINY = Wide(contexts=1, forks=0, hbm=2, hbf=1)
+#: two contexts and a fork: too big to search to its fixpoint in a test, fine for random walks
+WIDER = Wide(contexts=2, forks=1, hbm=2, hbf=1)
+
+
+@pytest.mark.parametrize("policy", ["kvtether", "tether-lachesis"])
+def test_reference_policies_prove_every_claim_on_the_tiny_fragment(policy: str) -> None:
+    r = reach(policy, TINY)
+    assert r.fixpoint
+    assert r.proves
+    assert r.inexact is None
+    assert r.capped is None
+    assert (r.states, r.depth) == (655, 12)  # golden: the merge or the fragment changed
+    claims = resolve_policy(policy).claims
+    for name in REACH_INVARIANTS:
+        rung, _ = r.verdict(name)
+        if name in claims:
+            assert rung == "proved", (name, r.failing.get(name))
+    findings = ("policy-protocol", "engine-internal", "engine-contract")
+    assert not any(f in r.failing for f in findings)
+
+
+def test_violations_are_shortest_and_replay() -> None:
+    r = reach("lru", TINY)
+    # LRU keeps dead KV (no-zombie-kv) and writes temporaries into the index
+    depth, path, _ = r.failing["no-zombie-kv"]
+    assert depth == 2
+    assert len(path) == 2
+    for name in ("no-zombie-kv", "temporary-bypass"):
+        depth, path, _ = r.failing[name]
+        run = check_ops(TINY.ops(path), "lru", TINY.config, [name])
+        assert run.violations
+        assert run.violations[0].invariant == name
+        # shortest: the path without its last step does not show it
+        shorter = check_ops(TINY.ops(path[:-1]), "lru", TINY.config, [name])
+        assert not shorter.violations
+    assert r.verdict("prefix-closed-residency")[0] == "proved"
+
+
+#: mutants whose bug needs a 2-block chain, a temporary, an edit of a chain or a second tier --
+#: outside the Z3 fragment (one-block contexts, one tier)
+WIDE_ONLY = [
+    "checkers.mutants:RootFirstLRU",
+    "checkers.mutants:IndexesTemporary",
+    "checkers.mutants:NoBypassTetherLachesis",
+    "checkers.mutants:StaleHitAfterReplace",
+    "checkers.mutants:ReclaimsExpiredTetherLachesis",
+    "checkers.mutants:AllHBMFirstTetherLachesis",
+    "checkers.mutants:ForgetsHolder",
+    "checkers.mutants:WritesPerSegment",
+]
+
+
+@pytest.mark.parametrize("mutant", WIDE_ONLY, ids=lambda m: m.split(":")[1])
+def test_catches_mutants_outside_the_z3_fragment(mutant: str) -> None:
+    target = MUTANTS[mutant]
+    r = reach(mutant, TINY, max_states=5000)
+    assert target in r.failing, sorted(r.failing)
+    _, path, _ = r.failing[target]
+    run = check_ops(TINY.ops(path), mutant, TINY.config, [target])
+    assert target in {v.invariant for v in run.violations}
+
+
+class IdlePlacement(KVTether):
+    """Places blocks by how long the context has been idle: its placement measures time."""
+
+    name: ClassVar[str] = "test-idle-placement"
+
+    def place(self, view: ModelView, block: NewBlock) -> Placement:
+        tiers = tuple(t.name for t in view.tiers())
+        return Placement(tiers if view.now < 5 else tiers[::-1])
+
+
+def test_a_policy_that_may_measure_time_is_never_proved() -> None:
+    idle = "checkers.mutants:IdleTimeoutReclaim"
+    assert exact_merge(resolve_policy(idle)) is not None
+    assert "compares_times_only" in (exact_merge(IdlePlacement()) or "")
+    r = reach(idle, TINY)
+    assert not r.proves
+    holding = [n for n in r.invariants if n not in r.failing]
+    assert holding
+    assert all(r.verdict(n)[0] == "bounded" for n in holding)
+    assert "not a proof" in r.verdict(holding[0])[1]
+
+
+def test_a_capped_search_is_bounded() -> None:
+    r = reach("kvtether", TINY, max_states=50)
+    assert not r.fixpoint
+    assert r.capped == "state cap 50"
+    rung, detail = r.verdict("no-zombie-kv")
+    assert rung == "bounded"
+    assert "state cap 50" in detail
+
+
+def test_state_key_forgets_history_and_keeps_state() -> None:
+    from checkers.harness import engine_for
+    from checkers.invariants import Monitor
+
+    def key(steps: list[Step]) -> tuple[object, ...]:
+        e = engine_for(resolve_policy("kvtether"), TINY.config)
+        m = Monitor(e, REACH_INVARIANTS)
+        h = WideHarness(TINY)
+        for op in TINY.prelude():
+            m.apply(op)
+        for d, s in enumerate(steps, start=1):
+            m.apply(h.op(s, float(d)))
+        return state_key(e, m, h)
+
+    infer, pin, unpin = Step("infer", 0), Step("pin", 0), Step("unpin", 0)
+    # a pin and an unpin between two inferences leave the same state, but for the time stamps
+    assert key([infer, pin, unpin, infer]) == key([infer, infer])
+    assert key([infer]) != key([infer, Step("append", 0)])
+    assert key([infer, pin]) != key([infer])
+
+
+@pytest.mark.parametrize("policy", ["kvtether", "tether-lachesis", "lru"])
+def test_merged_states_have_the_same_future(policy: str) -> None:
+    pairs, bad = check_merges(policy, WIDER, walks=120, steps=12)
+    assert pairs > 50
+    assert not bad, bad[:1]
+
+
+def test_the_merge_check_catches_a_policy_that_measures_time() -> None:
+    _, bad = check_merges("checkers.mutants:IdleTimeoutReclaim", WIDER, walks=120, steps=12)
+    assert bad
+
+
+def test_parse_wide() -> None:
+    assert Wide() == TINY
+    assert parse_wide("contexts=2,forks=1,temporary=no") == Wide(2, 1, temporary=False)
+    for bad in ("contexts", "slots=2", "hbm=x", "hbm=0", "forks=9", "temporary=maybe"):
+        with pytest.raises(ValueError, match=r"expected|at (least|most)|must be"):
+            parse_wide(bad)
+
+
+def test_cli_prove_reach(capsys: pytest.CaptureFixture[str]) -> None:
+    wide = "contexts=1,forks=0,hbm=2,hbf=1"
+    args = ["prove", "kvtether", "--invariant", "no-zombie-kv", "--depth", "2", "--wide", wide]
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    reach_out = out["reach"]
+    assert reach_out["fixpoint"]
+    assert reach_out["exact"]
+    assert reach_out["states"] == 655
+    rungs = {v["invariant"]: v["rung"] for v in reach_out["verdicts"]}
+    assert rungs["prefix-closed-residency"] == "proved"
+    assert out["uncovered_claims"] == []
+    quick = ["--invariant", "no-zombie-kv", "--depth", "2", "--wide", wide]
+    assert main(["prove", "lru", *quick]) == 0
+    text = capsys.readouterr().out
+    assert "no-zombie-kv" in text
+    assert "violated  at depth 2" in text
+    # a claimed invariant broken in the wide fragment: exit 1
+    mutant = "checkers.mutants:RootFirstLRU"
+    assert main(["prove", mutant, *quick]) == 1
+    assert main(["prove", "kvtether", "--wide", "slots=3"]) == 2
