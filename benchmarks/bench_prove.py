@@ -1,9 +1,12 @@
 """Per-query Z3 times: rank-order proofs, BMC at depths 4, 8 and 12, k-induction; and with
 ``--reach 10,60`` the BMC depth reached within each time budget per policy and invariant (the
 incremental solver goes one depth deeper while the budget lasts; kvmodel issue 13's goal is depth
-12 on the default fragment within 10 s). Prints figures; asserts nothing.
+12 on the default fragment within 10 s); with ``--wide`` the exhaustive search of the executable
+model (checkers.reach) per policy over a ladder of wide fragments: states, transitions, the
+fixpoint depth and seconds. Prints figures; asserts nothing.
 
     python benchmarks/bench_prove.py [--depths 4,8,12] [--reach 10,60] [--max-depth 40]
+    python benchmarks/bench_prove.py --wide [--policies kvtether,tether-lachesis] [--seconds 600]
 """
 
 from __future__ import annotations
@@ -11,10 +14,13 @@ from __future__ import annotations
 import argparse
 import time
 
+import attrs
 import z3
 
 from checkers.bmc import PolicyProfile, bmc, induction, profile
 from checkers.fragment import FRAGMENT_INVARIANTS, Fragment
+from checkers.reach import Wide
+from checkers.reach import reach as explore_wide
 from checkers.symbolic import State, Step
 from checkers.z3rank import prove_policy
 from kvmodel.policy import resolve_policy
@@ -52,12 +58,50 @@ def reach(
     return done, "max"
 
 
+#: wide fragments, smallest first (checkers.reach.Wide fields)
+LADDER = [
+    Wide(),
+    Wide(contexts=1, forks=1, hbm=2, hbf=0, edits=0, temporary=False),
+    Wide(contexts=1, forks=1, hbm=1, hbf=1, edits=0, temporary=True),
+    Wide(contexts=2, forks=0, hbm=2, hbf=1, edits=1, temporary=True),
+]
+
+
+def wide_ladder(policies: list[str], seconds: float) -> None:
+    print("exhaustive search of the executable model (checkers.reach), per wide fragment")
+    print(f"  {'policy':<16} {'fragment':<58} {'states':>8} {'trans':>9} {'depth':>5}  verdict")
+    for w in LADDER:
+        desc = ",".join(f"{k}={v}" for k, v in attrs.asdict(w).items())
+        for p in policies:
+            r = explore_wide(p, w, max_states=2_000_000, max_seconds=seconds)
+            how = (
+                "fixpoint (exact: a proof)"
+                if r.proves
+                else "fixpoint, inexact"
+                if r.fixpoint
+                else f"bounded ({r.capped})"
+            )
+            claims: frozenset[str] = getattr(resolve_policy(p), "claims", frozenset())
+            bad = ",".join(sorted(n for n in r.failing if n in claims))
+            print(
+                f"  {p:<16} {desc:<58} {r.states:>8} {r.transitions:>9} {r.depth:>5}  {how}"
+                f"{'  claims violated: ' + bad if bad else ''}  {r.seconds:.1f} s",
+                flush=True,
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--depths", default="4,8,12")
     ap.add_argument("--reach", help="comma-separated budgets in seconds, e.g. 10,60")
     ap.add_argument("--max-depth", type=int, default=40)
+    ap.add_argument("--wide", action="store_true", help="the exhaustive search's ladder")
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--seconds", type=float, default=600.0, help="--wide: cap per search")
     a = ap.parse_args()
+    if a.wide:
+        wide_ladder(a.policies.split(","), a.seconds)
+        return
     depths = [int(x) for x in a.depths.split(",")]
     f = Fragment()
     if a.reach:
