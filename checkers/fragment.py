@@ -165,7 +165,10 @@ class Shortest:
 
 
 def _abstract(engine: Engine, lg: Harness) -> tuple[object, ...]:
-    """The state up to the order of its time stamps (the future compares times only)."""
+    """The state up to the order of its time stamps (the future compares times only): for a
+    policy inside the fragment -- declared rank and reclaim, so no state of its own -- what its
+    decisions and the fragment invariants read. (A policy with code decisions is never proved
+    here; :mod:`checkers.reach` keys the whole state.)"""
     v = engine.view
     blocks = [v.block(b) for b in v.resident()]
     ctxs = [engine.contexts[ContextId(f"c{c}")] for c in range(lg.f.contexts)]
@@ -181,11 +184,20 @@ def _abstract(engine: Engine, lg: Harness) -> tuple[object, ...]:
     )
     per_block = tuple(
         sorted(
-            (str(b.key), b.state.value, rank[b.last_access], rank[b.alloc_time], len(b.holders))
+            (
+                str(b.key),
+                int(b.id),  # the rank's universal tie-break
+                b.state.value,
+                rank[b.last_access],
+                rank[b.alloc_time],
+                len(b.holders),
+            )
             for b in blocks
         )
     )
-    return per_ctx, per_block
+    # which slot the next write takes (ids decide ties)
+    free = tuple(int(x) for t in engine.memory.names for x in engine.memory.free_blocks(t))
+    return per_ctx, per_block, free
 
 
 @attrs.define

@@ -33,7 +33,7 @@ import pickle
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -383,8 +383,13 @@ def _walk_object(
             _walk(v, out, stack, times, ops)
 
 
-def state_key(engine: Engine, monitor: Monitor | None, harness: WideHarness) -> tuple[object, ...]:
-    """The state up to strictly increasing re-timing (see the module docstring)."""
+class _Keyed(Protocol):
+    def key(self) -> tuple[object, ...]: ...
+
+
+def state_key(engine: Engine, monitor: Monitor | None, harness: _Keyed) -> tuple[object, ...]:
+    """The state up to strictly increasing re-timing (see the module docstring); ``harness``
+    is the fragment's harness state (what actions are enabled next)."""
     out: list[object] = [harness.key()]
     times: set[float] = set()
     ops: set[int] = set()

@@ -132,6 +132,10 @@ class Memory:
     def free_count(self, tier: TierName) -> int:
         return len(self._free[tier])
 
+    def free_blocks(self, tier: TierName) -> tuple[BlockId, ...]:
+        """The free slots of ``tier`` in the order :meth:`alloc` takes them."""
+        return tuple(self._free[tier])
+
     def used_count(self, tier: TierName) -> int:
         return self.config(tier).blocks - len(self._free[tier])
 
