@@ -37,7 +37,7 @@ from checkers.fragment import (
     explore,
 )
 from checkers.harness import check_ops
-from checkers.symbolic import PolicyProfile, State, Step, c_
+from checkers.symbolic import PolicyProfile, State, Step, zombie
 from checkers.z3util import RLIMIT, TIMEOUT_MS, limited, unknown_reason
 from kvmodel.lifecycle import BlockClass
 from kvmodel.observations import FreeObs, FreeReason
@@ -221,16 +221,7 @@ def induction(
         solver.add(step.cons)
         solver.add(step.violated(invariant) if i == k + 1 else z3.Not(step.violated(invariant)))
         if invariant == "no-zombie-kv" and i == 1:
-            solver.add(
-                z3.Not(
-                    z3.Or(
-                        *(
-                            z3.And(states[0].res[c][v], states[0].cls(c, v) == c_(BlockClass.DEAD))
-                            for c, v in states[0].blocks()
-                        )
-                    )
-                )
-            )
+            solver.add(z3.Not(zombie(states[0])))  # a state invariant holds in state 0 too
     for i in range(len(states)):
         for j in range(i + 1, len(states)):
             solver.add(

@@ -31,7 +31,6 @@ from checkers.structural import (
     Violation,
     check_accounting,
     check_chains,
-    check_no_zombie,
     check_prefix_closed,
 )
 from kvmodel.engine import Engine
@@ -54,11 +53,14 @@ from kvmodel.trace import Close, EndSession, Infer, Op, Return
 from kvmodel.view import NewBlock
 
 __all__ = [
+    "BLOCK",
     "CONCRETE",
     "FINDINGS",
     "INVARIANTS",
     "ORDER",
     "STRUCTURAL",
+    "BlockAt",
+    "BlockTerms",
     "EvictionTerms",
     "Logic",
     "Monitor",
@@ -162,13 +164,16 @@ class Logic:
     any_: Callable[..., Any]
     all_: Callable[..., Any]
     later: Callable[[Any, Any], Any]  # suspension x after y (None: -inf, never after)
+    not_: Callable[[Any], Any]
 
 
 def _later(x: float | None, y: float | None) -> bool:
     return x is not None and (y is None or x > y)
 
 
-CONCRETE = Logic(lambda s, c: s is c, lambda *xs: any(xs), lambda *xs: all(xs), _later)
+CONCRETE = Logic(
+    lambda s, c: s is c, lambda *xs: any(xs), lambda *xs: all(xs), _later, lambda x: not x
+)
 
 _D, _E, _S = BlockClass.DEAD, BlockClass.EXPIRED, BlockClass.SUSPENDED
 _LIVE_ORDERED = (BlockClass.TEMPORARY, BlockClass.SUSPENDED, BlockClass.ACTIVE)
@@ -193,6 +198,58 @@ ORDER: Mapping[str, Callable[[Any, Any, Logic], Any]] = MappingProxyType(
         ),
         "suspended-mru": lambda a, b, lg: lg.all_(
             lg.is_(a.state, _S), lg.is_(b.state, _S), lg.later(a.suspend_time, b.suspend_time)
+        ),
+    }
+)
+
+
+class BlockTerms(Protocol):
+    """What a per-block invariant reads of one block at one op: the Monitor builds it from the
+    engine's view and the op's records (:class:`BlockAt`), the BMC step from its symbolic
+    state (``checkers.symbolic``)."""
+
+    @property
+    def resident(self) -> Any: ...  # resident after the op
+
+    @property
+    def state(self) -> Any: ...  # its class after the op
+
+    @property
+    def was_dead(self) -> Any: ...  # resident and Dead before the op
+
+    @property
+    def closing(self) -> Any: ...  # the op closes contexts (close, return, end, one-shot)
+
+    @property
+    def removed(self) -> Any: ...  # the op evicted it, or a policy reclaimed it
+
+    @property
+    def removed_state(self) -> Any: ...  # its class when removed
+
+
+@attrs.frozen
+class BlockAt:
+    """Concrete :class:`BlockTerms` (the Monitor's)."""
+
+    resident: bool = False
+    state: BlockClass | None = None
+    was_dead: bool = False
+    closing: bool = False
+    removed: bool = False
+    removed_state: BlockClass | None = None
+
+
+#: The per-block invariants, each as one predicate ``violated(block, logic)`` over
+#: :class:`BlockTerms`: the Monitor evaluates it on concrete values, the BMC step on Z3 terms
+#: (one definition, two readers; spec/invariants.md tables).
+BLOCK: Mapping[str, Callable[[Any, Logic], Any]] = MappingProxyType(
+    {
+        "no-zombie-kv": lambda b, lg: lg.all_(b.resident, lg.is_(b.state, _D)),
+        "free-at-boundary": lambda b, lg: lg.all_(
+            b.closing, b.resident, lg.is_(b.state, _D), lg.not_(b.was_dead)
+        ),
+        "pinned-never-evicted": lambda b, lg: lg.all_(
+            b.removed, lg.is_(b.removed_state, BlockClass.PINNED)
         ),
     }
 )
@@ -257,12 +314,18 @@ def place_deterministic(engine: Engine, block: NewBlock, slot: BlockId) -> str |
 
 
 def log_pinned(records: Iterable[Observation]) -> list[tuple[str, BlockId]]:
+    pinned = BLOCK["pinned-never-evicted"]
     return [
         (f"{r.kind} of pinned block {r.block}", r.block)
         for r in records
         if isinstance(r, EvictObs | FreeObs)
-        and r.state is BlockClass.PINNED
-        and (isinstance(r, EvictObs) or r.reason == FreeReason.RECLAIM)
+        and pinned(
+            BlockAt(
+                removed=isinstance(r, EvictObs) or r.reason == FreeReason.RECLAIM,
+                removed_state=r.state,
+            ),
+            CONCRETE,
+        )
     ]
 
 
@@ -511,19 +574,37 @@ class Monitor:
         if "prefix-closed-residency" in a:
             for v in check_prefix_closed(e):
                 self._add("prefix-closed-residency", v.message, v.block)
-        if "no-zombie-kv" in a:
-            for v in check_no_zombie(e)[:1]:
-                self._add(
-                    "no-zombie-kv", f"{len(e.dead)} dead blocks resident (e.g. {v.block})", v.block
-                )
-        if "free-at-boundary" in a and self._pending.closing:
-            left = sorted(set(e.dead) - self._pending.dead)
-            if left:
-                self._add(
-                    "free-at-boundary",
-                    f"{len(left)} blocks killed by this op stay resident (e.g. {left[0]})",
-                    left[0],
-                )
+        if "no-zombie-kv" in a or ("free-at-boundary" in a and self._pending.closing):
+            self._block_states()
+
+    def _block_states(self) -> None:
+        """no-zombie-kv and free-at-boundary: their :data:`BLOCK` predicates over every resident
+        block, its class read from the engine's view."""
+        e, p = self.engine, self._pending
+        zombie, killed = [], []
+        for bid in e.view.resident():
+            terms = BlockAt(
+                resident=True,
+                state=e.view.block(bid).state,
+                was_dead=bid in p.dead,
+                closing=p.closing,
+            )
+            if BLOCK["no-zombie-kv"](terms, CONCRETE):
+                zombie.append(bid)
+            if BLOCK["free-at-boundary"](terms, CONCRETE):
+                killed.append(bid)
+        if zombie:
+            zombie.sort()
+            self._add(
+                "no-zombie-kv", f"{len(zombie)} dead blocks resident (e.g. {zombie[0]})", zombie[0]
+            )
+        if killed:
+            killed.sort()
+            self._add(
+                "free-at-boundary",
+                f"{len(killed)} blocks killed by this op stay resident (e.g. {killed[0]})",
+                killed[0],
+            )
 
     def _temporary(self, records: Sequence[Observation]) -> None:
         for msg, b in log_bypass(records):

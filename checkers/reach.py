@@ -518,13 +518,15 @@ def reach(
     max_states: int = 100_000,
     max_depth: int = 64,
     max_seconds: float | None = None,
+    until: Iterable[str] = (),
 ) -> Reach:
     """Breadth-first search of every enabled step sequence to a fixpoint or a cap.
 
     A child is a copy of its parent (engine, monitor, harness) with one op applied through
     the monitor, so a level costs one op per child. Violations, refused decisions and crashes
     are recorded at the shallowest depth they occur (breadth first: the first witness found is
-    a shortest one); a path that stops is not extended."""
+    a shortest one); a path that stops is not extended. ``until``: stop (bounded) at the end of
+    the level where every one of these invariants or findings has failed (a hunt, not a proof)."""
     w = wide or Wide()
     pol = resolve_policy(policy)
     names = tuple(invariants)
@@ -540,6 +542,7 @@ def reach(
     stopped: tuple[int, tuple[Step, ...]] | None = None
     frontier, depth, transitions, capped = [root], 0, 0, None
     levels: list[int] = []
+    wanted = set(until)
     while frontier:
         if depth >= max_depth:
             capped = f"depth cap {max_depth}"
@@ -574,6 +577,8 @@ def reach(
             if capped:
                 break
         levels.append(len(nxt))
+        if wanted and wanted <= set(failing) and not capped:
+            capped = f"stopped once {', '.join(sorted(wanted))} failed"
         if capped:
             break
         frontier = nxt

@@ -15,13 +15,13 @@ import attrs
 import z3
 
 from checkers.fragment import ACTIONS, FRAGMENT_INVARIANTS, Action, Fragment
-from checkers.invariants import ORDER
+from checkers.invariants import BLOCK, ORDER
 from checkers.z3rank import SymBlock, before
 from checkers.z3util import Z3_LOGIC
 from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, BlockClass
 from kvmodel.policy import RankTerm
 
-__all__ = ["PolicyProfile", "State", "Step", "c_"]
+__all__ = ["PolicyProfile", "State", "Step", "c_", "zombie"]
 
 _CLS = list(BlockClass)
 _PRIO = BLOCK_CLASS_PRIORITY
@@ -31,6 +31,18 @@ _PRIO = BLOCK_CLASS_PRIORITY
 class _OrderTerms:
     state: Any
     suspend_time: Any
+
+
+@attrs.frozen
+class _BlockTerms:
+    """checkers.invariants.BlockTerms over Z3 terms."""
+
+    resident: Any = False
+    state: Any = None
+    was_dead: Any = False
+    closing: Any = False
+    removed: Any = False
+    removed_state: Any = None
 
 
 def c_(x: BlockClass) -> Any:
@@ -46,6 +58,16 @@ class PolicyProfile:
     rank: tuple[RankTerm, ...] = ()
     reclaims_dead: bool = False
     unsupported: str | None = None
+
+
+def zombie(s: State) -> Any:
+    """A dead block is resident in ``s`` (invariant no-zombie-kv's :data:`BLOCK` predicate)."""
+    return z3.Or(
+        *(
+            BLOCK["no-zombie-kv"](_BlockTerms(resident=s.res[c][v], state=s.cls(c, v)), Z3_LOGIC)
+            for c, v in s.blocks()
+        )
+    )
 
 
 class State:
@@ -258,9 +280,7 @@ class Step:
             return z3.Or(*(z3.And(self.evict[b], pred(b)) for b in blocks))
 
         if name == "no-zombie-kv":
-            return z3.Or(
-                *(z3.And(s.res[c][v], s.cls(c, v) == c_(BlockClass.DEAD)) for c, v in blocks)
-            )
+            return zombie(s)
         if name in ORDER:
             # the invariant's one definition (checkers.invariants.ORDER) over this step's terms:
             # a candidate ``o`` that had to go before the victim ``b``
@@ -275,14 +295,30 @@ class Step:
                 )
             )
         if name == "pinned-never-evicted":
-            return some_victim(lambda b: vic_cls[b] == c_(BlockClass.PINNED))
+            # the fragment's only removals a policy chooses are evictions (its declared reclaim
+            # frees Dead blocks only)
+            return z3.Or(
+                *(
+                    BLOCK[name](
+                        _BlockTerms(removed=self.evict[b], removed_state=vic_cls[b]), Z3_LOGIC
+                    )
+                    for b in blocks
+                )
+            )
         if name == "accounting":
             return s.used() > f.slots
         if name == "free-at-boundary":
+            dead = c_(BlockClass.DEAD)
             return z3.Or(
                 *(
-                    z3.And(
-                        self.k["close"], self.on[c], s.res[c][v], p.cls(c, v) != c_(BlockClass.DEAD)
+                    BLOCK[name](
+                        _BlockTerms(
+                            resident=s.res[c][v],
+                            state=s.cls(c, v),
+                            was_dead=z3.And(p.res[c][v], p.cls(c, v) == dead),
+                            closing=self.k["close"],  # the fragment's only closing action
+                        ),
+                        Z3_LOGIC,
                     )
                     for c, v in blocks
                 )

@@ -55,6 +55,7 @@ def _z3_logic() -> Logic:
         z3.Or,
         z3.And,
         lambda x, y: x > y,
+        z3.Not,
     )
 
 

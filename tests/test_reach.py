@@ -184,3 +184,33 @@ def test_cli_prove_reach(capsys: pytest.CaptureFixture[str]) -> None:
     mutant = "checkers.mutants:RootFirstLRU"
     assert main(["prove", mutant, *quick]) == 1
     assert main(["prove", "kvtether", "--wide", "slots=3"]) == 2
+
+
+#: one context and one fork on two HBM blocks: shared prefixes, several holders
+FORK = Wide(contexts=1, forks=1, hbm=2, hbf=0, edits=0, temporary=False)
+
+
+@pytest.mark.parametrize(
+    "mutant",
+    [
+        "checkers.mutants:DropsForkPrefix",
+        "checkers.engine_mutants:ForkWithoutPrefixTether",
+        "checkers.mutants:EvictsInFlight",
+    ],
+    ids=lambda m: m.split(":")[1],
+)
+def test_catches_fork_and_in_flight_mutants_on_a_fork_fragment(mutant: str) -> None:
+    target = MUTANTS[mutant]
+    r = reach(mutant, FORK, until=[target])
+    assert target in r.failing
+    assert r.capped == f"stopped once {target} failed"
+    assert r.verdict(target)[0] == "violated"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["kvtether", "tether-lachesis"])
+def test_reference_policies_prove_every_claim_with_a_fork(policy: str) -> None:
+    r = reach(policy, FORK)
+    assert r.proves
+    claims = resolve_policy(policy).claims
+    assert not set(r.failing) & (set(claims) | {"engine-contract", "policy-protocol"})

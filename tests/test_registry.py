@@ -42,3 +42,16 @@ def test_every_other_list_names_registry_invariants() -> None:
     assert set(MUTANTS.values()) <= names | set(FINDINGS)
     for p in registered_policies():
         assert set(resolve_policy(p).claims) <= names, p
+
+
+def test_every_fragment_invariant_has_one_definition_or_is_printed_structural() -> None:
+    # the BMC step reads the eviction-order invariants from ORDER and the per-block ones from
+    # BLOCK, the same predicates the Monitor evaluates; what is in neither is structural there
+    from checkers.invariants import BLOCK, ORDER
+    from checkers.reach import REACH_INVARIANTS
+
+    assert set(ORDER) | set(BLOCK) <= set(INVARIANTS)
+    assert not set(ORDER) & set(BLOCK)
+    for name in FRAGMENT_INVARIANTS:
+        assert name in ORDER or name in BLOCK or name in STRUCTURAL_IN_FRAGMENT, name
+    assert set(REACH_INVARIANTS) == set(INVARIANTS) - {"endurance-budget"}
