@@ -128,11 +128,12 @@ def _sequences(f: Fragment, depth: int) -> Iterable[tuple[Action, ...]]:
 STRUCTURAL_IN_FRAGMENT: dict[str, str] = {
     "pinned-never-evicted": (
         "the symbolic model never offers a Pinned block as a victim and reclaims only Dead "
-        "blocks; only the executable search to depth 5 tests the policy here"
+        "blocks; only the executable search (to depth 5 here; to a fixpoint with --reach) "
+        "tests the policy"
     ),
     "accounting": (
         "checked as used <= slots, which well-formedness already ensures; free + used = capacity "
-        "and writes = alloc records are checked by kvmodel check, not here"
+        "and writes = alloc records are checked by kvmodel check and --reach, not here"
     ),
 }
 

@@ -333,6 +333,7 @@ def cmd_prove(args: argparse.Namespace) -> int:
             print(
                 f"claims the fragment{'s do' if found is not None else ' does'} not cover "
                 f"(only kvmodel check tests them): {', '.join(uncovered)}"
+                + ("" if found is not None else "; --reach covers all but endurance-budget")
             )
     mismatch = False
     if args.self_check:
