@@ -28,6 +28,7 @@ a finished log and drives lockstep differential testing (:mod:`checkers.lockstep
 from __future__ import annotations
 
 import heapq
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -44,7 +45,7 @@ from kvmodel.ids import BlockId, BlockKey, TierName
 from kvmodel.jsonl import read_jsonl
 from kvmodel.observations import observation_to_json
 from kvmodel.policy import BasePolicy, Placement, Policy, declared_rank, rank_key, resolve_policy
-from kvmodel.trace import Infer, Op, Trace, dumps_op
+from kvmodel.trace import MAX_STRING, Infer, Op, Trace, dumps_op
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 
 __all__ = [
@@ -91,6 +92,41 @@ class OracleVerdict:
         return "\n".join(lines)
 
 
+#: the type of each spec T4 field the oracle reads, where present (null allowed where named);
+#: integers >= 0. A record of another shape is a located error, never a crash.
+_FIELDS: dict[str, tuple[str, bool]] = {
+    "seq": ("integer", False),
+    "op": ("integer", False),
+    "own_blocks": ("integer", True),
+    "depth": ("integer", True),
+    "block": ("integer", True),
+    "prompt_tokens": ("integer", True),
+    "hit_tokens": ("integer", True),
+    "miss_tokens": ("integer", True),
+    "output_tokens": ("integer", True),
+    "kind": ("string", False),
+    "ctx": ("string", True),
+    "key": ("string", True),
+    "tier": ("string", True),
+    "state": ("string", True),
+    "reason": ("string", True),
+    "rewrite": ("boolean", True),
+    "t": ("number", True),
+}
+
+
+def _field_ok(v: object, kind: str, nullable: bool) -> bool:
+    if v is None:
+        return nullable
+    if kind == "integer":  # counts and positions: any length of run is allowed
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    if kind == "string":
+        return isinstance(v, str) and len(v) <= MAX_STRING
+    if kind == "boolean":
+        return isinstance(v, bool)
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def load_log(path: str | Path) -> list[dict[str, Any]]:
     out = []
     for n, rec in read_jsonl(path, "implementation log"):
@@ -105,6 +141,18 @@ def load_log(path: str | Path) -> list[dict[str, Any]]:
                 line=n,
                 field="op",
             )
+        for name, (kind, nullable) in _FIELDS.items():
+            if name in rec and not _field_ok(rec[name], kind, nullable):
+                what = f"{'an' if kind[0] in 'aeiu' else 'a'} {kind}" + (
+                    " >= 0" if kind == "integer" else ""
+                )
+                raise TraceError(
+                    f"expected {what}{' or null' if nullable else ''} (got {rec[name]!r:.60})",
+                    file=str(path),
+                    line=n,
+                    op=str(rec["kind"])[:40],
+                    field=name,
+                )
         out.append(rec)
     return out
 

@@ -178,4 +178,6 @@ def load_config(path: str | Path) -> EngineConfig:
         raise ConfigError(f"{p}: invalid TOML: {e}") from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: invalid TOML: nested too deeply") from None
     return parse_config(data, source=str(p))

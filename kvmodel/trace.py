@@ -22,6 +22,9 @@ from kvmodel.ids import ContextId, MessageId, SessionId
 from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
 
 __all__ = [
+    "MAX_INT",
+    "MAX_MESSAGE_TOKENS",
+    "MAX_STRING",
     "OP_NAMES",
     "TRACE_VERSION",
     "Append",
@@ -209,6 +212,14 @@ class Trace:
 # --------------------------------------------------------------------------- reading
 
 
+#: Bounds on hostile input (spec/trace-format.md T3): work must stay proportional to what a
+#: line can justify. A message of more tokens than any model's context window, an index or
+#: count beyond any real context, a name longer than any id is an error, not a long run.
+MAX_MESSAGE_TOKENS = 1_000_000
+MAX_INT = 10_000_000
+MAX_STRING = 10_000
+
+
 class _Fields:
     """Typed access to one op's JSON object; every failure names the op and field."""
 
@@ -231,6 +242,19 @@ class _Fields:
         v = self.obj.get(field)
         if not isinstance(v, str) or not v:
             raise self.err(field, "a non-empty string", v)
+        return self.text(field, v)
+
+    def text(self, field: str, v: str, *, bounded: bool = True) -> str:
+        """``v`` if it is Unicode text (a lone surrogate, which only a JSON escape can carry,
+        is not) and, when ``bounded`` (a name, not prose), at most :data:`MAX_STRING`
+        characters."""
+        if bounded and len(v) > MAX_STRING:
+            raise self.err(field, f"a string of at most {MAX_STRING:,} characters", v[:40] + "...")
+        if not v.isascii():
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise self.err(field, "Unicode text (no lone surrogate)", v) from None
         return v
 
     def number(self, field: str, *, minimum: float = 0.0) -> float:
@@ -245,8 +269,8 @@ class _Fields:
         v = self.obj.get(field)
         if isinstance(v, bool) or not isinstance(v, int):
             raise self.err(field, "an integer", v)
-        if v < minimum:
-            raise self.err(field, f"an integer >= {minimum}", v)
+        if v < minimum or v > MAX_INT:
+            raise self.err(field, f"an integer in [{minimum}, {MAX_INT:,}]", v)
         return v
 
     def boolean(self, field: str) -> bool:
@@ -268,16 +292,23 @@ class _Fields:
         mid = v.get("id")
         if not isinstance(mid, str) or not mid:
             raise self.err(f"{field}.id", "a non-empty string", mid)
+        self.text(f"{field}.id", mid)
         role = _enum(Role, v.get("role"), lambda e: self.err(f"{field}.role", e, v.get("role")))
         kind = _enum(
             MessageKind, v.get("kind"), lambda e: self.err(f"{field}.kind", e, v.get("kind"))
         )
         tokens = v.get("tokens")
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-            raise self.err(f"{field}.tokens", "an integer >= 1", tokens)
+        if (
+            isinstance(tokens, bool)
+            or not isinstance(tokens, int)
+            or not 1 <= tokens <= MAX_MESSAGE_TOKENS
+        ):
+            raise self.err(f"{field}.tokens", f"an integer in [1, {MAX_MESSAGE_TOKENS:,}]", tokens)
         h = v.get("hash")
         if h is not None and (not isinstance(h, str) or not h):
             raise self.err(f"{field}.hash", "a non-empty string or absent", h)
+        if h is not None:
+            self.text(f"{field}.hash", h)
         return Message(MessageId(mid), role, kind, tokens, h)
 
     def messages(self, field: str, *, allow_empty: bool) -> tuple[Message, ...]:
@@ -313,12 +344,15 @@ def _parse_spawn(f: _Fields) -> SpawnRecord | None:
     ins = v.get("instruction", "")
     if not isinstance(ins, str):
         raise f.err("spawn.instruction", "a string", ins)
+    f.text("spawn.instruction", ins, bounded=False)  # prose: any length
     tools = v.get("tools", [])
     if not isinstance(tools, list) or not all(isinstance(x, str) for x in tools):
         raise f.err("spawn.tools", "a list of strings", tools)
+    for i, x in enumerate(tools):
+        f.text(f"spawn.tools[{i}]", x)
     ct = v.get("context_tokens", 0)
-    if isinstance(ct, bool) or not isinstance(ct, int) or ct < 0:
-        raise f.err("spawn.context_tokens", "an integer >= 0", ct)
+    if isinstance(ct, bool) or not isinstance(ct, int) or not 0 <= ct <= MAX_INT:
+        raise f.err("spawn.context_tokens", f"an integer in [0, {MAX_INT:,}]", ct)
     return SpawnRecord(ins, tuple(tools), ct)
 
 

@@ -42,7 +42,7 @@ def _err(*lines: str) -> TraceError:
             2,
             "append",
             "messages[0].tokens",
-            "integer >= 1",
+            "integer in [1, 1,000,000]",
         ),
         (
             '{"op":"append","t":1,"ctx":"a","messages":[{"id":"m","role":"user","kind":"poem",'

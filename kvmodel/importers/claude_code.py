@@ -71,7 +71,7 @@ def _size(obj: Any) -> int:
 
 def _hash(*parts: str) -> str:
     h = hashlib.blake2b(digest_size=12)
-    h.update("\x1f".join(parts).encode())
+    h.update("\x1f".join(parts).encode("utf-8", "surrogatepass"))
     return h.hexdigest()
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -54,14 +55,37 @@ from kvmodel.trace import (
 __all__ = ["Conversation", "ImportReport", "Request", "conversations", "import_openai"]
 
 
+#: the largest usage count or timestamp believed (a context window is < 10^8 tokens; a Unix
+#: time in seconds is < 10^11)
+_MAX_COUNT = 10**8
+_MAX_STAMP = 1e11
+
+
+def _count(v: object) -> int | None:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _MAX_COUNT:
+        return None
+    return v
+
+
+def _stamp(v: object) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    x = float(v)
+    return x if math.isfinite(x) and abs(x) <= _MAX_STAMP else None
+
+
 @attrs.frozen
 class Request:
+    """One logged request. Usage counts and ``created`` are the log's own words, so a value of
+    the wrong type or out of range (a string, a negative or absurd count, NaN) is treated as
+    absent: sizes then come from characters, times from order (never a crash or a hang)."""
+
     messages: tuple[dict[str, Any], ...]
     output: tuple[dict[str, Any], ...]
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    reasoning_tokens: int | None = None
-    created: float | None = None
+    prompt_tokens: int | None = attrs.field(default=None, converter=_count)
+    completion_tokens: int | None = attrs.field(default=None, converter=_count)
+    reasoning_tokens: int | None = attrs.field(default=None, converter=_count)
+    created: float | None = attrs.field(default=None, converter=_stamp)
 
 
 @attrs.frozen
@@ -212,7 +236,8 @@ def _kind(m: dict[str, Any]) -> MessageKind:
 
 def _key(m: dict[str, Any]) -> str:
     h = hashlib.blake2b(digest_size=12)
-    h.update(f"{m.get('role')}\x1f{m.get('_kind', '')}\x1f{_text(m)}".encode())
+    text = f"{m.get('role')}\x1f{m.get('_kind', '')}\x1f{_text(m)}"
+    h.update(text.encode("utf-8", "surrogatepass"))  # a lone surrogate hashes, faithfully
     return h.hexdigest()
 
 
