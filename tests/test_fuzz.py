@@ -206,3 +206,13 @@ def test_the_schema_states_the_parsers_limits() -> None:
     o = run(TARGETS["replay"], {"trace": _trace(OPEN, _append(), {"op": "remove", "t": 2,
                                 "ctx": "c", "index": 0, "count": MAX_INT + 1})})  # fmt: skip
     _located(o, "field 'count'", "10,000,000")
+
+
+def test_claude_code_usage_of_the_wrong_type_is_ignored_not_a_rejected_trace() -> None:
+    path = next((Path(__file__).parent / "data" / "claude_code").glob("*.jsonl"))
+    data = path.read_text()
+    assert '"input_tokens":' in data
+    for bad in ("1e400", "10000000000000000000000000000000", '"many"', "-5"):
+        hostile = data.replace('"input_tokens":', f'"input_tokens": {bad}, "x":', 1)
+        o = run(TARGETS["import-claude-code"], {"transcript": hostile.encode()})
+        assert o.kind == "ok", (bad, o)

@@ -33,6 +33,7 @@ import attrs
 
 from kvmodel.errors import TraceError
 from kvmodel.ids import ContextId, MessageId, SessionId
+from kvmodel.importers._limits import count
 from kvmodel.importers.openai import ImportReport
 from kvmodel.jsonl import read_jsonl
 from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
@@ -138,7 +139,7 @@ class _Agent:
         if not self.sized_prefix and usage:
             self.sized_prefix = True
             total = sum(
-                int(usage.get(k) or 0)
+                count(usage.get(k)) or 0  # the log's words: absurd or mistyped counts are absent
                 for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
             )
             self.imp.prefix_tokens.setdefault(self.agent, max(1, total - self.imp.visible))

@@ -29,7 +29,6 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ import attrs
 
 from kvmodel.errors import TraceError
 from kvmodel.ids import ContextId, MessageId, SessionId
+from kvmodel.importers._limits import count, stamp
 from kvmodel.messages import AgentKind, Message, MessageKind, Role
 from kvmodel.trace import (
     Append,
@@ -55,37 +55,19 @@ from kvmodel.trace import (
 __all__ = ["Conversation", "ImportReport", "Request", "conversations", "import_openai"]
 
 
-#: the largest usage count or timestamp believed (a context window is < 10^8 tokens; a Unix
-#: time in seconds is < 10^11)
-_MAX_COUNT = 10**8
-_MAX_STAMP = 1e11
-
-
-def _count(v: object) -> int | None:
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _MAX_COUNT:
-        return None
-    return v
-
-
-def _stamp(v: object) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return None
-    x = float(v)
-    return x if math.isfinite(x) and abs(x) <= _MAX_STAMP else None
 
 
 @attrs.frozen
 class Request:
-    """One logged request. Usage counts and ``created`` are the log's own words, so a value of
-    the wrong type or out of range (a string, a negative or absurd count, NaN) is treated as
-    absent: sizes then come from characters, times from order (never a crash or a hang)."""
+    """One logged request; usage counts and ``created`` as :mod:`kvmodel.importers._limits`
+    believes them (a value of the wrong type or out of range is absent)."""
 
     messages: tuple[dict[str, Any], ...]
     output: tuple[dict[str, Any], ...]
-    prompt_tokens: int | None = attrs.field(default=None, converter=_count)
-    completion_tokens: int | None = attrs.field(default=None, converter=_count)
-    reasoning_tokens: int | None = attrs.field(default=None, converter=_count)
-    created: float | None = attrs.field(default=None, converter=_stamp)
+    prompt_tokens: int | None = attrs.field(default=None, converter=count)
+    completion_tokens: int | None = attrs.field(default=None, converter=count)
+    reasoning_tokens: int | None = attrs.field(default=None, converter=count)
+    created: float | None = attrs.field(default=None, converter=stamp)
 
 
 @attrs.frozen
