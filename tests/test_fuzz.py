@@ -216,3 +216,18 @@ def test_claude_code_usage_of_the_wrong_type_is_ignored_not_a_rejected_trace() -
         hostile = data.replace('"input_tokens":', f'"input_tokens": {bad}, "x":', 1)
         o = run(TARGETS["import-claude-code"], {"transcript": hostile.encode()})
         assert o.kind == "ok", (bad, o)
+
+
+def test_a_hostile_agent_id_never_names_a_file_outside_the_session() -> None:
+    path = next((Path(__file__).parent / "data" / "claude_code").glob("*.jsonl"))
+    data = path.read_text()
+    assert '"agentId":' in data
+    for bad in ("x" * 300, "../../etc/passwd", "a/b", "\u00e9t\u00e9"):
+        hostile = data.replace('"agentId":', f'"agentId": {json.dumps(bad)}, "x":', 1)
+        o = run(TARGETS["import-claude-code"], {"transcript": hostile.encode()})
+        assert o.kind in ("ok", "error"), (bad, o)
+    from kvmodel.importers.claude_code import _agent_file_name
+
+    assert _agent_file_name("a1b2-c3_d")
+    assert not _agent_file_name("../x")
+    assert not _agent_file_name("x" * 129)

@@ -147,6 +147,16 @@ class _Agent:
         self.imp.ops.append(Infer(t, self.ctx, tuple(out)))
 
 
+def _agent_file_name(agent_id: object) -> bool:
+    """``agentId`` names a sub-agent transcript file only if it is a plain id (letters, digits,
+    ``-``, ``_``; at most 128): never a path (``../x``) or a name the file system refuses."""
+    return (
+        isinstance(agent_id, str)
+        and 0 < len(agent_id) <= 128
+        and all(ch.isascii() and (ch.isalnum() or ch in "-_") for ch in agent_id)
+    )
+
+
 class _Importer:
     def __init__(self, path: Path, report: ImportReport) -> None:
         self.path = path
@@ -190,7 +200,7 @@ class _Importer:
             )
             if (
                 isinstance(result, dict)
-                and agent_id
+                and _agent_file_name(agent_id)
                 and (self.subagents / f"agent-{agent_id}.jsonl").exists()
             ):
                 self.worker(agent, str(agent_id), result, m, t, t0)
