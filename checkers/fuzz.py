@@ -33,8 +33,10 @@ import attrs
 import numpy as np
 
 __all__ = [
+    "FAILURE_KINDS",
     "HANG_SECONDS",
     "TARGETS",
+    "Campaign",
     "Outcome",
     "Target",
     "campaign",
