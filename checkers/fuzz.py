@@ -33,14 +33,18 @@ import attrs
 import numpy as np
 
 __all__ = [
+    "ARGV_GRAMMAR",
+    "ARG_VALUES",
     "FAILURE_KINDS",
     "HANG_SECONDS",
     "TARGETS",
     "Campaign",
     "Outcome",
     "Target",
+    "argv_campaign",
     "campaign",
     "mutate",
+    "random_argv",
     "run",
     "seeds",
 ]
@@ -121,8 +125,16 @@ def _alarm(signum: int, frame: FrameType | None) -> None:
     raise _Hang
 
 
-def run(target: Target, files: dict[str, bytes], *, hang_seconds: float = HANG_SECONDS) -> Outcome:
-    """Run ``target`` on ``files`` (name -> content) in a fresh directory and classify it."""
+def run(
+    target: Target,
+    files: dict[str, bytes],
+    *,
+    hang_seconds: float = HANG_SECONDS,
+    argv: Sequence[str] | None = None,
+) -> Outcome:
+    """Run ``target`` on ``files`` (name -> content) in a fresh directory and classify it.
+    ``argv`` replaces the target's own command line (``{NAME}`` is the path of file NAME,
+    ``{out}`` the output path)."""
     from kvmodel.cli import main
 
     with tempfile.TemporaryDirectory(prefix="kvmodel-fuzz-") as tmp:
@@ -132,14 +144,18 @@ def run(target: Target, files: dict[str, bytes], *, hang_seconds: float = HANG_S
             p.write_bytes(data)
             paths[name] = str(p)
         out = str(Path(tmp) / "out.jsonl")
-        argv = target.argv(paths, out)
+        if argv is None:
+            argv = target.argv(paths, out)
+        else:
+            subs = {**{f"{{{k}}}": v for k, v in paths.items()}, "{out}": out}
+            argv = [subs.get(a, a) for a in argv]
         err = io.StringIO()
         old = signal.signal(signal.SIGALRM, _alarm)
         signal.setitimer(signal.ITIMER_REAL, hang_seconds)
         t0 = time.perf_counter()
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-                code = main(argv)
+                code = main(list(argv))
         except _Hang:
             return Outcome(target.name, None, "hang", f"> {hang_seconds:g} s", hang_seconds)
         except SystemExit as e:  # argparse's own exits are returned by main, but be sure
@@ -400,4 +416,61 @@ def campaign(
                     for fname, data in files.items():
                         (d / fname).write_bytes(data)
                 failures.append(attrs.evolve(o, detail=f"{o.detail} [input {k}]"))
+    return Campaign(n, counts, failures, time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------- command lines
+
+#: per command: its arguments and options (an option is followed by a value drawn from
+#: :data:`ARG_VALUES`, or not); ``{trace}`` etc. are the seed files, ``{out}`` the output
+ARGV_GRAMMAR: dict[str, tuple[str, ...]] = {
+    "replay": ("{trace}", "--policy", "--config", "--check", "--json", "--observations"),
+    "oracle": ("{trace}", "{log}", "--policy", "--invariants-only", "--invariant", "--config"),
+    "kv-events": ("{events}", "--json"),
+    "generate": ("--seed", "--sessions", "--turns", "-o", "--preset"),
+    "policies": ("--json",),
+    "import": ("openai", "claude-code", "{trace}", "-o"),
+}
+
+#: values a hostile or careless user types
+ARG_VALUES: tuple[str, ...] = (
+    "0", "-1", "1e400", "nan", "inf", "abc", "", "999999999999", "{trace}", "{config}",
+    "{out}", "/nonexistent/x", "/", "kvtether", "lru", "x:y", "checkers.mutants:Nope",
+    "no-zombie-kv", "bogus,no-zombie-kv", "\udcff", "a" * 5000, "2",
+)  # fmt: skip
+
+
+def random_argv(rng: np.random.Generator) -> list[str]:
+    """One command line of :data:`ARGV_GRAMMAR` with hostile values."""
+    cmd = list(ARGV_GRAMMAR)[int(rng.integers(len(ARGV_GRAMMAR)))]
+    argv = [cmd]
+    words = ARGV_GRAMMAR[cmd]
+    for _ in range(1 + int(rng.integers(4))):
+        w = words[int(rng.integers(len(words)))]
+        argv.append(w)
+        if w.startswith("-") and rng.random() < 0.8:
+            argv.append(ARG_VALUES[int(rng.integers(len(ARG_VALUES)))])
+    return argv
+
+
+def argv_campaign(n: int, seed: int = 0) -> Campaign:
+    """``n`` random command lines (:func:`random_argv`) over valid seed files."""
+    rng = np.random.default_rng(seed)
+    base = seeds()
+    files = {
+        "trace": base["replay"][0]["trace"],
+        "log": base["oracle"][0]["log"],
+        "config": base["replay-check"][0]["config"],
+        "events": base["kv-events"][0]["events"],
+    }
+    target = Target("argv", tuple(files), lambda f, o: [], writes=False)
+    counts: dict[str, dict[str, int]] = {"argv": {}}
+    failures: list[Outcome] = []
+    t0 = time.perf_counter()
+    for k in range(n):
+        argv = random_argv(rng)
+        o = run(target, files, argv=argv)
+        counts["argv"][o.kind] = counts["argv"].get(o.kind, 0) + 1
+        if o.kind in FAILURE_KINDS:
+            failures.append(attrs.evolve(o, detail=f"{o.detail} [input {k}: {argv[:6]!r:.200}]"))
     return Campaign(n, counts, failures, time.perf_counter() - t0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 from collections.abc import Callable
@@ -11,22 +12,25 @@ from pathlib import Path
 import attrs
 
 from kvmodel.config import EngineConfig, default_config, load_config
+from kvmodel.errors import ConfigError
 from kvmodel.trace import Trace, load_trace
 from kvmodel.workloads import PRESETS, AgenticParams, generate_agentic
 
 __all__ = ["agentic_from", "atomic_write", "engine_config", "workload"]
 
 
-def int_at_least(lo: int) -> Callable[[str], int]:
-    """An argparse type: an integer >= ``lo`` (anything else is a usage error, exit 2)."""
+def int_at_least(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``lo`` (and <= ``hi``, for a size whose work grows with
+    it); anything else is a usage error, exit 2."""
 
     def parse(text: str) -> int:
         try:
             v = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer (got {text!r})") from None
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {lo} (got {v})")
+            raise argparse.ArgumentTypeError(f"expected an integer (got {text!r:.40})") from None
+        if v < lo or (hi is not None and v > hi):
+            want = f">= {lo}" if hi is None else f"in [{lo}, {hi:,}]"
+            raise argparse.ArgumentTypeError(f"expected an integer {want} (got {v})")
         return v
 
     return parse
@@ -51,13 +55,21 @@ def number_in(lo: float, hi: float = math.inf, *, low_open: bool = False) -> Cal
 
 
 def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    """Write ``text`` to ``path`` through a temporary file renamed into place: a reader never
+    sees half a file, and a path that cannot be written is a ConfigError (exit 2) naming it."""
+    try:
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    except ValueError:
+        raise ConfigError(f"{path}: cannot write here: not a file name") from None
     try:
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot write: {e.strerror}") from None
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        with contextlib.suppress(OSError):
+            if tmp.exists():
+                tmp.unlink()
 
 
 def engine_config(path: str | None) -> EngineConfig:

@@ -308,9 +308,11 @@ def _engine_brief(cfg: EngineConfig) -> str:
 def _workload_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--seed", type=int_at_least(0), default=0)
     sp.add_argument(
-        "--sessions", type=int_at_least(1), help="sessions (default: 4, or the preset's)"
+        "--sessions",
+        type=int_at_least(1, 100_000),
+        help="sessions (default: 4, or the preset's; at most 100,000)",
     )
-    sp.add_argument("--turns", type=int_at_least(1), default=3)
+    sp.add_argument("--turns", type=int_at_least(1, 10_000), default=3, help="at most 10,000")
     sp.add_argument(
         "--workload-preset",
         dest="preset_workload",

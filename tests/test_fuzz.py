@@ -231,3 +231,27 @@ def test_a_hostile_agent_id_never_names_a_file_outside_the_session() -> None:
     assert _agent_file_name("a1b2-c3_d")
     assert not _agent_file_name("../x")
     assert not _agent_file_name("x" * 129)
+
+
+def test_random_command_lines_get_a_clean_outcome() -> None:
+    from checkers.fuzz import argv_campaign
+
+    c = argv_campaign(300, seed=0)
+    assert not c.failures, [f.detail for f in c.failures]
+    assert {"ok", "error"} <= set(c.counts["argv"])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["generate", "--sessions", "999999999999"],  # was a hang
+        ["generate", "-o", "/"],  # was a ValueError
+        ["generate", "-o", "a" * 5000],  # was an OSError
+    ],
+)
+def test_command_line_crash_classes(argv: list[str]) -> None:
+    from checkers.fuzz import Target
+
+    o = run(Target("argv", (), lambda f, out: []), {}, argv=argv)
+    _located(o)
+    assert o.seconds < 5
