@@ -255,3 +255,20 @@ def test_command_line_crash_classes(argv: list[str]) -> None:
     o = run(Target("argv", (), lambda f, out: []), {}, argv=argv)
     _located(o)
     assert o.seconds < 5
+
+
+def test_a_transcript_line_that_is_not_an_object_is_skipped_with_its_line(tmp_path: Path) -> None:
+    from kvmodel.importers.claude_code import import_claude_code
+
+    src = next((Path(__file__).parent / "data" / "claude_code").glob("*.jsonl"))
+    lines = src.read_text().splitlines()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "good").mkdir()
+    p, q = tmp_path / "bad" / src.name, tmp_path / "good" / src.name
+    p.write_text("\n".join([lines[0], "42", *lines[1:]]) + "\n")
+    q.write_text("\n".join(lines) + "\n")
+    trace, report = import_claude_code([p])
+    clean, _ = import_claude_code([q])
+    assert trace.ops == clean.ops  # skipping it changed nothing
+    assert report.skipped == 1 + import_claude_code([q])[1].skipped
+    assert any(f"{p.name}:2: not a JSON object" in w for w in report.warnings)

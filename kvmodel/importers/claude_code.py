@@ -57,8 +57,16 @@ __all__ = ["import_claude_code"]
 _CHARS_PER_TOKEN = 2.2
 
 
-def _read(path: Path) -> list[dict[str, Any]]:
-    return [rec for _, rec in read_jsonl(path, "transcript") if isinstance(rec, dict)]
+def _read(path: Path, report: ImportReport) -> list[dict[str, Any]]:
+    """The transcript's records. A line that is JSON but not an object carries no record of any
+    kind, so skipping it cannot change the import: it is counted, with its line number."""
+    out = []
+    for line, rec in read_jsonl(path, "transcript"):
+        if isinstance(rec, dict):
+            out.append(rec)
+        else:
+            report.skip(f"{path.name}:{line}: not a JSON object (carries no record; skipped)")
+    return out
 
 
 def _seconds(ts: str) -> float:
@@ -218,7 +226,7 @@ class _Importer:
     ) -> None:
         recs = [
             x
-            for x in _read(self.subagents / f"agent-{agent_id}.jsonl")
+            for x in _read(self.subagents / f"agent-{agent_id}.jsonl", self.report)
             if x.get("type") in ("user", "assistant") and x.get("timestamp")
         ]
         if not recs:
@@ -252,7 +260,7 @@ class _Importer:
         content = (summary.get("message") or {}).get("content")
         text = content if isinstance(content, str) else json.dumps(content)
         if comp is not None:
-            recs = [x for x in _read(comp) if x.get("timestamp")]
+            recs = [x for x in _read(comp, self.report) if x.get("timestamp")]
             start = min(_seconds(x["timestamp"]) - t0 for x in recs) if recs else t
             cid = ContextId(f"{self.sid}.{comp.stem}")
             ins = main.msg(Role.USER, MessageKind.INSTRUCTION, 400, "claude-code-compaction")
@@ -271,7 +279,7 @@ class _Importer:
         main.live_reasoning = False
 
     def run(self) -> list[Op]:
-        records = [r for r in _read(self.path) if r.get("timestamp")]
+        records = [r for r in _read(self.path, self.report) if r.get("timestamp")]
         if not records:
             raise TraceError("no timestamped records in transcript", file=str(self.path))
         t0 = _seconds(records[0]["timestamp"])
