@@ -28,17 +28,16 @@ not; a search that is not exact, or that stops at its caps, reports **bounded**,
 
 from __future__ import annotations
 
-import enum
 import pickle
 import time
-from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
 from checkers.harness import engine_for
 from checkers.invariants import FINDINGS, INVARIANTS, Monitor
+from checkers.statekey import state_key
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.ids import ContextId, MessageId, SessionId, TierName
@@ -255,162 +254,6 @@ class WideHarness:
         new = self.slots[j]
         new.opened, new.messages, new.edits = True, slot.messages, slot.edits
         return Fork(t, _cid(j), ctx)
-
-
-# ---------------------------------------------------------------- the state key
-
-
-class _T(float):
-    """A time stamp inside a key before its rank is taken."""
-
-
-class _O(int):
-    """An op stamp inside a key before its rank is taken."""
-
-
-#: attributes the key leaves out, by class name: history the future never reads (logs,
-#: statistics, counters of past work, the violations found so far), per-op scratch the next op
-#: resets, back references, constants of the configuration (the same in every state; a float
-#: among them would otherwise be ranked with the time stamps), and the engine's caches (derived
-#: state; see the module docstring)
-_SKIP: dict[str, frozenset[str]] = {
-    "Engine": frozenset(
-        {"log", "stats", "view", "probe", "policy", "config", "_info", "_tick", "_victims"}
-    ),
-    "Memory": frozenset({"writes", "tiers", "_by_name", "_tier_of"}),
-    "ResidentBlock": frozenset({"version"}),
-    "Context": frozenset({"version"}),
-    "Monitor": frozenset(
-        {
-            "engine",
-            "violations",
-            "op_index",
-            "_seen",
-            "_writes",
-            "_pending",
-            "_evict_tiers",
-            "endurance_years",
-            "active",
-        }
-    ),
-    "Shadow": frozenset({"_keys", "problems", "evictions", "last_infer"}),
-}
-
-#: integer attributes that hold op indices (compared only): ranked like time stamps
-_OP_STAMPS = frozenset({"touch_op", "last_infer_op", "last_op", "op_index"})
-
-
-def _walk(x: object, out: list[object], stack: set[int], times: set[float], ops: set[int]) -> None:
-    """Flatten ``x`` into ``out`` (a canonical token stream), collecting stamps."""
-    if x is None or isinstance(x, bool | str | bytes):
-        out.append(x)
-        return
-    if isinstance(x, float):
-        times.add(x)
-        out.append(_T(x))
-        return
-    if isinstance(x, int):
-        out.append(x)
-        return
-    if isinstance(x, enum.Enum):
-        out.append(f"{type(x).__name__}.{x.name}")
-        return
-    if id(x) in stack:
-        out.append("<cycle>")
-        return
-    stack.add(id(x))
-    try:
-        if isinstance(x, dict):
-            items = sorted(x.items(), key=lambda kv: repr(kv[0]))
-            out.append(("dict", len(items)))
-            for k, v in items:
-                _walk(k, out, stack, times, ops)
-                _walk(v, out, stack, times, ops)
-        elif isinstance(x, set | frozenset):
-            out.append(("set", len(x)))
-            for v in sorted(x, key=repr):
-                _walk(v, out, stack, times, ops)
-        elif isinstance(x, list | tuple | deque):
-            out.append((type(x).__name__, len(x)))
-            for v in x:
-                _walk(v, out, stack, times, ops)
-        else:
-            _walk_object(x, out, stack, times, ops)
-    finally:
-        stack.discard(id(x))
-
-
-_CLASS_INFO: dict[type, tuple[list[str] | None, frozenset[str]]] = {}
-
-
-def _fields_of(cls: type, x: object) -> list[str]:
-    """The attribute names of ``x`` the key reads (class-level facts cached per class)."""
-    info = _CLASS_INFO.get(cls)
-    if info is None:
-        skip = frozenset().union(*(_SKIP.get(k.__name__, frozenset()) for k in cls.__mro__))
-        static: list[str] | None = None
-        if attrs.has(cls):
-            static = [a.name for a in attrs.fields(cls)]
-        elif not hasattr(x, "__dict__"):
-            static = []
-            for k in reversed(cls.__mro__):
-                static += [s for s in getattr(k, "__slots__", ()) if s not in static]
-        if static is not None:
-            static = [n for n in static if n not in skip and not n.startswith("__")]
-        info = _CLASS_INFO[cls] = (static, skip)
-    static, skip = info
-    if static is not None:
-        return static
-    return [n for n in sorted(vars(x)) if n not in skip and not n.startswith("__")]
-
-
-def _walk_object(
-    x: object, out: list[object], stack: set[int], times: set[float], ops: set[int]
-) -> None:
-    cls = type(x)
-    names = _fields_of(cls, x)
-    if not names and callable(x):
-        out.append(("fn", getattr(x, "__qualname__", repr(x))))
-        return
-    out.append(("obj", cls.__qualname__))
-    for n in names:
-        v = getattr(x, n, None)
-        out.append(n)
-        if n in _OP_STAMPS and isinstance(v, int) and not isinstance(v, bool):
-            ops.add(v)
-            out.append(_O(v))
-        else:
-            _walk(v, out, stack, times, ops)
-
-
-class _Keyed(Protocol):
-    def key(self) -> tuple[object, ...]: ...
-
-
-def state_key(engine: Engine, monitor: Monitor | None, harness: _Keyed) -> tuple[object, ...]:
-    """The state up to strictly increasing re-timing (see the module docstring); ``harness``
-    is the fragment's harness state (what actions are enabled next)."""
-    out: list[object] = [harness.key()]
-    times: set[float] = set()
-    ops: set[int] = set()
-    stack: set[int] = set()
-    _walk(engine, out, stack, times, ops)
-    if monitor is not None:
-        _walk(monitor, out, stack, times, ops)
-    # the policy's own state, its floats kept as they are (a policy may measure with them)
-    pol: list[object] = []
-    _walk(engine.policy, pol, stack, set(), set())
-    t_rank = {t: i for i, t in enumerate(sorted(times))}
-    o_rank = {o: i for i, o in enumerate(sorted(ops))}
-    key = [
-        ("t", t_rank[v])
-        if isinstance(v, _T)
-        else ("o", o_rank[v])
-        if isinstance(v, _O)
-        else v
-        for v in out
-    ]
-    return (*key, *(float(v) if isinstance(v, _T) else v for v in pol))
 
 
 # ---------------------------------------------------------------- the search
