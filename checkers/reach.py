@@ -372,6 +372,8 @@ def reach(
     the level where every one of these invariants or findings has failed (a hunt, not a proof)."""
     w = wide or Wide()
     pol = resolve_policy(policy)
+    if callable(getattr(pol, "prepare", None)):
+        raise ValueError(f"{pol.name} plans from the whole trace (offline): no step-wise search")
     names = tuple(invariants)
     t0 = time.perf_counter()
     engine = engine_for(pol, w.config)

@@ -249,7 +249,11 @@ def cmd_prove(args: argparse.Namespace) -> int:
     # what a proof here does not speak for: claims outside the fragment's invariants
     uncovered = sorted(claims - set(FRAGMENT_INVARIANTS))
     found = None
-    if args.reach or args.wide is not None:
+    offline = callable(getattr(policy, "prepare", None))
+    if (args.reach or args.wide is not None) and offline:
+        # it plans from a whole trace; the step-wise search has no trace to give it
+        print("--reach: not run: the policy plans from the whole trace (offline)", file=sys.stderr)
+    elif args.reach or args.wide is not None:
         from checkers.invariants import FINDINGS
         from checkers.reach import REACH_INVARIANTS, Wide, reach
 

@@ -214,3 +214,10 @@ def test_reference_policies_prove_every_claim_with_a_fork(policy: str) -> None:
     assert r.proves
     claims = resolve_policy(policy).claims
     assert not set(r.failing) & (set(claims) | {"engine-contract", "policy-protocol"})
+
+
+def test_an_offline_policy_is_not_searched(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError, match="offline"):
+        reach("belady", TINY)
+    assert main(["prove", "belady", "--invariant", "no-zombie-kv", "--depth", "1", "--reach"]) == 0
+    assert "--reach: not run" in capsys.readouterr().err
