@@ -582,7 +582,13 @@ class Monitor:
         block, its class read from the engine's view."""
         e, p = self.engine, self._pending
         zombie, killed = [], []
-        for bid in e.view.resident():
+        # Both predicates need a Dead block. Reading every resident block's class through the
+        # view each op doubled the cost of a checked replay, so the blocks judged are those that
+        # can be Dead: in the engine's dead set, or held by no context (a holder list the engine
+        # forgot to update shows here, as the ForgetsHolder mutant does). The predicate, on the
+        # class the view computes, is still what decides.
+        maybe_dead = set(e.dead) | {bid for bid, b in e.blocks.items() if not b.holders}
+        for bid in sorted(maybe_dead):
             terms = BlockAt(
                 resident=True,
                 state=e.view.block(bid).state,
