@@ -168,7 +168,7 @@ def test_openai_usage_of_the_wrong_type_is_ignored_not_a_crash() -> None:
     for bad in ("1e400", '"many"', "-5", "true"):
         hostile = data.replace('"prompt_tokens": ', f'"prompt_tokens": {bad}, "x": ', 1)
         o = run(TARGETS["import-openai"], {"openai": hostile.encode()})
-        assert o.kind in ("ok", "error"), o
+        assert o.kind == "ok", (bad, o)  # ignored: sizes fall back to characters
 
 
 def test_the_schema_states_the_parsers_limits() -> None:
