@@ -225,7 +225,7 @@ def test_a_hostile_agent_id_never_names_a_file_outside_the_session() -> None:
     for bad in ("x" * 300, "../../etc/passwd", "a/b", "\u00e9t\u00e9"):
         hostile = data.replace('"agentId":', f'"agentId": {json.dumps(bad)}, "x":', 1)
         o = run(TARGETS["import-claude-code"], {"transcript": hostile.encode()})
-        assert o.kind in ("ok", "error"), (bad, o)
+        assert o.kind == "ok", (bad, o)  # no sub-agent file is looked up under that name
     from kvmodel.importers.claude_code import _agent_file_name
 
     assert _agent_file_name("a1b2-c3_d")
