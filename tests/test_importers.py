@@ -211,8 +211,30 @@ def test_a_record_of_an_unexpected_shape_is_a_located_error(
     bad.write_text("".join(json.dumps(x) + "\n" for x in lines))
     out = tmp_path / "out.jsonl"
     assert main(["import", "claude-code", str(bad), "-o", str(out)]) == 2
-    assert f"{bad}: cannot import: a record is not shaped as expected" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{bad}:2: record of type 'user' is not shaped as expected (ValueError" in err
     assert not out.exists()
+
+
+def test_a_skipped_record_is_reported_with_its_line_and_why(tmp_path: Path) -> None:
+    # issue 20, item 3: a skip names the file and line and says why skipping it is harmless
+    import json
+
+    lines = [json.loads(x) for x in CC_FIXTURE.read_text().splitlines() if x.strip()]
+    k = next(i for i, r in enumerate(lines) if r.get("type") == "user")
+    lines[k]["message"]["content"] = None
+    bad = tmp_path / CC_FIXTURE.name
+    bad.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    from kvmodel.importers import import_claude_code
+
+    (tmp_path / "clean").mkdir()
+    same = tmp_path / "clean" / CC_FIXTURE.name  # also without its sub-agent files
+    same.write_text(CC_FIXTURE.read_text())
+    _, report = import_claude_code([bad])
+    _, clean = import_claude_code([same])
+    assert report.skipped == clean.skipped + 1
+    assert report.requests == clean.requests
+    assert f"{bad.name}:{k + 1}: user record has no content (appends nothing)" in report.warnings
 
 
 def test_an_import_never_writes_a_trace_the_model_rejects(

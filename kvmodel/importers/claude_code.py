@@ -17,21 +17,26 @@ What is read (see ``../shared/traces/README.md`` for the format's quirks):
   main context plus the compaction instruction, one ``infer`` producing the summary, ``close``;
   then the main context drops its history and continues from the summary.
 
-Records that cannot be interpreted are skipped and counted.
+A record is skipped (counted, with its file and line, and the reason printed) only where skipping
+cannot change what the rest of the import means: a line that is not an object, a user record with
+no content, a sub-agent or compaction transcript that is missing or empty (the visible result is
+kept). A record of an unexpected shape (a string where an object or a time belongs) is an error
+naming its file and line, and nothing is written.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from kvmodel.errors import TraceError
+from kvmodel.errors import KVModelError, TraceError
 from kvmodel.ids import ContextId, MessageId, SessionId
 from kvmodel.importers._limits import count
 from kvmodel.importers.openai import ImportReport
@@ -57,13 +62,20 @@ __all__ = ["import_claude_code"]
 _CHARS_PER_TOKEN = 2.2
 
 
-def _read(path: Path, report: ImportReport) -> list[dict[str, Any]]:
-    """The transcript's records. A line that is JSON but not an object carries no record of any
-    kind, so skipping it cannot change the import: it is counted, with its line number."""
+_SHAPE_ERRORS = (AttributeError, KeyError, TypeError, ValueError, RecursionError, UnicodeError)
+
+
+def _read(
+    path: Path, report: ImportReport, where: dict[int, tuple[str, int]]
+) -> list[dict[str, Any]]:
+    """The transcript's records; ``where`` learns each one's file and line (by ``id``, for the
+    import's lifetime). A line that is JSON but not an object carries no record of any kind, so
+    skipping it cannot change the import: it is counted, with its line number."""
     out = []
     for line, rec in read_jsonl(path, "transcript"):
         if isinstance(rec, dict):
             out.append(rec)
+            where[id(rec)] = (str(path), line)
         else:
             report.skip(f"{path.name}:{line}: not a JSON object (carries no record; skipped)")
     return out
@@ -105,21 +117,28 @@ class _Agent:
         i = 0
         while i < len(records):
             r = records[i]
-            t = _seconds(r["timestamp"]) - t0
-            if r.get("type") == "assistant":
-                mid = (r.get("message") or {}).get("id")
-                group = [r]
-                while (
-                    i + 1 < len(records)
-                    and records[i + 1].get("type") == "assistant"
-                    and (records[i + 1].get("message") or {}).get("id") == mid
-                ):
-                    i += 1
-                    group.append(records[i])
-                self.infer(group, t)
-            elif r.get("type") == "user":
-                self.imp.user(self, r, t, t0)
+            with self.imp.located(r):
+                i = self.call(records, i, t0)
             i += 1
+
+    def call(self, records: list[dict[str, Any]], i: int, t0: float) -> int:
+        """The record at ``i`` (with the assistant records of its API call): the last index used."""
+        r = records[i]
+        t = _seconds(r["timestamp"]) - t0
+        if r.get("type") == "assistant":
+            mid = (r.get("message") or {}).get("id")
+            group = [r]
+            while (
+                i + 1 < len(records)
+                and records[i + 1].get("type") == "assistant"
+                and (records[i + 1].get("message") or {}).get("id") == mid
+            ):
+                i += 1
+                group.append(records[i])
+            self.infer(group, t)
+        elif r.get("type") == "user":
+            self.imp.user(self, r, t, t0)
+        return i
 
     def infer(self, group: list[dict[str, Any]], t: float) -> None:
         out: list[Message] = []
@@ -175,6 +194,32 @@ class _Importer:
         self.visible = 0
         self.prefix_tokens: dict[AgentKind, int] = {}
         self.subagents = path.parent / path.stem / "subagents"
+        self.where: dict[int, tuple[str, int]] = {}
+
+    def read(self, path: Path) -> list[dict[str, Any]]:
+        return _read(path, self.report, self.where)
+
+    def at(self, r: dict[str, Any]) -> str:
+        """``file:line`` of a record, for a skip message."""
+        file, line = self.where.get(id(r), (str(self.path), 0))
+        return f"{Path(file).name}:{line}"
+
+    @contextmanager
+    def located(self, r: dict[str, Any]) -> Iterator[None]:
+        """A record shaped other than the importer expects (a string where an object or a time
+        belongs, ...) is an error naming its file and line; nothing is written."""
+        try:
+            yield
+        except KVModelError:
+            raise
+        except _SHAPE_ERRORS as e:
+            file, line = self.where.get(id(r), (str(self.path), None))
+            raise TraceError(
+                f"record of type {str(r.get('type'))[:40]!r} is not shaped as expected "
+                f"({type(e).__name__}: {str(e)[:200]})",
+                file=file,
+                line=line,
+            ) from None
 
     def prefix(self, agent: _Agent, t: float) -> Append:
         """The omitted fixed prefix; its size is patched once a call's usage is known."""
@@ -192,7 +237,7 @@ class _Importer:
             self.ops.append(Append(t, agent.ctx, (m,)))
             return
         if not isinstance(content, list):
-            self.report.skip(f"{self.path.name}: user record {r.get('uuid')} has no content")
+            self.report.skip(f"{self.at(r)}: user record has no content (appends nothing)")
             return
         for block in content:
             if not isinstance(block, dict) or block.get("type") != "tool_result":
@@ -226,11 +271,14 @@ class _Importer:
     ) -> None:
         recs = [
             x
-            for x in _read(self.subagents / f"agent-{agent_id}.jsonl", self.report)
+            for x in self.read(self.subagents / f"agent-{agent_id}.jsonl")
             if x.get("type") in ("user", "assistant") and x.get("timestamp")
         ]
         if not recs:
-            self.report.skip(f"{self.path.name}: sub-agent {agent_id} transcript is empty")
+            self.report.skip(
+                f"{self.at(result)}: sub-agent {agent_id} transcript is empty "
+                "(its result is appended as a plain tool result)"
+            )
             self.ops.append(Append(t, parent.ctx, (res,)))
             return
         w = _Agent(self, f"{self.sid}.agent-{agent_id}", AgentKind.WORKER)
@@ -260,7 +308,7 @@ class _Importer:
         content = (summary.get("message") or {}).get("content")
         text = content if isinstance(content, str) else json.dumps(content)
         if comp is not None:
-            recs = [x for x in _read(comp, self.report) if x.get("timestamp")]
+            recs = [x for x in self.read(comp) if x.get("timestamp")]
             start = min(_seconds(x["timestamp"]) - t0 for x in recs) if recs else t
             cid = ContextId(f"{self.sid}.{comp.stem}")
             ins = main.msg(Role.USER, MessageKind.INSTRUCTION, 400, "claude-code-compaction")
@@ -272,38 +320,47 @@ class _Importer:
                 Close(max(start, t), cid),
             ]
         else:
-            self.report.skip(f"{self.path.name}: no compaction transcript for a boundary")
+            self.report.skip(
+                f"{self.at(summary)}: no compaction transcript for this summary "
+                "(the history is still replaced by it; the summarising call is not modelled)"
+            )
         self.ops.append(_RemoveAll(t, main.ctx))
         m = main.msg(Role.USER, MessageKind.SUMMARY, _size(text), _hash("summary", text))
         self.ops.append(Append(t, main.ctx, (m,)))
         main.live_reasoning = False
 
     def run(self) -> list[Op]:
-        records = [r for r in _read(self.path, self.report) if r.get("timestamp")]
+        records = [r for r in self.read(self.path) if r.get("timestamp")]
         if not records:
             raise TraceError("no timestamped records in transcript", file=str(self.path))
-        t0 = _seconds(records[0]["timestamp"])
+        with self.located(records[0]):
+            t0 = _seconds(records[0]["timestamp"])
         main = _Agent(self, f"{self.sid}.main", AgentKind.MAIN)
         self.ops += [Open(0.0, main.ctx, self.sid, AgentKind.MAIN), self.prefix(main, 0.0)]
         chunk: list[dict[str, Any]] = []
-        pending_boundary = False
+        pending_boundary: dict[str, Any] | None = None
         for r in records:
             typ = r.get("type")
             if typ == "system" and r.get("subtype") == "compact_boundary":
                 main.calls(chunk, t0)
                 chunk = []
-                pending_boundary = True
+                pending_boundary = r
             elif typ == "user" and r.get("isCompactSummary"):
                 main.calls(chunk, t0)
                 chunk = []
-                self.compaction(main, r, _seconds(r["timestamp"]) - t0, t0)
-                pending_boundary = False
+                with self.located(r):
+                    self.compaction(main, r, _seconds(r["timestamp"]) - t0, t0)
+                pending_boundary = None
             elif typ in ("user", "assistant") and not r.get("isSidechain"):
                 chunk.append(r)
         main.calls(chunk, t0)
-        if pending_boundary:
-            self.report.skip(f"{self.path.name}: compact boundary without a summary")
-        self.ops.append(EndSession(_seconds(records[-1]["timestamp"]) - t0, self.sid))
+        if pending_boundary is not None:
+            self.report.skip(
+                f"{self.at(pending_boundary)}: compact boundary without a summary "
+                "(the context is left as it was)"
+            )
+        with self.located(records[-1]):
+            self.ops.append(EndSession(_seconds(records[-1]["timestamp"]) - t0, self.sid))
         return self._finish()
 
     def _finish(self) -> list[Op]:
