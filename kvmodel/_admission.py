@@ -55,7 +55,7 @@ def allocate(e: Engine, tiers: Sequence[TierName], ctx: Context) -> BlockId | No
             victim.spec.key,
             tier,
             victim.depth,
-            e.block_class(victim),
+            e.view.block(victim.id).state,  # the features the order just read: a cache hit
         )
     )
     e.stats.evictions[tier] += 1

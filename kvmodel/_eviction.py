@@ -179,10 +179,17 @@ class RankIndex:
                     if s.key is not None:
                         self.dirty_blocks.add(e.index[s.key])
             self.dirty_ctxs.clear()
+        fl = e._fl
         for bid in self.dirty_blocks:
             if bid not in e.blocks:
                 self.entry.pop(bid, None)
                 self.pinned.discard(bid)
+                continue
+            if bid in fl:
+                # written or hit by the inference being admitted: not a candidate until it ends,
+                # and its end marks each such block dirty again (or its drop forgets it): key it
+                # once, then, not at every look in between. A stale entry popped meanwhile is
+                # forgotten by next_victim.
                 continue
             info = e.view.block(bid)
             if info.state is BlockClass.PINNED:

@@ -37,6 +37,10 @@ __all__ = [
 class MsgState(enum.Enum):
     """Lifecycle state of one message in one context (spec L1)."""
 
+    # members are singletons compared by identity: hash them by identity too (the C slot), not
+    # by Enum's Python-level hash of the name -- sets and tables of them are on the hot path
+    __hash__ = object.__hash__
+
     PINNED = "pinned"
     ACTIVE = "active"
     SUSPENDED = "suspended"
@@ -46,6 +50,10 @@ class MsgState(enum.Enum):
 
 class Event(enum.Enum):
     """Lifecycle events (spec L2). Each names the trace op(s) that raise it."""
+
+    # members are singletons compared by identity: hash them by identity too (the C slot), not
+    # by Enum's Python-level hash of the name -- sets and tables of them are on the hot path
+    __hash__ = object.__hash__
 
     ADMIT = "admit"  # append / replace / return / infer output: a new live message
     ADMIT_TEMPORARY = (
@@ -121,6 +129,10 @@ def transition(state: MsgState | None, event: Event, *, message: str, context: s
 
 class BlockClass(enum.Enum):
     """Lifecycle class of a resident block, aggregated over messages and contexts (spec L5)."""
+
+    # members are singletons compared by identity: hash them by identity too (the C slot), not
+    # by Enum's Python-level hash of the name -- sets and tables of them are on the hot path
+    __hash__ = object.__hash__
 
     DEAD = "dead"  # on no open context's materialized chain
     EXPIRED = "expired"  # held only by contexts in which it is invalidated

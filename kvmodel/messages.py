@@ -14,6 +14,10 @@ __all__ = ["AgentKind", "Message", "MessageKind", "Role", "SpawnRecord"]
 class Role(enum.Enum):
     """Who wrote a message, as chat APIs name it."""
 
+    # members are singletons compared by identity: hash them by identity too (the C slot), not
+    # by Enum's Python-level hash of the name -- sets and tables of them are on the hot path
+    __hash__ = object.__hash__
+
     SYSTEM = "system"
     DEVELOPER = "developer"
     USER = "user"
@@ -28,6 +32,10 @@ class MessageKind(enum.Enum):
     carried for policies (Lachesis classes segments by them) and for workload statistics.
     """
 
+    # members are singletons compared by identity: hash them by identity too (the C slot), not
+    # by Enum's Python-level hash of the name -- sets and tables of them are on the hot path
+    __hash__ = object.__hash__
+
     SYSTEM = "system"
     USER = "user"
     INSTRUCTION = "instruction"
@@ -41,6 +49,10 @@ class MessageKind(enum.Enum):
 
 class AgentKind(enum.Enum):
     """The role of the agent that owns a context (spec P2)."""
+
+    # members are singletons compared by identity: hash them by identity too (the C slot), not
+    # by Enum's Python-level hash of the name -- sets and tables of them are on the hot path
+    __hash__ = object.__hash__
 
     MAIN = "main"
     LEAD = "lead"

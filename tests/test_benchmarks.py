@@ -1,0 +1,41 @@
+"""Benchmarks are programs users run; each runs here at its smallest size so that it cannot rot.
+Their figures are printed, never asserted; what is asserted is what they check themselves."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_vs_vllm_does_the_same_work_as_vllm(capsys: pytest.CaptureFixture[str]) -> None:
+    from checkers.vllm_pool import VLLMUnavailableError, fetch_sources
+
+    try:
+        fetch_sources()
+    except VLLMUnavailableError as e:
+        pytest.skip(f"vLLM sources unavailable here: {e}")
+    bench = _load("bench_vs_vllm")
+    # 6 sessions on 120 blocks: evictions, and hits from the blocks that survive
+    assert bench.main(["--sessions", "6", "--rounds", "6", "--blocks", "120"]) == 0
+    out = capsys.readouterr().out
+    assert "same work on both sides" in out
+    hits = int(out.split("same work on both sides: ")[1].split(" hits")[0])
+    evictions = int(out.split(" writes, ")[1].split(" evictions")[0])
+    assert hits > 0
+    assert evictions > 0
