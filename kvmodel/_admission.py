@@ -14,7 +14,7 @@ from kvmodel.blocks import BlockSpec
 from kvmodel.contexts import Context
 from kvmodel.errors import KVModelError, PolicyError, TraceError, policy_raised
 from kvmodel.ids import BlockId, BlockKey, TierName
-from kvmodel.lifecycle import BlockClass, Event, aggregate_within_context
+from kvmodel.lifecycle import BlockClass, Event
 from kvmodel.observations import (
     AllocObs,
     BypassObs,
@@ -181,6 +181,7 @@ def write_misses(
 ) -> bool:
     view = e.view
     reasoning_block = c.first_reasoning_block()
+    turn_start_block = min(c.turn_start, c.total_tokens) // e.block_size
     for s in misses:
         if s.key is not None and s.key in e.index:
             # an orphan: resident, but its chain broke above it; recomputed in place (B6.3)
@@ -207,7 +208,7 @@ def write_misses(
             )
             placed.append(Placed(s, b, bypass=False, fresh=False))
             continue
-        state = aggregate_within_context(st for u in s.uids if (st := c.state(u)) is not None)
+        state = c.covered_class(s.uids)
         nb = NewBlock(
             s.key,
             s.depth,
@@ -219,7 +220,7 @@ def write_misses(
             in_prompt=s.key is not None and s.depth < prompt_full,
             partial=s.key is None,
             turn=c.turns,
-            turn_start_block=min(c.turn_start, c.total_tokens) // e.block_size,
+            turn_start_block=turn_start_block,
             reasoning_block=reasoning_block,
         )
         try:

@@ -28,6 +28,7 @@ __all__ = ["Context"]
 
 _PHASES = frozenset({MsgState.ACTIVE, MsgState.SUSPENDED})
 _LIVE_CLASSES = frozenset({BlockClass.ACTIVE, BlockClass.SUSPENDED, BlockClass.PINNED})
+_PHASE_CLASS = {p: aggregate_within_context((p,)) for p in _PHASES}
 
 
 class Context:
@@ -138,11 +139,20 @@ class Context:
         """
         if depth >= self.valid:
             return BlockClass.EXPIRED
-        spec = self.materialized[depth]
-        cls = aggregate_within_context(self.stored.get(u, self.phase) for u in spec.uids)
+        cls = self.covered_class(self.materialized[depth].uids)
         if depth <= self.pin_depth() and cls in _LIVE_CLASSES:
             return BlockClass.PINNED
         return cls
+
+    def covered_class(self, uids: Sequence[int]) -> BlockClass:
+        """The class in this context of a block covering message instances ``uids`` (spec L5.1),
+        before pins of deeper messages are considered (see :meth:`block_class`). A message
+        without a stored state is in the context's phase, so a block covering only such messages
+        is in the phase's class: no aggregation."""
+        stored = self.stored
+        if stored and not stored.keys().isdisjoint(uids):
+            return aggregate_within_context(stored.get(u, self.phase) for u in uids)
+        return _PHASE_CLASS[self.phase]
 
     def pin_depth(self) -> int:
         """Index of the deepest logical block covering a pinned message (-1 if none). Cached;
