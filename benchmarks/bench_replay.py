@@ -59,7 +59,7 @@ def _growth_trace(prefix_tokens: int, steps: int) -> tuple[list[Op], int]:
 
 def scaling(steps: int, lengths: tuple[int, ...]) -> None:
     print(f"per-infer cost vs context length ({steps} x [append 16 tokens, infer]):")
-    row = []
+    row: list[float] = []
     for length in lengths:
         ops, first = _growth_trace(length, steps)
         cfg = EngineConfig(16, (TierConfig(TierName("hbm"), length // 16 + steps + 64),))
@@ -72,8 +72,9 @@ def scaling(steps: int, lengths: tuple[int, ...]) -> None:
 
         replay(ops, "kvtether", cfg, after_op=timer)
         per = (time.perf_counter() - marks["start"]) / steps
-        row.append(f"{length:>8} tokens: {per * 1e6:8.1f} us/infer")
-    print("  " + "   |   ".join(row))
+        row.append(per)
+        print(f"  {length:>8} tokens: {per * 1e6:8.1f} us/infer")
+    print(f"  longest / shortest: {row[-1] / row[0]:.2f}x (flat: work per new block)")
 
 
 def main() -> None:
@@ -85,7 +86,7 @@ def main() -> None:
         scaling(50, (1_024, 16_384))
     else:
         throughput(100_000)
-        scaling(2_000, (4_096, 262_144))
+        scaling(1_000, (1_024, 10_240, 102_400, 512_000))
 
 
 if __name__ == "__main__":

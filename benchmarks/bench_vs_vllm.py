@@ -20,7 +20,9 @@ Both sides do the same block operations, checked here: hits, writes, evictions.
 * **kvmodel** -- ``replay(trace, "vllm-prefix", config)``: the whole model (contexts, lifecycle,
   packing and hash chains, placement and eviction, statistics, the observation log).
 
-Times are CPU seconds of this process (``time.process_time``), best of ``--repeat``.
+Times are CPU seconds of this process (``time.process_time``), best of ``--repeat``; both sides
+run with the garbage-collector setting that ``replay`` uses
+(:func:`kvmodel.replay.fewer_collections`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from checkers.vllm_pool import VLLMUnavailableError, fetch_sources, load_block_p
 from kvmodel import EngineConfig, Message, MessageKind, Role, TierConfig, replay
 from kvmodel.ids import ContextId, MessageId, SessionId, TierName
 from kvmodel.messages import AgentKind
+from kvmodel.replay import fewer_collections
 from kvmodel.trace import Append, Infer, Op, Open, Trace, TraceHeader
 
 BLOCK = 16
@@ -193,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     best_v: tuple[float, float, dict[str, int]] | None = None
     best_k: tuple[float, dict[str, int]] | None = None
     for _ in range(args.repeat):
-        v = run_vllm(reqs, args.blocks, src)
+        with fewer_collections():  # the GC setting replay() runs under, for both sides
+            v = run_vllm(reqs, args.blocks, src)
         k = run_kvmodel(trace, args.blocks)
         best_v = v if best_v is None or v[0] < best_v[0] else best_v
         best_k = k if best_k is None or k[0] < best_k[0] else best_k

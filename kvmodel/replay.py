@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import math
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import attrs
@@ -93,6 +96,40 @@ def summarize(engine: Engine, ops: int) -> Summary:
     )
 
 
+_GC_LOCK = threading.Lock()
+_GC_DEPTH = 0
+_GC_SAVED: tuple[int, ...] = ()
+#: the cyclic collector's first-generation threshold while a replay runs (Python's default: 700)
+GC_GEN0_DURING_REPLAY = 100_000
+
+
+@contextmanager
+def fewer_collections() -> Iterator[None]:
+    """Run the cyclic garbage collector less often for the duration (re-entrant, thread-safe).
+
+    A replay allocates millions of small objects that never form cycles (records, specs, keys;
+    reference counting frees them); with Python's default threshold the collector walks the live
+    ones again every 700 allocations, which cost a quarter of a large replay (measured:
+    benchmarks/bench_vs_vllm.py, 17.5 s -> 13.8 s). Collections still run, 140x less often; the
+    previous thresholds come back when the outermost replay ends.
+    """
+    global _GC_DEPTH, _GC_SAVED
+    with _GC_LOCK:
+        if _GC_DEPTH == 0:
+            _GC_SAVED = gc.get_threshold()
+            gen0, *rest = _GC_SAVED
+            if gen0:  # 0: collection is off; leave it so
+                gc.set_threshold(max(gen0, GC_GEN0_DURING_REPLAY), *rest)
+        _GC_DEPTH += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _GC_DEPTH -= 1
+            if _GC_DEPTH == 0:
+                gc.set_threshold(*_GC_SAVED)
+
+
 def replay(
     trace: Trace | Iterable[Op],
     policy: str | Policy = "lru",
@@ -112,12 +149,13 @@ def replay(
         prepare(trace if isinstance(trace, Trace) else Trace(TraceHeader(), ops), cfg)
     engine = Engine(cfg, pol)
     source = trace.source if isinstance(trace, Trace) else None
-    for i, op in enumerate(ops):
-        try:
-            engine.apply(op)
-        except TraceError as e:
-            line = trace.line_of(i) if isinstance(trace, Trace) else i + 1
-            raise e.located(file=source, line=line, op=op_name(op)) from None
-        if after_op is not None:
-            after_op(engine, i, op)
+    with fewer_collections():
+        for i, op in enumerate(ops):
+            try:
+                engine.apply(op)
+            except TraceError as e:
+                line = trace.line_of(i) if isinstance(trace, Trace) else i + 1
+                raise e.located(file=source, line=line, op=op_name(op)) from None
+            if after_op is not None:
+                after_op(engine, i, op)
     return ReplayResult(engine, summarize(engine, len(ops)))

@@ -134,3 +134,25 @@ def test_generated_workload_round_trips_and_matches_the_schema() -> None:
         ov = jsonschema.Draft202012Validator(obs_schema)
         for rec in replay(tr, "kvtether").engine.log.to_jsonl().splitlines():
             ov.validate(json.loads(rec))
+
+
+def test_fewer_collections_restores_the_collector_settings() -> None:
+    import gc
+
+    from kvmodel.replay import GC_GEN0_DURING_REPLAY, fewer_collections
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        with fewer_collections():
+            assert gc.get_threshold() == (GC_GEN0_DURING_REPLAY, 10, 10)
+            with fewer_collections():  # nested (a replay inside a replay's hook)
+                assert gc.get_threshold()[0] == GC_GEN0_DURING_REPLAY
+            assert gc.get_threshold()[0] == GC_GEN0_DURING_REPLAY
+        assert gc.get_threshold() == (700, 10, 10)
+        gc.set_threshold(0, 10, 10)  # collection off: left off
+        with fewer_collections():
+            assert gc.get_threshold() == (0, 10, 10)
+        assert gc.get_threshold() == (0, 10, 10)
+    finally:
+        gc.set_threshold(*before)
