@@ -20,6 +20,7 @@ finding) and collects :class:`Violation` results. A violation is a result, never
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -121,6 +122,7 @@ _LIVE_OR_TEMP = frozenset({BlockClass.TEMPORARY, BlockClass.SUSPENDED, BlockClas
 _RECLAIMABLE = frozenset({BlockClass.DEAD, BlockClass.EXPIRED})
 
 
+@functools.cache  # a fixed table: 30 answers, asked on every op
 def reachable(before: MsgState | None, after: MsgState) -> bool:
     """``after`` follows from ``before`` by a path of L3 rows (one op may raise several events)."""
     seen: set[MsgState | None] = {before}
@@ -177,6 +179,13 @@ CONCRETE = Logic(
 
 _D, _E, _S = BlockClass.DEAD, BlockClass.EXPIRED, BlockClass.SUSPENDED
 _LIVE_ORDERED = (BlockClass.TEMPORARY, BlockClass.SUSPENDED, BlockClass.ACTIVE)
+#: every (lower, higher) pair of classes by BLOCK_CLASS_PRIORITY (computed once, not per check)
+_PRIORITY_PAIRS = tuple(
+    (x, y)
+    for x in BlockClass
+    for y in BlockClass
+    if BLOCK_CLASS_PRIORITY[x] < BLOCK_CLASS_PRIORITY[y]
+)
 
 #: The eviction-order invariants, each as one predicate ``first_goes_first(a, b, logic)``: with
 #: ``a`` and ``b`` both evictable, evicting ``b`` while ``a`` is a candidate violates the
@@ -189,12 +198,7 @@ ORDER: Mapping[str, Callable[[Any, Any, Logic], Any]] = MappingProxyType(
             lg.any_(*(lg.is_(b.state, x) for x in _LIVE_ORDERED)),
         ),
         "state-priority-eviction": lambda a, b, lg: lg.any_(
-            *(
-                lg.all_(lg.is_(a.state, x), lg.is_(b.state, y))
-                for x in BlockClass
-                for y in BlockClass
-                if BLOCK_CLASS_PRIORITY[x] < BLOCK_CLASS_PRIORITY[y]
-            )
+            *(lg.all_(lg.is_(a.state, x), lg.is_(b.state, y)) for x, y in _PRIORITY_PAIRS)
         ),
         "suspended-mru": lambda a, b, lg: lg.all_(
             lg.is_(a.state, _S), lg.is_(b.state, _S), lg.later(a.suspend_time, b.suspend_time)
