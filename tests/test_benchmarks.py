@@ -39,3 +39,17 @@ def test_bench_vs_vllm_does_the_same_work_as_vllm(capsys: pytest.CaptureFixture[
     evictions = int(out.split(" writes, ")[1].split(" evictions")[0])
     assert hits > 0
     assert evictions > 0
+
+
+def test_bench_replay_runs_at_its_smallest_size(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bench = _load("bench_replay")
+    monkeypatch.setattr(sys, "argv", ["bench_replay.py", "--quick"])
+    bench.main()
+    monkeypatch.setattr(sys, "argv", ["bench_replay.py", "--memory", "500"])
+    bench.main()
+    out = capsys.readouterr().out
+    assert "block ops/s" in out
+    assert "longest / shortest" in out
+    assert "peak RSS" in out
