@@ -79,7 +79,7 @@ def infer(e: Engine, op: Infer) -> None:
     try:
         c.admit(op.output, temporary=False)
     except TraceError as err:
-        raise TraceError(err.problem, field="output.id") from None
+        raise TraceError(err.problem, field=f"output.{err.field or 'id'}") from None
     output_tokens = sum(m.tokens for m in op.output)
 
     # the minimal invalidation first: the chain's invalid tail is dropped (spec P7.2)

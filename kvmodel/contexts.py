@@ -23,6 +23,7 @@ from kvmodel.errors import InternalError, TraceError
 from kvmodel.ids import BlockKey, ContextId, MessageId, SessionId
 from kvmodel.lifecycle import BlockClass, Event, MsgState, aggregate_within_context, transition
 from kvmodel.messages import AgentKind, Message, MessageKind, SpawnRecord
+from kvmodel.trace import MAX_CONTEXT_TOKENS
 
 __all__ = ["Context"]
 
@@ -258,8 +259,21 @@ class Context:
 
     # ------------------------------------------------------------------ edits (spec P5-P9)
 
+    def _check_room(self, extra: int) -> None:
+        """A context never holds more than ``MAX_CONTEXT_TOKENS`` (spec/trace-format.md T3):
+        packing and hashing are linear in a context's tokens, so a trace of a few lines must not
+        be able to ask for billions of them."""
+        total = self.total_tokens + extra
+        if total > MAX_CONTEXT_TOKENS:
+            raise TraceError(
+                f"context {self.id!r} would hold {total:,} tokens; at most "
+                f"{MAX_CONTEXT_TOKENS:,} (beyond any model's context window)",
+                field="tokens",
+            )
+
     def admit(self, messages: Sequence[Message], *, temporary: bool) -> None:
         """Append messages (the caller raises RUN first)."""
+        self._check_room(sum(m.tokens for m in messages))
         event = Event.ADMIT_TEMPORARY if (temporary or self.one_shot) else Event.ADMIT
         for m in messages:
             uid = self._new_uid(m)
@@ -288,6 +302,7 @@ class Context:
     def replace(self, index: int, message: Message) -> None:
         self._check_index(index, "index")
         old_m, old_uid = self.entries[index]
+        self._check_room(message.tokens - old_m.tokens)
         self._expire(old_uid, Event.INVALIDATE)
         uid = self._new_uid(message)
         self._apply(uid, Event.ADMIT_TEMPORARY if self.one_shot else Event.ADMIT, new=True)

@@ -282,7 +282,7 @@ class Engine:
         try:
             into.admit([op.result], temporary=False)
         except TraceError as e:
-            raise TraceError(e.problem, field="result.id") from None
+            raise TraceError(e.problem, field=f"result.{e.field or 'id'}") from None
         self.edges.append((c.id, into.id, "return"))
         self._close(c)
 

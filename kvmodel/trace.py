@@ -22,6 +22,7 @@ from kvmodel.ids import ContextId, MessageId, SessionId
 from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
 
 __all__ = [
+    "MAX_CONTEXT_TOKENS",
     "MAX_INT",
     "MAX_MESSAGE_TOKENS",
     "MAX_STRING",
@@ -217,6 +218,8 @@ class Trace:
 #: count beyond any real context, a name longer than any id is an error, not a long run.
 MAX_MESSAGE_TOKENS = 1_000_000
 MAX_INT = 10_000_000
+#: a context's logical sequence, checked when messages are admitted (kvmodel.contexts)
+MAX_CONTEXT_TOKENS = 10_000_000
 MAX_STRING = 10_000
 
 

@@ -272,3 +272,26 @@ def test_a_transcript_line_that_is_not_an_object_is_skipped_with_its_line(tmp_pa
     assert trace.ops == clean.ops  # skipping it changed nothing
     assert report.skipped == 1 + import_claude_code([q])[1].skipped
     assert any(f"{p.name}:2: not a JSON object" in w for w in report.warnings)
+
+
+def test_a_context_never_grows_past_its_token_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # eleven lines of 1M-token messages would otherwise ask packing for 11M tokens of one context
+    from kvmodel.cli import main
+    from kvmodel.trace import MAX_CONTEXT_TOKENS, MAX_MESSAGE_TOKENS
+
+    n = MAX_CONTEXT_TOKENS // MAX_MESSAGE_TOKENS + 1
+    lines = ['{"op":"open","t":0,"ctx":"c","session":"s","agent":"main"}']
+    lines += [
+        json.dumps({"op": "append", "t": 0, "ctx": "c",
+                    "messages": [{"id": f"m{i}", "role": "user", "kind": "user",
+                                  "tokens": MAX_MESSAGE_TOKENS}]})
+        for i in range(n)
+    ]  # fmt: skip
+    trace = tmp_path / "big.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    assert main(["replay", str(trace), "--policy", "lru"]) == 2
+    err = capsys.readouterr().err
+    assert f"big.jsonl:{n + 1}: op 'append', field 'tokens': context 'c' would hold" in err
+    assert f"at most {MAX_CONTEXT_TOKENS:,}" in err
