@@ -102,6 +102,8 @@ class LockstepResult:
         return line
 
     def render(self) -> str:
+        if self.trace is None and self.verdict.verdict != "OK":
+            return self.verdict.render()
         if self.trace is None:
             return f"OK: no divergence in {self.examples} trace(s)\n{self.coverage_line()}"
         lines = [f"diverged on a trace of {len(self.trace.ops)} ops:"]
@@ -115,12 +117,19 @@ def run_lockstep(
     policy: str | Policy,
     config: EngineConfig,
     coverage: Counter[str] | None = None,
+    *,
+    allow: Sequence[str] = (),
 ) -> OracleVerdict:
     """One trace, op by op; the first divergence, or OK. An implementation that raises on a
-    valid op has diverged (ILLEGAL, "crashed"); records naming another op are ILLEGAL too.
-    ``coverage`` (if given) counts the ops applied and the implementation's records by kind."""
-    conf = Conformance(policy, config)
-    impl = make_impl(config)
+    valid op has diverged (ILLEGAL, "crashed"); records naming another op are ILLEGAL too; one
+    that cannot be built for ``config`` gets UNKNOWN (nothing was compared). ``coverage`` (if
+    given) counts the ops applied and the implementation's records by kind; ``allow``: the
+    oracle's opt-in admissible variants."""
+    conf = Conformance(policy, config, allow=allow)
+    try:
+        impl = make_impl(config)
+    except Exception as e:  # e.g. a one-tier engine given a two-tier config
+        return OracleVerdict("UNKNOWN", None, f"the implementation could not be built: {e!r}")
     for i, op in enumerate(trace.ops):
         try:
             records = [dict(r) for r in impl.apply(i, op)]
@@ -160,6 +169,7 @@ def differential(
     max_actions: int = 30,
     traces: SearchStrategy[Trace] | None = None,
     shrink_budget: int = 1000,
+    allow: Sequence[str] = (),
 ) -> LockstepResult:
     """Search traces for a divergence and shrink it: Hypothesis first, then delta debugging
     (a random walk shrinks only that way). The default traces are agent traces
@@ -173,11 +183,19 @@ def differential(
 
     tried = 0
     coverage: Counter[str] = Counter()
+    try:
+        make_impl(config)
+    except Exception as e:  # no trace can say anything: the verdict, not a crash of the search
+        why = f"the implementation could not be built: {e!r}"
+        return LockstepResult(OracleVerdict("UNKNOWN", None, why), None, 0, {})
+
+    def run(trace: Trace, cov: Counter[str] | None = None) -> OracleVerdict:
+        return run_lockstep(trace, make_impl, policy, config, cov, allow=allow)
 
     def diverges(trace: Trace) -> bool:
         nonlocal tried
         tried += 1
-        return run_lockstep(trace, make_impl, policy, config, coverage).verdict != "OK"
+        return run(trace, coverage).verdict != "OK"
 
     opts = settings(
         max_examples=max_examples,
@@ -195,7 +213,7 @@ def differential(
         found = find(strategy, diverges, settings=opts)
     except NoSuchExample:
         return LockstepResult(OracleVerdict("OK"), None, tried, dict(coverage))
-    verdict = run_lockstep(found, make_impl, policy, config)
+    verdict = run(found)
     if verdict.op is not None:  # the ops after the divergence play no part in it
         found = Trace(found.header, found.ops[: verdict.op + 1])
 
@@ -203,11 +221,9 @@ def differential(
         cand = Trace(found.header, tuple(ops))
         # a shortened trace must still be valid input, or the implementation's refusal of it
         # would pass for a divergence
-        return _valid(cand, config.block_size) and (
-            run_lockstep(cand, make_impl, policy, config).verdict != "OK"
-        )
+        return _valid(cand, config.block_size) and run(cand).verdict != "OK"
 
     small, minimal = shrink(found.ops, still, budget=shrink_budget)
     found = Trace(found.header, tuple(small))
-    verdict = run_lockstep(found, make_impl, policy, config)
+    verdict = run(found)
     return LockstepResult(verdict, found, tried, dict(coverage), minimal)

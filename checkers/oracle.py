@@ -30,7 +30,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -41,7 +41,7 @@ from checkers.invariants import Monitor
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import ConfigError, PolicyError, TraceError
-from kvmodel.ids import BlockId, BlockKey, TierName
+from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
 from kvmodel.jsonl import read_jsonl
 from kvmodel.observations import observation_to_json
 from kvmodel.policy import BasePolicy, Placement, Policy, declared_rank, rank_key, resolve_policy
@@ -49,15 +49,30 @@ from kvmodel.trace import MAX_STRING, Infer, Op, Trace, dumps_op
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 
 __all__ = [
+    "VARIANTS",
     "Conformance",
+    "Divergence",
     "OracleVerdict",
     "check_log",
     "check_log_invariants",
+    "divergence_class",
     "load_log",
     "rank_policy",
 ]
 
 Record = Mapping[str, Any]
+
+
+@attrs.frozen
+class Divergence:
+    """One op where the implementation did what the reference does not allow (``--keep-going``
+    lists them all; ``cls`` is a label to count them by, see :func:`divergence_class`)."""
+
+    op: int
+    cls: str
+    reason: str
+    expected: tuple[str, ...] = ()
+    got: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -71,6 +86,11 @@ class OracleVerdict:
     #: policy mode, ILLEGAL: a shortened trace (JSON lines) and log that still diverge
     shortened_trace: tuple[str, ...] = ()
     shortened_log: tuple[dict[str, Any], ...] = ()
+    #: ``keep_going``: every divergence, the first included, and how many per class; ``stopped``
+    #: says why the check ended before the trace did (a divergence it could not adopt)
+    divergences: tuple[Divergence, ...] = ()
+    classes: dict[str, int] = attrs.field(factory=dict)
+    stopped: str = ""
 
     def render(self) -> str:
         lines = [
@@ -89,6 +109,16 @@ class OracleVerdict:
                 f"  shortened trace that still diverges ({len(self.shortened_trace)} ops):"
             )
             lines += [f"    {s}" for s in self.shortened_trace]
+        if self.divergences:
+            lines.append(
+                f"  {len(self.divergences)} divergence(s) in {len(self.classes)} class(es) "
+                "(--keep-going: each adopted, then checking went on):"
+            )
+            for cls, n in sorted(self.classes.items(), key=lambda x: (-x[1], x[0])):
+                first = next(d.op for d in self.divergences if d.cls == cls)
+                lines.append(f"    {n:6d}  {cls}  (first at op {first})")
+        if self.stopped:
+            lines.append(f"  stopped: {self.stopped}")
         return "\n".join(lines)
 
 
@@ -192,6 +222,36 @@ def _decisions(records: Iterable[Record], own_keys: Sequence[BlockKey]) -> list[
     return sorted(out)
 
 
+def divergence_class(reason: str, expected: Sequence[str], got: Sequence[str]) -> str:
+    """A label to count divergences by: the kind of decision that differs and in which direction
+    (``missing``: the reference made it and the implementation did not; ``extra``: the reverse),
+    e.g. ``write-extra+write-missing`` for a block written in another tier, ``reuse-missing`` for
+    a hit the implementation did not take; for evictions, ``victim-not-admissible`` or
+    ``evicts-more``/``evicts-fewer``."""
+    if reason.startswith("eviction outside"):
+        return "victim-not-admissible"
+    if reason.startswith("the reference evicts"):
+        return "evicts-more" if len(got) > len(expected) else "evicts-fewer"
+    mine, theirs = set(expected), set(got)
+    labels = {f"{d.split(' ')[0]}-missing" for d in mine - theirs}
+    labels |= {f"{d.split(' ')[0]}-extra" for d in theirs - mine}
+    return "+".join(sorted(labels)) or "decisions"
+
+
+#: opt-in admissible variants (spec/invariants.md §Oracle): behaviours real engines have that a
+#: rank does not fix, each accepted only when asked for
+VARIANTS: Mapping[str, str] = {
+    "extra-victims": "an inference that must evict may evict more than it needs (a whole tree "
+    "node, say), each extra victim admissible in turn under the rank after the op",
+}
+
+
+def _victims(records: Iterable[Record]) -> list[tuple[str, object]]:
+    """An op's evict records as (key, group) in log order (``group``: absent, or a label of
+    the victims the implementation freed together)."""
+    return [(str(r.get("key")), r.get("group")) for r in records if r["kind"] == "evict"]
+
+
 class _Follow(BasePolicy):
     """The reference policy, steered at evictions by the implementation's admissible choices."""
 
@@ -199,20 +259,33 @@ class _Follow(BasePolicy):
 
     def __init__(self, inner: BasePolicy) -> None:
         self.inner = inner
-        self.wanted: list[str] = []
+        #: the implementation's victims still to follow: (key, group); a group (the ``group``
+        #: field of its evict records, e.g. a tree node freed at once) may go in any order
+        self.wanted: list[tuple[str, object]] = []
         self.illegal: tuple[str, tuple[str, ...], str] | None = None
+        #: ``keep_going``: for one op, the implementation's own decisions, adopted (a puppet)
+        self.adopt: _Puppet | None = None
 
     @property
     def claims(self) -> frozenset[str]:  # type: ignore[override]
         return self.inner.claims
 
     def place(self, view: ModelView, block: NewBlock) -> Placement:
+        if self.adopt is not None:
+            return self.adopt.place(view, block)
         return self.inner.place(view, block)
 
     def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        if self.adopt is not None:
+            return self.adopt.on_op(view, op)
         return self.inner.on_op(view, op)
 
     def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        if self.adopt is not None:
+            return self.adopt.eviction_order(view, candidates)
+        return self._follow_order(view, candidates)
+
+    def _follow_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterator[BlockId]:
         """The implementation's next victims while each is admissible, then the rank order.
 
         A heap of cached rank keys (as :meth:`BasePolicy.eviction_order`): O(n) to build, and
@@ -239,22 +312,52 @@ class _Follow(BasePolicy):
                 entry = heapq.heappop(heap)
                 if view.evictable(entry[1]):
                     tied.append(entry)
-            key = self.wanted[0]
-            pick = next((e for e in tied if e[2].key == key), None)
+            pick = self._pick(tied, "eviction outside the admissible set")
             if pick is None:
-                self.illegal = (
-                    "eviction outside the admissible set",
-                    tuple(f"evict {e[2].key} ({e[2].state.value})" for e in tied),
-                    f"evict {key}",
-                )
                 break
-            self.wanted.pop(0)
             for e in tied:
                 if e is not pick:
                     heapq.heappush(heap, e)
             yield pick[1]
         while heap:
             yield heapq.heappop(heap)[1]
+
+    def _pick(
+        self, tied: Sequence[tuple[tuple[float, ...], BlockId, BlockInfo]], why: str
+    ) -> tuple[tuple[float, ...], BlockId, BlockInfo] | None:
+        """The tied candidate that is the implementation's next victim (any member of the next
+        victim's group), taken off :attr:`wanted`; ``None`` (and :attr:`illegal`) if none is."""
+        key, group = self.wanted[0]
+        allowed = {k for k, g in self.wanted if g == group} if group is not None else {key}
+        pick = next((e for e in tied if e[2].key in allowed), None)
+        if pick is None:
+            self.illegal = (
+                why,
+                tuple(f"evict {e[2].key} ({e[2].state.value})" for e in tied),
+                f"evict {' or '.join(sorted(allowed))}",
+            )
+            return None
+        self.wanted.remove(next(w for w in self.wanted if w[0] == pick[2].key))
+        return pick
+
+    def extra_victims(self, view: ModelView) -> Iterator[BlockId]:
+        """After the op: the implementation's victims beyond what the reference needed, each
+        admissible in turn (tied with the best evictable candidate on the rank, its group's
+        order free) -- yielded one at a time, the caller evicting each before asking again."""
+        rank = self.inner.rank
+        while self.wanted and self.illegal is None:
+            cands = [view.block(b) for b in view.resident() if view.evictable(b)]
+            if not cands:
+                key, _ = self.wanted[0]
+                self.illegal = ("eviction beyond need of a block not evictable", (), f"evict {key}")
+                return
+            keyed = sorted((rank_key(rank, b), b.id, b) for b in cands)
+            best = keyed[0][0][:-1]
+            tied = [e for e in keyed if e[0][:-1] == best]
+            pick = self._pick(tied, "eviction beyond need outside the admissible set")
+            if pick is None:
+                return
+            yield pick[1]
 
 
 def _state(engine: Engine) -> tuple[str, ...]:
@@ -291,32 +394,102 @@ class Conformance:
     implementation's records for it and returns ``None`` while they conform, else the verdict.
     """
 
-    def __init__(self, policy: str | Policy, config: EngineConfig) -> None:
+    def __init__(
+        self, policy: str | Policy, config: EngineConfig, *, allow: Iterable[str] = ()
+    ) -> None:
         self.policy, self.config = policy, config
+        self.allow = frozenset(allow)
+        if bad := sorted(self.allow - set(VARIANTS)):
+            raise ConfigError(
+                f"unknown admissible variant {bad[0]!r}; known: {', '.join(VARIANTS)}"
+            )
         self.follow = _Follow(rank_policy(policy))
         self.engine = Engine(config, self.follow)
         self.ops = 0
-        self._seen: list[tuple[Op, list[str]]] = []  # each op and the victims it followed
+        #: each op, the victims it followed, and (adopted ops) the implementation's records
+        self._seen: list[tuple[Op, list[tuple[str, object]], Sequence[Record] | None]] = []
+
+    def _rebuilt(self, i: int) -> Conformance:
+        """A reference that has applied ops ``0..i-1`` as this one did, rebuilt on demand (only
+        a divergence needs it, and snapshotting every op would cost O(resident) per op)."""
+        again = Conformance(self.policy, self.config, allow=self.allow)
+        for j, (op, victims, adopted) in enumerate(self._seen[:i]):
+            # an adopted op's victims are the puppet's to take, not the follower's
+            again.follow.wanted = list(victims) if adopted is None else []
+            again.follow.adopt = _Puppet({j: adopted}) if adopted is not None else None
+            seen = len(again.engine.log)
+            again.engine.apply(op)
+            again.follow.adopt = None
+            again._evict_extra(op, seen)
+            again._seen.append((op, victims, adopted))
+        again.ops = i
+        return again
+
+    def _evict_extra(self, op: Op, seen: int) -> None:
+        """With the ``extra-victims`` variant: evict, in turn, the victims the implementation
+        took beyond the reference's need -- if the reference needed to evict at all in this op
+        (evicting while there is room is never admissible)."""
+        if not self.follow.wanted or "extra-victims" not in self.allow:
+            return
+        if not any(o.kind == "evict" for o in self.engine.log.since(seen)):
+            return
+        ctx = op.ctx if isinstance(op, Infer) else None
+        for bid in self.follow.extra_victims(self.engine.view):
+            self.engine.evict_now(bid, ctx if ctx is not None else ContextId(""))
 
     def _state_before(self, i: int) -> tuple[str, ...]:
-        """The resident state before op ``i``, rebuilt on demand (only a divergence needs it,
-        and snapshotting every op would cost O(resident) per op)."""
-        again = Conformance(self.policy, self.config)
-        for op, victims in self._seen[:i]:
-            again.follow.wanted = list(victims)
+        return _state(self._rebuilt(i).engine)
+
+    def adopt(self, i: int, op: Op, records: Sequence[Record]) -> str | None:
+        """After a divergence at op ``i`` (the last op stepped): redo it with the
+        implementation's own decisions (writes and tiers, victims, reclaims, as its records say)
+        so that checking can go on from the state the implementation is in. ``None`` when the
+        reference could follow it there; else why not (its records are not what its own state
+        allows here, or the model refuses them)."""
+        again = self._rebuilt(i)
+        own = _own_keys(again.engine, op)
+        puppet = _Puppet({i: records})
+        again.follow.adopt = puppet
+        seen = len(again.engine.log)
+        try:
             again.engine.apply(op)
-        return _state(again.engine)
+        except PolicyError as e:
+            return f"the implementation's decisions at op {i} are refused by the model ({e})"
+        finally:
+            again.follow.adopt = None
+        ref = [observation_to_json(o) for o in again.engine.log.since(seen)]
+        wanted = [r for r in records if r["kind"] == "evict"]
+        evicted = [r for r in ref if r["kind"] == "evict"]
+        if (
+            puppet.missing is not None
+            or _decisions(ref, own) != _decisions(records, own)
+            or len(evicted) != len(wanted)
+        ):
+            why = (
+                puppet.missing or "its reuse, writes or rejections differ from what the state gives"
+            )
+            return f"cannot follow the implementation past op {i}: {why}"
+        again._seen.append((op, _victims(records), records))
+        again.ops = i + 1
+        self.follow, self.engine, self._seen, self.ops = (
+            again.follow,
+            again.engine,
+            again._seen,
+            again.ops,
+        )
+        return None
 
     def step(
         self, i: int, op: Op, records: Sequence[Record], *, last: bool = False
     ) -> OracleVerdict | None:
         """``last``: the implementation's log may end inside this op (a cut-short log)."""
         own = _own_keys(self.engine, op)
-        wanted = [str(r.get("key")) for r in records if r["kind"] == "evict"]
+        wanted = _victims(records)
         self.follow.wanted = list(wanted)
-        self._seen.append((op, wanted))
+        self._seen.append((op, wanted, None))
         seen = len(self.engine.log)
         self.engine.apply(op)
+        self._evict_extra(op, seen)
         self.ops += 1
         if self.follow.illegal is not None:
             why, allowed, did = self.follow.illegal
@@ -336,10 +509,22 @@ class Conformance:
                 i,
                 f"the reference evicts {n_evicted} block(s) here, the implementation {len(wanted)}",
                 tuple(f"evict {r['key']}" for r in ref if r["kind"] == "evict"),
-                tuple(f"evict {k}" for k in wanted),
+                tuple(f"evict {k}" for k, _ in wanted),
                 self._state_before(i),
             )
         return None
+
+
+def _last_complete(by_op: Mapping[int, Sequence[Record]], n_ops: int, complete: bool) -> int:
+    """The first op the log may have cut short: ``n_ops`` for a complete log (``complete``, or
+    an ``end`` record at the trace's last op), the op after an ``end`` record's, else the last
+    op logged (spec/invariants.md §Oracle)."""
+    if complete:
+        return n_ops
+    ends = [op for op, recs in by_op.items() if any(r["kind"] == "end" for r in recs)]
+    if ends:
+        return min(max(ends) + 1, n_ops)
+    return max(by_op, default=-1)
 
 
 def _verdict(
@@ -349,17 +534,42 @@ def _verdict(
     config: EngineConfig,
     *,
     complete: bool = False,
+    keep_going: bool = False,
+    allow: Iterable[str] = (),
 ) -> OracleVerdict:
     n_ops = len(trace.ops)
     if any(op >= n_ops or op < 0 for op in by_op):
         return OracleVerdict("UNKNOWN", reason="the log names ops the trace does not have")
-    last_logged = len(trace.ops) if complete else max(by_op, default=-1)
-    conf = Conformance(policy, config)
+    last_logged = _last_complete(by_op, n_ops, complete)
+    conf = Conformance(policy, config, allow=allow)
+    first: OracleVerdict | None = None
+    found: list[Divergence] = []
     for i, op in enumerate(trace.ops):
-        v = conf.step(i, op, by_op.get(i, ()), last=i >= last_logged)
-        if v is not None:
+        records = by_op.get(i, ())
+        v = conf.step(i, op, records, last=i >= last_logged)
+        if v is None:
+            continue
+        if not keep_going or v.verdict != "ILLEGAL":
+            if first is not None:  # an UNKNOWN tail after adopted divergences
+                return _with(first, found, stopped=f"op {i}: {v.reason}")
             return v
-    return OracleVerdict("OK")
+        first = first or v
+        found.append(
+            Divergence(
+                i, divergence_class(v.reason, v.expected, v.got), v.reason, v.expected, v.got
+            )
+        )
+        why = conf.adopt(i, op, records)
+        if why is not None:
+            return _with(first, found, stopped=why)
+    return _with(first, found) if first is not None else OracleVerdict("OK")
+
+
+def _with(first: OracleVerdict, found: Sequence[Divergence], stopped: str = "") -> OracleVerdict:
+    classes: dict[str, int] = {}
+    for d in found:
+        classes[d.cls] = classes.get(d.cls, 0) + 1
+    return attrs.evolve(first, divergences=tuple(found), classes=classes, stopped=stopped)
 
 
 def check_log(
@@ -370,12 +580,22 @@ def check_log(
     *,
     shorten: bool = True,
     budget: int = 300,
+    complete: bool = False,
+    keep_going: bool = False,
+    allow: Iterable[str] = (),
 ) -> OracleVerdict:
     """Policy mode. On ILLEGAL, ``shorten`` also delta-debugs the trace prefix up to the
     divergent op (dropping ops together with their log records, ``budget`` replays at most)
-    to a shorter trace whose restricted log still diverges at its last op."""
+    to a shorter trace whose restricted log still diverges at its last op. ``complete``: the
+    log covers every op of the trace (as an ``end`` record says), so its last op is judged
+    too. ``keep_going``: after a divergence, adopt the implementation's decisions and go on;
+    the verdict lists every divergence with a class (the first one is shortened). ``allow``:
+    opt-in admissible :data:`VARIANTS`."""
+    allow = tuple(allow)
     by_op = _by_op(log)
-    verdict = _verdict(trace, by_op, policy, config)
+    verdict = _verdict(
+        trace, by_op, policy, config, complete=complete, keep_going=keep_going, allow=allow
+    )
     if verdict.verdict != "ILLEGAL" or verdict.op is None or not shorten:
         return verdict
     at = verdict.op
@@ -392,7 +612,7 @@ def check_log(
     def diverges(kept: Sequence[int]) -> bool:
         sub, recs = restricted(kept)
         try:
-            v = _verdict(sub, recs, policy, config, complete=True)
+            v = _verdict(sub, recs, policy, config, complete=True, allow=allow)
         except TraceError:  # e.g. an `open` dropped while its context is still used
             return False
         return v.verdict == "ILLEGAL" and v.op == len(kept)
@@ -422,6 +642,8 @@ class _Puppet(BasePolicy):
         self.missing: str | None = None
         #: per op: the tier of each (ctx, depth) written, bypassed keys, victims, reclaims
         self.writes: dict[int, dict[tuple[object, object], str]] = defaultdict(dict)
+        #: per op: the tier of each key written (for a log without ctx and depth)
+        self.key_writes: dict[int, dict[object, str]] = defaultdict(dict)
         self.bypassed: dict[int, set[object]] = defaultdict(set)
         self.victims: dict[int, list[object]] = defaultdict(list)
         self.reclaims: dict[int, list[object]] = defaultdict(list)
@@ -430,6 +652,8 @@ class _Puppet(BasePolicy):
                 k = r["kind"]
                 if k == "alloc":
                     self.writes[op].setdefault((r.get("ctx"), r.get("depth")), str(r.get("tier")))
+                    if r.get("key") is not None:
+                        self.key_writes[op].setdefault(r.get("key"), str(r.get("tier")))
                 elif k == "bypass":
                     self.bypassed[op].add(r.get("key"))
                 elif k == "evict":
@@ -445,7 +669,11 @@ class _Puppet(BasePolicy):
 
     def place(self, view: ModelView, block: NewBlock) -> Placement:
         writes = self.writes.get(view.now_op, {})
-        tier = writes.get((block.ctx, block.depth)) or writes.get((None, block.depth))
+        tier = (
+            writes.get((block.ctx, block.depth))
+            or writes.get((None, block.depth))
+            or (self.key_writes.get(view.now_op, {}).get(block.key) if block.key else None)
+        )
         if tier is None:
             self.missing = f"no write of block {block.depth} of {block.ctx} in the log"
             return Placement(tuple(t.name for t in view.tiers()))
@@ -460,7 +688,12 @@ class _Puppet(BasePolicy):
 
 
 def check_log_invariants(
-    trace: Trace, log: Sequence[Record], config: EngineConfig, invariants: Iterable[str]
+    trace: Trace,
+    log: Sequence[Record],
+    config: EngineConfig,
+    invariants: Iterable[str],
+    *,
+    complete: bool = False,
 ) -> OracleVerdict:
     """Invariants-only mode: reconstruct the implementation's run from its log and judge it by
     the named invariants alone. A log that cannot be followed -- its hits, writes or rejections
@@ -469,7 +702,7 @@ def check_log_invariants(
     n_ops = len(trace.ops)
     if any(op >= n_ops or op < 0 for op in by_op):
         return OracleVerdict("UNKNOWN", reason="the log names ops the trace does not have")
-    last_logged = max(by_op, default=-1)
+    last_logged = _last_complete(by_op, n_ops, complete)
     puppet = _Puppet(by_op)
     engine = Engine(config, puppet)
     mon = Monitor(engine, invariants)

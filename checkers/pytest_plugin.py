@@ -22,10 +22,13 @@ from kvmodel.ids import TierName
 from kvmodel.memory import TierConfig
 from kvmodel.policy import Policy
 
-__all__ = ["DEFAULT_CONFIG", "kvmodel_lockstep", "pytest_addoption"]
+__all__ = ["DEFAULT_CONFIG", "TIERED_CONFIG", "kvmodel_lockstep", "pytest_addoption"]
 
-#: small tiers, so that eviction decisions are frequent: 4 HBM + 8 HBF blocks of 4 tokens
-DEFAULT_CONFIG = EngineConfig(4, (TierConfig(TierName("hbm"), 4), TierConfig(TierName("hbf"), 8)))
+#: one small tier (as most engines have), so that eviction decisions are frequent: 8 blocks of
+#: 4 tokens
+DEFAULT_CONFIG = EngineConfig(4, (TierConfig(TierName("hbm"), 8),))
+#: for an engine with a second tier: 4 HBM + 8 HBF blocks of 4 tokens
+TIERED_CONFIG = EngineConfig(4, (TierConfig(TierName("hbm"), 4), TierConfig(TierName("hbf"), 8)))
 
 Check = Callable[..., LockstepResult]
 
@@ -41,7 +44,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture
 def kvmodel_lockstep(request: pytest.FixtureRequest) -> Check:
-    """``check(make_impl, policy, config=DEFAULT_CONFIG, max_actions=30)``: fail on divergence."""
+    """``check(make_impl, policy, config=DEFAULT_CONFIG, max_actions=30, allow=())``: fail on
+    divergence (``allow``: the oracle's opt-in admissible variants)."""
     examples = int(request.config.getoption("--kvmodel-examples"))
 
     def check(
@@ -50,9 +54,10 @@ def kvmodel_lockstep(request: pytest.FixtureRequest) -> Check:
         config: EngineConfig = DEFAULT_CONFIG,
         *,
         max_actions: int = 30,
+        allow: tuple[str, ...] = (),
     ) -> LockstepResult:
         result = differential(
-            make_impl, policy, config, max_examples=examples, max_actions=max_actions
+            make_impl, policy, config, max_examples=examples, max_actions=max_actions, allow=allow
         )
         if not result.ok:
             pytest.fail(result.render(), pytrace=False)

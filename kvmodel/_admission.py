@@ -13,7 +13,7 @@ from kvmodel._resident import Placed, ResidentBlock
 from kvmodel.blocks import BlockSpec
 from kvmodel.contexts import Context
 from kvmodel.errors import KVModelError, PolicyError, TraceError, policy_raised
-from kvmodel.ids import BlockId, BlockKey, TierName
+from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
 from kvmodel.lifecycle import BlockClass, Event
 from kvmodel.observations import (
     AllocObs,
@@ -31,7 +31,7 @@ from kvmodel.view import NewBlock
 if TYPE_CHECKING:
     from kvmodel.engine import Engine
 
-__all__ = ["infer"]
+__all__ = ["evict", "infer"]
 
 
 def allocate(e: Engine, tiers: Sequence[TierName], ctx: Context) -> BlockId | None:
@@ -44,23 +44,27 @@ def allocate(e: Engine, tiers: Sequence[TierName], ctx: Context) -> BlockId | No
         return None
     if e.probe is not None:
         e.probe.before_evict(e, victim.id, tuple(tiers))
-    tier = victim.tier
+    evict(e, victim, ctx.id)
+    return e.memory.alloc(victim.tier)
+
+
+def evict(e: Engine, victim: ResidentBlock, ctx: ContextId) -> None:
+    """Evict ``victim`` for an inference of ``ctx``: the record, the count, the drop (M4.3)."""
     e.log.add(
         EvictObs(
             e.log.next_seq,
             e.now,
             e.op_index,
-            ctx.id,
+            ctx,
             victim.id,
             victim.spec.key,
-            tier,
+            victim.tier,
             victim.depth,
             e.view.block(victim.id).state,  # the features the order just read: a cache hit
         )
     )
-    e.stats.evictions[tier] += 1
+    e.stats.evictions[victim.tier] += 1
     e._drop(victim)
-    return e.memory.alloc(tier)
 
 
 # ------------------------------------------------------------------ inference (spec P7)

@@ -159,6 +159,10 @@ def cmd_oracle(args: argparse.Namespace) -> int:
 
     if args.invariant and not args.invariants_only:
         raise ConfigError("--invariant goes with --invariants-only (--policy judges by the rank)")
+    if (args.keep_going or args.allow) and args.invariants_only:
+        raise ConfigError(
+            "--keep-going and --allow go with --policy (invariants-only mode follows every op)"
+        )
     trace = load_trace(args.trace)
     log = load_log(args.log)
     config = engine_config(args.config)
@@ -166,9 +170,17 @@ def cmd_oracle(args: argparse.Namespace) -> int:
         names = args.invariant.split(",") if args.invariant else sorted(STRUCTURAL_CLAIMS)
         if bad := [n for n in names if n not in INVARIANTS]:
             raise ConfigError(f"unknown invariant {bad[0]!r}; known: {', '.join(INVARIANTS)}")
-        verdict = check_log_invariants(trace, log, config, names)
+        verdict = check_log_invariants(trace, log, config, names, complete=args.complete)
     else:
-        verdict = check_log(trace, log, args.policy, config)
+        verdict = check_log(
+            trace,
+            log,
+            args.policy,
+            config,
+            complete=args.complete,
+            keep_going=args.keep_going,
+            allow=args.allow.split(",") if args.allow else (),
+        )
     if args.json:
         print(json.dumps(attrs.asdict(verdict), indent=2))
     else:

@@ -451,6 +451,23 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated invariants for --invariants-only (default: the structural ones)",
     )
     orc.add_argument("--config", help="engine config TOML the implementation ran with")
+    orc.add_argument(
+        "--complete",
+        action="store_true",
+        help="the log covers every op of the trace (as an 'end' record says): judge the last too",
+    )
+    orc.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="policy mode: after a divergence adopt the implementation's decisions and go on; "
+        "report every divergence, counted by class",
+    )
+    orc.add_argument(
+        "--allow",
+        metavar="VARIANT[,...]",
+        help="policy mode: opt-in admissible variants (extra-victims: an inference that must "
+        "evict may evict more than it needs, each extra admissible in turn)",
+    )
     orc.add_argument("--json", action="store_true")
     orc.set_defaults(func=cmd_oracle)
 

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from kvmodel._admission import infer
+from kvmodel._admission import evict, infer
 from kvmodel._engine_view import EngineView, named_contexts
 from kvmodel._eviction import PolicyOrder, RankIndex
 from kvmodel._resident import ResidentBlock
@@ -436,3 +436,13 @@ class Engine:
 
     def _infer(self, op: Infer) -> None:
         infer(self, op)
+
+    def evict_now(self, block: BlockId, ctx: ContextId) -> None:
+        """Evict a resident, evictable block between ops, recorded as an eviction for ``ctx``'s
+        inference. The model never does this itself (it evicts only for room, M4); a checker
+        does, to follow an implementation that evicts more than it needs (a whole tree node,
+        say: spec/invariants.md §Oracle)."""
+        b = self.blocks.get(block)
+        if b is None or self.in_flight(b) or self.view.block(block).state is BlockClass.PINNED:
+            raise InternalError(f"block {block} is not evictable now")
+        evict(self, b, ctx)

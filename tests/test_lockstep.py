@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from checkers.lockstep import EngineImplementation, differential, run_lockstep
-from checkers.pytest_plugin import DEFAULT_CONFIG as CFG
+from checkers.pytest_plugin import TIERED_CONFIG as CFG
 from kvmodel.logical import Sequences
 from kvmodel.trace import Infer
 from kvmodel.workloads import RandomParams, random_trace
@@ -88,11 +88,13 @@ def test_sequences_track_the_logical_state_like_the_engine() -> None:
 def test_pytest_plugin_fixture(tmp_path: Path) -> None:
     (tmp_path / "test_impl.py").write_text(
         "from checkers.lockstep import EngineImplementation\n"
+        "from checkers.pytest_plugin import TIERED_CONFIG\n"
         "def test_good(kvmodel_lockstep):\n"
         "    kvmodel_lockstep(lambda c: EngineImplementation('kvtether', c), 'kvtether')\n"
         "def test_bad(kvmodel_lockstep):\n"
         "    kvmodel_lockstep(\n"
-        "        lambda c: EngineImplementation('checkers.mutants:LeadInHBM', c), 'lachesis-det'\n"
+        "        lambda c: EngineImplementation('checkers.mutants:LeadInHBM', c), 'lachesis-det',\n"
+        "        TIERED_CONFIG,\n"
         "    )\n"
     )
     done = subprocess.run(
@@ -102,3 +104,30 @@ def test_pytest_plugin_fixture(tmp_path: Path) -> None:
     )  # fmt: skip
     assert "1 failed, 1 passed" in done.stdout, done.stdout + done.stderr
     assert "diverged on a trace of" in done.stdout
+
+
+def test_an_implementation_that_cannot_be_built_gets_a_verdict_not_a_crash() -> None:
+    # issue 14 item 7: a one-tier engine given a two-tier config
+    def one_tier_only(config: object) -> EngineImplementation:
+        raise ValueError("this engine has one tier")
+
+    tr = random_trace(RandomParams(seed=2, ops=10))
+    v = run_lockstep(tr, one_tier_only, "lru", CFG)
+    assert (v.verdict, v.op) == ("UNKNOWN", None)
+    assert "could not be built" in v.reason
+    res = differential(one_tier_only, "lru", CFG, max_examples=5)
+    assert not res.ok
+    assert res.examples == 0
+    assert "one tier" in res.render()
+
+
+def test_the_fixture_default_is_one_tier_under_pressure() -> None:
+    from checkers.pytest_plugin import DEFAULT_CONFIG
+
+    assert len(DEFAULT_CONFIG.tiers) == 1
+    res = differential(
+        lambda c: EngineImplementation("vllm-prefix", c), "vllm-prefix", DEFAULT_CONFIG,
+        max_examples=40,
+    )  # fmt: skip
+    assert res.ok, res.render()
+    assert res.coverage["evict"] > 0

@@ -98,9 +98,11 @@ def test_an_illegal_log_comes_with_a_shortened_prefix_that_still_diverges() -> N
     assert 0 < len(v.shortened_trace) < v.op + 1
     short = parse_trace_lines(v.shortened_trace)
     again = check_log(short, list(v.shortened_log), "kvtether", cfg, shorten=False)
-    # the shortened pair diverges at its last op (a complete log, so not UNKNOWN)
-    assert again.verdict in ("ILLEGAL", "UNKNOWN")
-    assert again.op == len(short.ops) - 1
+    # the shortened pair diverges at its last op: UNKNOWN as a log that may be cut short,
+    # ILLEGAL once it is said to be complete
+    assert (again.verdict, again.op) == ("UNKNOWN", len(short.ops) - 1)
+    done = check_log(short, list(v.shortened_log), "kvtether", cfg, shorten=False, complete=True)
+    assert (done.verdict, done.op) == ("ILLEGAL", len(short.ops) - 1)
 
 
 def test_a_reference_log_that_drops_evictions_is_caught_even_without_a_victim_named() -> None:
@@ -206,3 +208,82 @@ def test_damaged_logs_get_a_verdict_never_a_crash(
         check_log_invariants(tr, log, CFG, ["accounting", "chains"]),
     ):
         assert v.verdict in ("OK", "ILLEGAL", "UNKNOWN")
+
+
+def _lru_vs_kvtether() -> tuple[Trace, list[dict[str, object]], EngineConfig]:
+    tr = generate_agentic(AgenticParams(seed=3, sessions=3, turns=2))
+    cfg = EngineConfig(16, (TierConfig(TierName("hbm"), 96), TierConfig(TierName("hbf"), 160)))
+    return tr, _log(tr, "lru", cfg), cfg
+
+
+def test_keep_going_adopts_each_divergence_and_counts_them_by_class() -> None:
+    # issue 14 item 3 (golden): LRU's log judged as KVTether's -- LRU evicts live blocks KVTether
+    # would not (3 times) and never reclaims dead ones (35 times); the first divergence is the
+    # one the default mode stops at
+    tr, log, cfg = _lru_vs_kvtether()
+    first = check_log(tr, log, "kvtether", cfg, shorten=False)
+    v = check_log(tr, log, "kvtether", cfg, shorten=False, keep_going=True)
+    assert (v.verdict, v.op, v.reason) == (first.verdict, first.op, first.reason)
+    assert v.classes == {"victim-not-admissible": 3, "reclaim-missing": 35}
+    assert sum(v.classes.values()) == len(v.divergences)
+    assert [d.op for d in v.divergences] == sorted(d.op for d in v.divergences)
+    assert v.divergences[0].op == first.op
+    # the log has no record after its last inference: the tail cannot be judged
+    assert v.stopped.endswith("the log ends before the trace does")
+    assert "38 divergence(s) in 2 class(es)" in v.render()
+    # the reference's own log: nothing to adopt
+    ok = check_log(tr, _log(tr, "kvtether", cfg), "kvtether", cfg, keep_going=True)
+    assert (ok.verdict, ok.divergences) == ("OK", ())
+
+
+def test_keep_going_stops_where_the_log_cannot_be_followed() -> None:
+    # a write moved to the other tier: adopting it, the log's own evictions no longer fit
+    tr = generate_agentic(AgenticParams(seed=3, sessions=3, turns=2))
+    cfg = EngineConfig(16, (TierConfig(TierName("hbm"), 96), TierConfig(TierName("hbf"), 160)))
+    log = _log(tr, "kvtether", cfg)
+    i = next(k for k, r in enumerate(log) if r["kind"] == "evict")
+    j = next(k for k, r in enumerate(log) if r["kind"] == "alloc" and r["op"] == log[i]["op"])
+    log[j] = {**log[j], "tier": "hbf" if log[j]["tier"] == "hbm" else "hbm"}
+    v = check_log(tr, log, "kvtether", cfg, shorten=False, keep_going=True)
+    assert v.classes == {"write-extra+write-missing": 1}
+    assert v.stopped.startswith(f"cannot follow the implementation past op {log[j]['op']}")
+
+
+def test_an_end_record_lets_the_last_logged_op_be_judged() -> None:
+    # issue 14 item 5: without it, a divergence at the last logged op may be a cut-short log
+    tr = generate_agentic(AgenticParams(seed=3, sessions=3, turns=2))
+    cfg = EngineConfig(16, (TierConfig(TierName("hbm"), 96), TierConfig(TierName("hbf"), 160)))
+    log = _log(tr, "kvtether", cfg)
+    i = next(k for k, r in enumerate(log) if r["kind"] == "evict")
+    cut = [r for r in log if r["op"] <= log[i]["op"]]
+    cut = [r for r in cut if not (r["op"] == log[i]["op"] and r["kind"] == "evict")]
+    assert check_log(tr, cut, "kvtether", cfg).verdict == "UNKNOWN"
+    ended = [*cut, {"op": log[i]["op"], "kind": "end"}]
+    v = check_log(tr, ended, "kvtether", cfg, shorten=False)
+    assert (v.verdict, v.op) == ("ILLEGAL", log[i]["op"])
+    assert check_log(tr, cut, "kvtether", cfg, shorten=False, complete=True).op == log[i]["op"]
+    # a complete, correct log is OK with or without the end record
+    ended_ok = [*log, {"op": len(tr.ops) - 1, "kind": "end"}]
+    assert check_log(tr, ended_ok, "kvtether", cfg).verdict == "OK"
+
+
+def test_oracle_cli_keep_going_complete_and_variants(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tr, log, _ = _lru_vs_kvtether()
+    trace_file, log_file, cfg_file = tmp_path / "t.jsonl", tmp_path / "l.jsonl", tmp_path / "c.toml"
+    dump_trace(tr, trace_file)
+    log_file.write_text("".join(json.dumps(r) + "\n" for r in log))
+    cfg_file.write_text(
+        'block_size = 16\n[[tiers]]\nname = "hbm"\nblocks = 96\n'
+        '[[tiers]]\nname = "hbf"\nblocks = 160\n'
+    )
+    base = ["oracle", str(trace_file), str(log_file), "--config", str(cfg_file)]
+    assert main([*base, "--policy", "kvtether", "--keep-going", "--complete"]) == 1
+    out = capsys.readouterr().out
+    assert "reclaim-missing" in out
+    assert "victim-not-admissible" in out
+    assert main([*base, "--policy", "kvtether", "--allow", "nope"]) == 2
+    assert "unknown admissible variant 'nope'" in capsys.readouterr().err
+    assert main([*base, "--invariants-only", "--keep-going"]) == 2
+    assert main([*base, "--policy", "lru", "--allow", "extra-victims", "--complete"]) == 0
