@@ -243,6 +243,8 @@ def divergence_class(reason: str, expected: Sequence[str], got: Sequence[str]) -
 VARIANTS: Mapping[str, str] = {
     "extra-victims": "an inference that must evict may evict more than it needs (a whole tree "
     "node, say), each extra victim admissible in turn under the rank after the op",
+    "refused-lookup-refreshes": "a refused inference's lookup refreshes the recency of the "
+    "blocks it found (its hit records), as a cache that stamps nodes on match does",
 }
 
 
@@ -406,24 +408,36 @@ class Conformance:
         self.follow = _Follow(rank_policy(policy))
         self.engine = Engine(config, self.follow)
         self.ops = 0
-        #: each op, the victims it followed, and (adopted ops) the implementation's records
-        self._seen: list[tuple[Op, list[tuple[str, object]], Sequence[Record] | None]] = []
+        #: each op, the victims it followed, whether it was adopted, and the implementation's
+        #: records for it
+        self._seen: list[tuple[Op, list[tuple[str, object]], bool, Sequence[Record]]] = []
 
     def _rebuilt(self, i: int) -> Conformance:
         """A reference that has applied ops ``0..i-1`` as this one did, rebuilt on demand (only
         a divergence needs it, and snapshotting every op would cost O(resident) per op)."""
         again = Conformance(self.policy, self.config, allow=self.allow)
-        for j, (op, victims, adopted) in enumerate(self._seen[:i]):
+        for j, (op, victims, adopted, records) in enumerate(self._seen[:i]):
             # an adopted op's victims are the puppet's to take, not the follower's
-            again.follow.wanted = list(victims) if adopted is None else []
-            again.follow.adopt = _Puppet({j: adopted}) if adopted is not None else None
+            again.follow.wanted = [] if adopted else list(victims)
+            again.follow.adopt = _Puppet({j: records}) if adopted else None
             seen = len(again.engine.log)
             again.engine.apply(op)
             again.follow.adopt = None
-            again._evict_extra(op, seen)
-            again._seen.append((op, victims, adopted))
+            again._after(op, seen, records)
+            again._seen.append((op, victims, adopted, records))
         again.ops = i
         return again
+
+    def _after(self, op: Op, seen: int, records: Sequence[Record]) -> None:
+        """What the opt-in variants add after an op (``seen``: the log's length before it)."""
+        self._evict_extra(op, seen)
+        if "refused-lookup-refreshes" in self.allow and any(
+            o.kind == "reject" for o in self.engine.log.since(seen)
+        ):
+            where = {self.engine.blocks[b].spec.key: b for b in self.engine.blocks}
+            for r in records:
+                if r["kind"] == "hit" and (b := where.get(r.get("key"))) is not None:
+                    self.engine.touch_now(b)
 
     def _evict_extra(self, op: Op, seen: int) -> None:
         """With the ``extra-victims`` variant: evict, in turn, the victims the implementation
@@ -469,7 +483,7 @@ class Conformance:
                 puppet.missing or "its reuse, writes or rejections differ from what the state gives"
             )
             return f"cannot follow the implementation past op {i}: {why}"
-        again._seen.append((op, _victims(records), records))
+        again._seen.append((op, _victims(records), True, records))
         again.ops = i + 1
         self.follow, self.engine, self._seen, self.ops = (
             again.follow,
@@ -486,10 +500,10 @@ class Conformance:
         own = _own_keys(self.engine, op)
         wanted = _victims(records)
         self.follow.wanted = list(wanted)
-        self._seen.append((op, wanted, None))
+        self._seen.append((op, wanted, False, records))
         seen = len(self.engine.log)
         self.engine.apply(op)
-        self._evict_extra(op, seen)
+        self._after(op, seen, records)
         self.ops += 1
         if self.follow.illegal is not None:
             why, allowed, did = self.follow.illegal

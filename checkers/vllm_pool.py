@@ -39,18 +39,23 @@ import sys
 import tempfile
 import types
 import zipfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from checkers.adapters import (
+    Eviction,
+    PrefixCacheAdapter,
+    Request,
+    comparable,
+    load_module,
+    stub_module,
+)
 from kvmodel.config import EngineConfig
 from kvmodel.errors import ConfigError
 from kvmodel.ids import BlockKey
-from kvmodel.logical import Sequences
-from kvmodel.trace import Infer, Op, Pin, Trace, Unpin
 
 __all__ = [
     "PERTURBATIONS",
@@ -146,35 +151,20 @@ class _AllBlocksCleared(_Event):
     type = "AllBlocksCleared"
 
 
-def _stub(name: str, **members: Any) -> types.ModuleType:
-    """A module whose unknown attributes are inert placeholder classes."""
-    mod = types.ModuleType(name)
-    mod.__path__ = []  # a package, so submodules can be imported from it
-    mod.__dict__.update(members)
-
-    def missing(attr: str) -> Any:
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        return type(attr, (), {"__module__": name})
-
-    mod.__getattr__ = missing  # type: ignore[method-assign]
-    return mod
-
-
 def _stubs() -> dict[str, types.ModuleType]:
-    envs = _stub("vllm.envs", VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=False)
+    envs = stub_module("vllm.envs", VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=False)
     return {
-        "vllm": _stub("vllm", envs=envs),
+        "vllm": stub_module("vllm", envs=envs),
         "vllm.envs": envs,
-        "vllm.config": _stub("vllm.config"),
-        "vllm.logger": _stub("vllm.logger", init_logger=logging.getLogger),
-        "vllm.multimodal": _stub("vllm.multimodal"),
-        "vllm.multimodal.utils": _stub("vllm.multimodal.utils"),
-        "vllm.utils": _stub("vllm.utils"),
-        "vllm.utils.hashing": _stub("vllm.utils.hashing"),
-        "vllm.utils.math_utils": _stub("vllm.utils.math_utils", cdiv=lambda a, b: -(-a // b)),
-        "vllm.distributed": _stub("vllm.distributed"),
-        "vllm.distributed.kv_events": _stub(
+        "vllm.config": stub_module("vllm.config"),
+        "vllm.logger": stub_module("vllm.logger", init_logger=logging.getLogger),
+        "vllm.multimodal": stub_module("vllm.multimodal"),
+        "vllm.multimodal.utils": stub_module("vllm.multimodal.utils"),
+        "vllm.utils": stub_module("vllm.utils"),
+        "vllm.utils.hashing": stub_module("vllm.utils.hashing"),
+        "vllm.utils.math_utils": stub_module("vllm.utils.math_utils", cdiv=lambda a, b: -(-a // b)),
+        "vllm.distributed": stub_module("vllm.distributed"),
+        "vllm.distributed.kv_events": stub_module(
             "vllm.distributed.kv_events",
             MEDIUM_GPU="GPU",
             KVCacheEvent=_Event,
@@ -182,29 +172,14 @@ def _stubs() -> dict[str, types.ModuleType]:
             BlockRemoved=_BlockRemoved,
             AllBlocksCleared=_AllBlocksCleared,
         ),
-        "vllm.v1": _stub("vllm.v1"),
-        "vllm.v1.core": _stub("vllm.v1.core"),
-        "vllm.v1.core.kv_cache_metrics": _stub("vllm.v1.core.kv_cache_metrics"),
-        "vllm.v1.kv_cache_interface": _stub("vllm.v1.kv_cache_interface"),
-        "vllm.v1.kv_cache_spec_registry": _stub("vllm.v1.kv_cache_spec_registry"),
-        "vllm.v1.request": _stub("vllm.v1.request"),
-        "vllm.v1.utils": _stub("vllm.v1.utils"),
+        "vllm.v1": stub_module("vllm.v1"),
+        "vllm.v1.core": stub_module("vllm.v1.core"),
+        "vllm.v1.core.kv_cache_metrics": stub_module("vllm.v1.core.kv_cache_metrics"),
+        "vllm.v1.kv_cache_interface": stub_module("vllm.v1.kv_cache_interface"),
+        "vllm.v1.kv_cache_spec_registry": stub_module("vllm.v1.kv_cache_spec_registry"),
+        "vllm.v1.request": stub_module("vllm.v1.request"),
+        "vllm.v1.utils": stub_module("vllm.v1.utils"),
     }
-
-
-@contextmanager
-def _modules(extra: dict[str, types.ModuleType]) -> Iterator[None]:
-    """Install modules in ``sys.modules`` for the duration; restore what was there."""
-    saved = {k: v for k, v in sys.modules.items() if k == "vllm" or k.startswith("vllm.")}
-    for k in saved:
-        del sys.modules[k]
-    sys.modules.update(extra)
-    try:
-        yield
-    finally:
-        for k in [k for k in sys.modules if k == "vllm" or k.startswith("vllm.")]:
-            del sys.modules[k]
-        sys.modules.update(saved)
 
 
 @attrs.frozen
@@ -226,40 +201,28 @@ def load_block_pool(src: Path, perturbation: str | None = None) -> BlockPoolModu
         if texts[file].count(old) != 1:
             raise VLLMUnavailableError(f"perturbation {perturbation!r} no longer applies to {file}")
         texts[file] = texts[file].replace(old, new)
-    stubs = _stubs()
-    loaded: dict[str, types.ModuleType] = {}
-    with _modules(stubs):
-        for modname, file in (
-            ("vllm.v1.core.kv_cache_utils", "kv_cache_utils.py"),
-            ("vllm.v1.core.block_pool", "block_pool.py"),
-        ):
-            mod = types.ModuleType(modname)
-            mod.__file__ = str(src / file)
-            sys.modules[modname] = mod
-            try:
-                exec(compile(texts[file], str(src / file), "exec"), mod.__dict__)
-            except Exception as e:
-                raise VLLMUnavailableError(f"loading {file} with stub modules failed: {e!r}") from e
-            loaded[file] = mod
-    return BlockPoolModules(loaded["block_pool.py"], loaded["kv_cache_utils.py"], perturbation)
+    try:
+        loaded = load_module(
+            [
+                ("vllm.v1.core.kv_cache_utils", str(src / "kv_cache_utils.py"),
+                 texts["kv_cache_utils.py"]),
+                ("vllm.v1.core.block_pool", str(src / "block_pool.py"), texts["block_pool.py"]),
+            ],
+            _stubs(),
+        )  # fmt: skip
+    except ConfigError as e:
+        raise VLLMUnavailableError(str(e)) from e
+    return BlockPoolModules(
+        loaded["vllm.v1.core.block_pool"], loaded["vllm.v1.core.kv_cache_utils"], perturbation
+    )
 
 
 # ---------------------------------------------------------------- the adapter
 
 
-def vllm_comparable(trace: Trace) -> Trace:
-    """``trace`` within the part of the model vLLM's block pool implements (spec/policies.md
-    §vllm-prefix): without pins (the pool has none) and with every output message's content
-    fresh (decoding writes a new block even when an identical block is cached, where the model
-    recomputes into the cached slot, B6.3)."""
-    ops: list[Op] = []
-    for op in trace.ops:
-        if isinstance(op, Pin | Unpin):
-            continue
-        if isinstance(op, Infer) and any(m.hash is not None for m in op.output):
-            op = attrs.evolve(op, output=tuple(attrs.evolve(m, hash=None) for m in op.output))
-        ops.append(op)
-    return Trace(trace.header, tuple(ops))
+#: the trace within the part of the model vLLM's block pool implements (spec/policies.md
+#: §vllm-prefix): :func:`checkers.adapters.comparable`
+vllm_comparable = comparable
 
 
 def _sha256(obj: object) -> bytes:
@@ -280,14 +243,13 @@ class _Request:
         self.all_token_ids = tokens
 
 
-class VLLMBlockPool:
-    """vLLM's ``BlockPool`` as a lockstep implementation (one tier: the GPU pool)."""
+class VLLMBlockPool(PrefixCacheAdapter):
+    """vLLM's ``BlockPool`` as a lockstep implementation (one tier: the GPU pool), on the
+    adapter kit: vLLM hashes the synthetic tokens with its own chained ``hash_block_tokens``,
+    and every caching decision is the pool's."""
 
     def __init__(self, config: EngineConfig, modules: BlockPoolModules) -> None:
-        if len(config.tiers) != 1:
-            raise ConfigError("vLLM's block pool is one tier: give a single [[tiers]] entry")
-        self.bs = config.block_size
-        self.tier = config.tiers[0].name
+        super().__init__(config)
         utils = modules.kv_cache_utils
         utils.init_none_hash(_sha256)
         self._hash_block: Callable[..., bytes] = utils.hash_block_tokens
@@ -295,22 +257,14 @@ class VLLMBlockPool:
         self.pool = modules.block_pool.BlockPool(
             config.tiers[0].blocks + 1,
             enable_caching=True,
-            hash_block_size=self.bs,
+            hash_block_size=self.block_size,
             enable_kv_cache_events=True,
         )
-        self.seq = Sequences(self.bs)
         self.key_of: dict[bytes, BlockKey | None] = {}
-        self._tokens: dict[str, list[int]] = {}
         #: every KV event the pool published, as JSON (for checkers.kv_events)
         self.events: list[dict[str, Any]] = []
-
-    def _message_tokens(self, content_key: str, n: int) -> list[int]:
-        toks = self._tokens.get(content_key)
-        if toks is None or len(toks) < n:
-            seed = int.from_bytes(hashlib.blake2b(content_key.encode(), digest_size=7).digest())
-            toks = [(seed + j) % (1 << 62) for j in range(n)]
-            self._tokens[content_key] = toks
-        return toks[:n]
+        self._hashes: list[bytes] = []
+        self._blocks: list[Any] = []
 
     def _take_events(self) -> list[Any]:
         out = self.pool.take_events()
@@ -323,79 +277,48 @@ class VLLMBlockPool:
             self.events.append(rec)
         return list(out)
 
-    def apply(self, index: int, op: Op) -> list[dict[str, Any]]:
-        if not isinstance(op, Infer):
-            self.seq.apply(op)
-            return []
-        try:
-            return self._infer(index, op)
-        finally:
-            self.seq.apply(op)
-
-    def _infer(self, index: int, op: Infer) -> list[dict[str, Any]]:
-        bs, pool = self.bs, self.pool
-        specs = self.seq.blocks(op.ctx, op.output)
-        msgs = [*self.seq.messages(op.ctx), *op.output]
-        tokens = [t for m in msgs for t in self._message_tokens(m.content_key, m.tokens)]
-        prompt = sum(m.tokens for m in msgs) - sum(m.tokens for m in op.output)
-        hashes: list[bytes] = []
-        for s in specs:
-            if s.key is None:
-                break
-            d = len(hashes)
-            h = self._hash_block(
-                _sha256, hashes[-1] if hashes else None, tokens[d * bs : (d + 1) * bs]
-            )
-            hashes.append(h)
-            self.key_of[h] = s.key
-        hits: list[Any] = []
-        for d in range(min(prompt // bs, len(hashes))):
-            found = pool.get_cached_block(hashes[d], [0])
+    def lookup(self, r: Request) -> int:
+        """The request's block hashes, as vLLM's ``Request`` computes them; then
+        ``get_cached_block`` over the prompt's full blocks until the first miss."""
+        self._hashes = []
+        for d in range(r.full_blocks):
+            parent = self._hashes[-1] if self._hashes else None
+            h = self._hash_block(_sha256, parent, list(r.block_tokens(d)))
+            self._hashes.append(h)
+            self.key_of[h] = r.keys[d]
+        self._blocks = []
+        for d in range(r.prompt_blocks):
+            found = self.pool.get_cached_block(self._hashes[d], [0])
             if found is None:
                 break
-            hits.append(found[0])
-        base = {"t": op.t, "op": index}
-        hit_tokens = min(len(hits) * bs, prompt)
-        out: list[dict[str, Any]] = [
-            {**base, "kind": "infer", "ctx": op.ctx, "prompt_tokens": prompt,
-             "hit_tokens": hit_tokens, "miss_tokens": prompt - hit_tokens,
-             "output_tokens": sum(m.tokens for m in op.output), "own_blocks": 0},
-        ]  # fmt: skip
-        out += [
-            {**base, "kind": "hit", "ctx": op.ctx, "block": b.block_id, "depth": d,
-             "key": self.key_of.get(hashes[d]), "tier": self.tier}
-            for d, b in enumerate(hits)
-        ]  # fmt: skip
-        need = len(specs) - len(hits)
-        available = pool.get_num_free_blocks() - sum(1 for b in hits if b.ref_cnt == 0)
-        if need > available:
-            return [
-                *out,
-                {**base, "kind": "reject", "ctx": op.ctx, "reason": "no room",
-                 "needed": need, "available": available},
-            ]  # fmt: skip
-        pool.touch(hits)
-        new = pool.get_new_blocks(need) if need else []
-        for ev in self._take_events():
-            if isinstance(ev, _BlockRemoved):
-                out += [
-                    {**base, "kind": "evict", "ctx": op.ctx, "key": self.key_of.get(h),
-                     "tier": self.tier}
-                    for h in ev.block_hashes
-                ]  # fmt: skip
-        for k, b in enumerate(new):
-            d = len(hits) + k
-            out.append(
-                {**base, "kind": "alloc", "ctx": op.ctx, "block": b.block_id,
-                 "key": specs[d].key, "tier": self.tier, "depth": d, "rewrite": False}
-            )  # fmt: skip
-        blocks = hits + new
-        pool.cache_full_blocks(_Request(hashes, tokens), blocks, len(hits), len(hashes), bs, 0)
+            self._blocks.append(found[0])
+        return len(self._blocks)
+
+    def available(self, r: Request, hits: int) -> int:
+        """The scheduler's admission test: free blocks, less the hits sitting in the free queue
+        (touching them takes them out of it)."""
+        return int(self.pool.get_num_free_blocks()) - sum(
+            1 for b in self._blocks if b.ref_cnt == 0
+        )
+
+    def make_room(self, r: Request, hits: int, need: int) -> list[Eviction] | None:
+        if need > self.available(r, hits):
+            return None
+        self.pool.touch(self._blocks)
+        self._blocks += self.pool.get_new_blocks(need) if need else []
+        return [
+            Eviction(self.key_of.get(h))
+            for ev in self._take_events()
+            if isinstance(ev, _BlockRemoved)
+            for h in ev.block_hashes
+        ]
+
+    def insert(self, r: Request, hits: int) -> None:
+        """``cache_full_blocks``, then the request finishes: its blocks released tail-first."""
+        blocks = self._blocks
+        self.pool.cache_full_blocks(
+            _Request(self._hashes, list(r.tokens)), blocks, hits, len(self._hashes),
+            self.block_size, 0,
+        )  # fmt: skip
         self._take_events()
-        pool.free_blocks(reversed(blocks))  # the request finishes: released tail-first
-        if specs and specs[-1].key is None:
-            out.append(
-                {**base, "kind": "free", "block": blocks[-1].block_id, "key": None,
-                 "tier": self.tier, "depth": len(specs) - 1, "reason": "partial"}
-            )  # fmt: skip
-        return out
+        self.pool.free_blocks(reversed(blocks))

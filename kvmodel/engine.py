@@ -437,6 +437,15 @@ class Engine:
     def _infer(self, op: Infer) -> None:
         infer(self, op)
 
+    def touch_now(self, block: BlockId) -> None:
+        """Mark a resident block used now, between ops. The model never does this itself (a
+        refused inference touches nothing, P7.7); a checker does, to follow an implementation
+        whose refused lookups refresh recency (spec/invariants.md §Oracle)."""
+        b = self.blocks[block]
+        b.touch = self.now
+        b.touch_op = self.op_index
+        self._bump(b)
+
     def evict_now(self, block: BlockId, ctx: ContextId) -> None:
         """Evict a resident, evictable block between ops, recorded as an eviction for ``ctx``'s
         inference. The model never does this itself (it evicts only for room, M4); a checker
