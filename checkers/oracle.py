@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -43,7 +44,7 @@ from kvmodel.engine import Engine
 from kvmodel.errors import ConfigError, PolicyError, TraceError
 from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
 from kvmodel.jsonl import read_jsonl
-from kvmodel.observations import observation_to_json
+from kvmodel.observations import AllocObs, observation_to_json
 from kvmodel.policy import BasePolicy, Placement, Policy, declared_rank, rank_key, resolve_policy
 from kvmodel.trace import MAX_STRING, Infer, Op, Trace, dumps_op
 from kvmodel.view import BlockInfo, ModelView, NewBlock
@@ -730,10 +731,12 @@ def check_log_invariants(
         except PolicyError as e:
             mon.policy_error(e)
         else:
+            _follow_every_victim(engine, op, puppet.victims.get(i, []))
             mon.after_op(op)
         if mon.violations:
             v = mon.violations[0]
-            return OracleVerdict("ILLEGAL", i, f"{v.invariant}: {v.message}", (), (), before)
+            why = _keyed(f"{v.invariant}: {v.message}", engine)
+            return OracleVerdict("ILLEGAL", i, why, (), (), before)
         mine = _decisions((observation_to_json(o) for o in engine.log.since(seen)), own)
         theirs = _decisions(by_op.get(i, ()), own)
         if mine != theirs or puppet.missing is not None:
@@ -746,5 +749,33 @@ def check_log_invariants(
     mon.at_end()
     if mon.violations:
         v = mon.violations[0]
-        return OracleVerdict("ILLEGAL", v.op, f"{v.invariant}: {v.message}")
+        return OracleVerdict("ILLEGAL", v.op, _keyed(f"{v.invariant}: {v.message}", engine))
     return OracleVerdict("OK")
+
+
+def _follow_every_victim(engine: Engine, op: Op, victims: Sequence[object]) -> None:
+    """Invariants-only mode: the log's victims the engine did not need (a cache that frees a
+    whole node) are evicted too, so the reconstructed run keeps the implementation's residency
+    instead of drifting from it. One not evictable now stays, and the comparison of later
+    decisions says the log is inconsistent."""
+    if not victims:
+        return
+    where = {b.spec.key: b for b in engine.blocks.values()}
+    ctx = op.ctx if isinstance(op, Infer) else ContextId("")
+    for key in victims:
+        b = where.get(BlockKey(str(key)))
+        if b is None or b.id not in engine.blocks or not engine.view.evictable(b.id):
+            continue
+        engine.evict_now(b.id, ctx)
+
+
+def _keyed(message: str, engine: Engine) -> str:
+    """A monitor message with the reference's slot numbers (``block 7``) replaced by the keys
+    the implementation knows its blocks by (the last block written to that slot)."""
+    key_of: dict[int, str] = {}
+    for o in engine.log:
+        if isinstance(o, AllocObs):
+            key_of[o.block] = str(o.key)
+    return re.sub(
+        r"\bblock (\d+)", lambda m: f"block {key_of.get(int(m.group(1)), m.group(1))}", message
+    )

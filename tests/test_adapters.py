@@ -140,3 +140,50 @@ def test_the_reference_log_conforms_under_every_variant() -> None:
     log = [observation_to_json(o) for o in replay(tr, "vllm-prefix", DEFAULT_CONFIG).engine.log]
     v = check_log(tr, log, "vllm-prefix", DEFAULT_CONFIG, allow=tuple(VARIANTS), complete=True)
     assert v.verdict == "OK"
+
+
+def test_invariants_only_follows_every_eviction_of_a_node_granular_cache() -> None:
+    # issue 14 item 6: the puppet used to take only the victims it needed, drift from the
+    # cache's residency, and call 12 of these 200 logs inconsistent
+    import examples_path  # noqa: F401
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from radix_cache import RadixAdapter
+
+    from checkers.oracle import check_log_invariants
+    from checkers.walk import random_walks
+    from kvmodel import EngineConfig, TierConfig
+    from kvmodel.ids import TierName
+    from kvmodel.policy import STRUCTURAL_CLAIMS
+
+    config = EngineConfig(4, (TierConfig(TierName("gpu"), 12),))
+
+    @settings(
+        max_examples=100, derandomize=True, database=None, deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )  # fmt: skip
+    @given(st.one_of(agent_traces(20), random_walks(80)).map(comparable))
+    def conforms(tr: Any) -> None:
+        impl, log = RadixAdapter(config), []
+        for i, op in enumerate(tr.ops):
+            log += impl.apply(i, op)
+        v = check_log_invariants(tr, log, config, sorted(STRUCTURAL_CLAIMS), complete=True)
+        assert v.verdict == "OK", v.render()
+
+    conforms()
+
+
+def test_invariants_only_messages_name_blocks_by_key() -> None:
+    # issue 14 item 6: the implementation knows its blocks by key, not by the puppet's slots
+    from checkers.oracle import check_log_invariants
+    from kvmodel.observations import observation_to_json
+    from kvmodel.replay import replay
+    from kvmodel.workloads import RandomParams, random_trace
+
+    tr = random_trace(RandomParams(seed=0, ops=80))
+    bad = "checkers.mutants:EvictsPinnedWhenFull"
+    log = [observation_to_json(o) for o in replay(tr, bad, TIERED_CONFIG).engine.log]
+    v = check_log_invariants(tr, log, TIERED_CONFIG, ["pinned-never-evicted"])
+    assert v.verdict == "ILLEGAL"
+    named = v.reason.split("pinned block ")[1].split()[0]
+    assert named in {r["key"] for r in log if r.get("key")}, v.reason
