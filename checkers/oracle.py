@@ -59,6 +59,7 @@ __all__ = [
     "divergence_class",
     "load_log",
     "rank_policy",
+    "self_consistent",
 ]
 
 Record = Mapping[str, Any]
@@ -587,6 +588,27 @@ def _with(first: OracleVerdict, found: Sequence[Divergence], stopped: str = "") 
     return attrs.evolve(first, divergences=tuple(found), classes=classes, stopped=stopped)
 
 
+def self_consistent(by_op: Mapping[int, Sequence[Record]]) -> bool:
+    """Does the log only hit, evict and reclaim blocks it has written (and not evicted or freed
+    since)? A shortened witness must be: dropping the op that wrote a block while keeping its
+    eviction would leave a log no implementation could have produced."""
+    resident: set[object] = set()
+    for op in sorted(by_op):
+        for r in by_op[op]:
+            k, key = r["kind"], r.get("key")
+            if k == "alloc" and key is not None:
+                resident.add(key)
+            elif k == "hit" and key not in resident:
+                return False
+            elif k == "evict" or (k == "free" and r.get("reason") == "reclaim"):
+                if key not in resident:
+                    return False
+                resident.discard(key)
+            elif k == "free" and key is not None:
+                resident.discard(key)
+    return True
+
+
 def check_log(
     trace: Trace,
     log: Sequence[Record],
@@ -624,13 +646,21 @@ def check_log(
         }
         return sub, {n: r for n, r in recs.items() if r}
 
+    cls = divergence_class(verdict.reason, verdict.expected, verdict.got)
+
     def diverges(kept: Sequence[int]) -> bool:
         sub, recs = restricted(kept)
+        if not self_consistent(recs):  # a witness must not evict what it never wrote
+            return False
         try:
             v = _verdict(sub, recs, policy, config, complete=True, allow=allow)
         except TraceError:  # e.g. an `open` dropped while its context is still used
             return False
-        return v.verdict == "ILLEGAL" and v.op == len(kept)
+        return (
+            v.verdict == "ILLEGAL"
+            and v.op == len(kept)
+            and divergence_class(v.reason, v.expected, v.got) == cls
+        )
 
     if not diverges(keep):  # a divergence that needs the ops after it cannot be cut
         return verdict
