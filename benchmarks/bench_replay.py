@@ -2,7 +2,7 @@
 
     python benchmarks/bench_replay.py            # full: >= 100k ops
     python benchmarks/bench_replay.py --quick    # a smoke run
-    python benchmarks/bench_replay.py --memory 1000000   # peak memory of a 1M-op replay
+    python benchmarks/bench_replay.py --memory 1000000 [--no-log]  # peak memory, 1M ops
 
 1. Throughput: a generated trace of at least 100k ops (random valid ops over every primitive)
    replayed under each built-in policy; ops/s and block operations/s (alloc + evict + free + hit
@@ -78,14 +78,15 @@ def scaling(steps: int, lengths: tuple[int, ...]) -> None:
     print(f"  longest / shortest: {row[-1] / row[0]:.2f}x (flat: work per new block)")
 
 
-def memory(n_ops: int) -> None:
-    """Peak resident memory of generating and replaying an ``n_ops`` trace (with its log)."""
+def memory(n_ops: int, observe: bool) -> None:
+    """Peak resident memory of generating and replaying an ``n_ops`` trace (with its log, or
+    without: ``kvmodel replay`` without ``--observations``)."""
     import resource
 
     t0 = time.perf_counter()
     tr = random_trace(RandomParams(seed=2, ops=n_ops, max_open=12, max_tokens=64))
     cfg = EngineConfig(16, (TierConfig(TierName("hbm"), 2048), TierConfig(TierName("hbf"), 8192)))
-    r = replay(tr, "kvtether", cfg)
+    r = replay(tr, "kvtether", cfg, observe=observe)
     dt = time.perf_counter() - t0
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     print(f"memory: {len(tr.ops)} ops, {len(r.engine.log)} log records: peak RSS "
@@ -98,9 +99,10 @@ def main() -> None:
     ap.add_argument(
         "--memory", type=int, metavar="OPS", help="only: the peak memory of an OPS-op replay"
     )
+    ap.add_argument("--no-log", action="store_true", help="with --memory: replay without a log")
     a = ap.parse_args()
     if a.memory:
-        memory(a.memory)
+        memory(a.memory, observe=not a.no_log)
     elif a.quick:
         throughput(2_000)
         scaling(50, (1_024, 16_384))

@@ -50,19 +50,20 @@ def allocate(e: Engine, tiers: Sequence[TierName], ctx: Context) -> BlockId | No
 
 def evict(e: Engine, victim: ResidentBlock, ctx: ContextId) -> None:
     """Evict ``victim`` for an inference of ``ctx``: the record, the count, the drop (M4.3)."""
-    e.log.add(
-        EvictObs(
-            e.log.next_seq,
-            e.now,
-            e.op_index,
-            ctx,
-            victim.id,
-            victim.spec.key,
-            victim.tier,
-            victim.depth,
-            e.view.block(victim.id).state,  # the features the order just read: a cache hit
+    if e.observing:
+        e.log.add(
+            EvictObs(
+                e.log.next_seq,
+                e.now,
+                e.op_index,
+                ctx,
+                victim.id,
+                victim.spec.key,
+                victim.tier,
+                victim.depth,
+                e.view.block(victim.id).state,  # the features the order just read: a cache hit
+            )
         )
-    )
     e.stats.evictions[victim.tier] += 1
     e._drop(victim)
 
@@ -106,32 +107,34 @@ def infer(e: Engine, op: Infer) -> None:
         e._bump(b)
 
     hit_tokens = (v + len(hits)) * bs
-    e.log.add(
-        InferObs(
-            e.log.next_seq,
-            e.now,
-            e.op_index,
-            c.id,
-            prompt_tokens,
-            hit_tokens,
-            prompt_tokens - hit_tokens,
-            output_tokens,
-            v,
-        )
-    )
-    for b in hits:
+    if e.observing:
         e.log.add(
-            HitObs(
+            InferObs(
                 e.log.next_seq,
                 e.now,
                 e.op_index,
                 c.id,
-                b.id,
-                BlockKey(b.spec.key or ""),
-                b.tier,
-                b.depth,
+                prompt_tokens,
+                hit_tokens,
+                prompt_tokens - hit_tokens,
+                output_tokens,
+                v,
             )
         )
+    if e.observing:
+        for b in hits:
+            e.log.add(
+                HitObs(
+                    e.log.next_seq,
+                    e.now,
+                    e.op_index,
+                    c.id,
+                    b.id,
+                    BlockKey(b.spec.key or ""),
+                    b.tier,
+                    b.depth,
+                )
+            )
 
     needed = sum(1 for s in misses if s.key is None or s.key not in e.index)
     free = e.memory.total_free()
@@ -196,20 +199,21 @@ def write_misses(
             e._fl.add(b.id)
             e._bump(b)
             e.dead.discard(b.id)
-            e.log.add(
-                AllocObs(
-                    e.log.next_seq,
-                    e.now,
-                    e.op_index,
-                    c.id,
-                    b.id,
-                    s.key,
-                    b.tier,
-                    b.depth,
-                    e.block_class(b),
-                    rewrite=True,
+            if e.observing:
+                e.log.add(
+                    AllocObs(
+                        e.log.next_seq,
+                        e.now,
+                        e.op_index,
+                        c.id,
+                        b.id,
+                        s.key,
+                        b.tier,
+                        b.depth,
+                        e.block_class(b),
+                        rewrite=True,
+                    )
                 )
-            )
             placed.append(Placed(s, b, bypass=False, fresh=False))
             continue
         state = c.covered_class(s.uids)
@@ -250,25 +254,9 @@ def write_misses(
         e._bump(b)
         e.blocks[bid] = b
         e._fl.add(bid)
-        e.log.add(
-            AllocObs(
-                e.log.next_seq,
-                e.now,
-                e.op_index,
-                c.id,
-                bid,
-                s.key,
-                b.tier,
-                s.depth,
-                state,
-            )
-        )
-        if e.probe is not None:
-            e.probe.after_place(e, nb, pl, bid)
-        bypass = pl.bypass and s.key is not None
-        if bypass:
+        if e.observing:
             e.log.add(
-                BypassObs(
+                AllocObs(
                     e.log.next_seq,
                     e.now,
                     e.op_index,
@@ -277,8 +265,26 @@ def write_misses(
                     s.key,
                     b.tier,
                     s.depth,
+                    state,
                 )
             )
+        if e.probe is not None:
+            e.probe.after_place(e, nb, pl, bid)
+        bypass = pl.bypass and s.key is not None
+        if bypass:
+            if e.observing:
+                e.log.add(
+                    BypassObs(
+                        e.log.next_seq,
+                        e.now,
+                        e.op_index,
+                        c.id,
+                        bid,
+                        s.key,
+                        b.tier,
+                        s.depth,
+                    )
+                )
         elif s.key is not None:
             e.index[s.key] = bid
             b.indexed = True
@@ -310,7 +316,8 @@ def rollback(e: Engine, placed: list[Placed]) -> None:
 
 
 def reject(e: Engine, c: Context, reason: str, needed: int, available: int) -> None:
-    e.log.add(RejectObs(e.log.next_seq, e.now, e.op_index, c.id, reason, needed, available))
+    if e.observing:
+        e.log.add(RejectObs(e.log.next_seq, e.now, e.op_index, c.id, reason, needed, available))
     e.stats.rejected += 1
 
 

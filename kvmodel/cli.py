@@ -53,7 +53,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     config = engine_config(args.config)
     if args.check is not None:
         return _replay_checked(args, trace, config)
-    result = replay(trace, args.policy, config)
+    # the records are built only when they are written out: the summary needs none
+    result = replay(trace, args.policy, config, observe=bool(args.observations))
     if args.observations:
         atomic_write(Path(args.observations), result.engine.log.to_jsonl())
     _print_summary(result.summary, as_json=args.json)

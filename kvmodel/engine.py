@@ -100,9 +100,18 @@ class EngineStats:
 class Engine:
     """The executable model. ``apply(op)`` one op at a time; read it through :attr:`view`."""
 
-    def __init__(self, config: EngineConfig, policy: Policy, *, fast: bool | None = None) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        policy: Policy,
+        *,
+        fast: bool | None = None,
+        observe: bool = True,
+    ) -> None:
         """``fast``: use the incremental rank index for a rank policy (default: whenever the
-        policy's order is its declarative ``rank``); ``False`` forces the general path."""
+        policy's order is its declarative ``rank``); ``False`` forces the general path.
+        ``observe=False``: build no observation records (:attr:`log` stays empty; statistics
+        are kept) -- for a replay whose records nobody reads."""
         from kvmodel.memory import Memory
 
         self.config = config
@@ -120,6 +129,7 @@ class Engine:
         self.index: dict[BlockKey, BlockId] = {}
         self.dead: set[BlockId] = set()
         self.log = ObservationLog()
+        self.observing = observe
         self.stats = EngineStats(
             evictions={t.name: 0 for t in config.tiers}, frees={t.name: 0 for t in config.tiers}
         )
@@ -383,19 +393,20 @@ class Engine:
         self._free(b, FreeReason.RECLAIM)
 
     def _free(self, b: ResidentBlock, reason: str) -> None:
-        self.log.add(
-            FreeObs(
-                self.log.next_seq,
-                self.now,
-                self.op_index,
-                b.id,
-                b.spec.key,
-                b.tier,
-                b.depth,
-                self.block_class(b),
-                reason,
+        if self.observing:
+            self.log.add(
+                FreeObs(
+                    self.log.next_seq,
+                    self.now,
+                    self.op_index,
+                    b.id,
+                    b.spec.key,
+                    b.tier,
+                    b.depth,
+                    self.block_class(b),
+                    reason,
+                )
             )
-        )
         self.stats.frees[b.tier] += 1
         self._drop(b)
 

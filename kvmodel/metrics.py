@@ -65,7 +65,9 @@ class Metrics:
 
 
 def regretted_evictions(engine: Engine) -> int:
-    """Evictions of a key that is written again later in the run."""
+    """Evictions of a key that is written again later in the run (reads the log)."""
+    if not engine.observing:
+        raise ValueError("regretted evictions read the observation log: replay with observe=True")
     evicted: set[str] = set()
     regrets = 0
     for o in engine.log:
@@ -80,6 +82,8 @@ def regretted_evictions(engine: Engine) -> int:
 def compute_metrics(
     result: ReplayResult, prices: Prices | None = None, timing: Timing | None = None
 ) -> Metrics:
+    if not result.engine.observing:
+        raise ValueError("metrics read the observation log: replay with observe=True")
     p = prices or Prices()
     tm = timing or Timing()
     s = result.summary

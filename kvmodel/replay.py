@@ -136,8 +136,10 @@ def replay(
     config: EngineConfig | None = None,
     *,
     after_op: Callable[[Engine, int, Op], None] | None = None,
+    observe: bool = True,
 ) -> ReplayResult:
     """Run every op; ``after_op(engine, i, op)`` is called after each (checkers hook in here).
+    ``observe=False`` builds no observation log (the summary does not need it; metrics do).
 
     A bad op raises :class:`TraceError` located at its trace line.
     """
@@ -147,7 +149,7 @@ def replay(
     prepare = getattr(pol, "prepare", None)
     if callable(prepare):  # offline policies read the whole trace first (spec PP5)
         prepare(trace if isinstance(trace, Trace) else Trace(TraceHeader(), ops), cfg)
-    engine = Engine(cfg, pol)
+    engine = Engine(cfg, pol, observe=observe)
     source = trace.source if isinstance(trace, Trace) else None
     with fewer_collections():
         for i, op in enumerate(ops):

@@ -156,3 +156,21 @@ def test_fewer_collections_restores_the_collector_settings() -> None:
         assert gc.get_threshold() == (0, 10, 10)
     finally:
         gc.set_threshold(*before)
+
+
+def test_a_replay_without_observation_has_the_same_summary_and_no_log() -> None:
+    # issue 18 item 3: `kvmodel replay` without --observations builds no records
+    import pytest
+
+    from kvmodel.metrics import compute_metrics
+    from kvmodel.replay import replay
+    from kvmodel.workloads import RandomParams, random_trace
+
+    tr = random_trace(RandomParams(seed=9, ops=300))
+    for policy in ("lru", "kvtether", "lachesis"):
+        seen, blind = replay(tr, policy), replay(tr, policy, observe=False)
+        assert blind.summary == seen.summary
+        assert len(seen.engine.log) > 0
+        assert len(blind.engine.log) == 0
+        with pytest.raises(ValueError, match="observe=True"):
+            compute_metrics(blind)
