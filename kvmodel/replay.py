@@ -18,7 +18,14 @@ from kvmodel.ids import TierName
 from kvmodel.policy import Policy, resolve_policy
 from kvmodel.trace import Op, Trace, TraceHeader, op_name
 
-__all__ = ["ReplayResult", "Summary", "replay", "summarize"]
+__all__ = [
+    "GC_GEN0_DURING_REPLAY",
+    "ReplayResult",
+    "Summary",
+    "fewer_collections",
+    "replay",
+    "summarize",
+]
 
 
 @attrs.frozen(slots=True)
