@@ -20,6 +20,7 @@ from checkers.structural import Violation
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import TraceError
+from kvmodel.itf import dumps_itf, itf_trace
 from kvmodel.observations import observation_to_json
 from kvmodel.policy import Policy, resolve_policy
 from kvmodel.trace import Op, Trace, TraceHeader, dumps_op, op_name
@@ -281,7 +282,8 @@ def write_bundle(
     one_minimal: bool,
     invariants: Iterable[str] = (),
 ) -> Path:
-    """Write trace, config, observation log, step listing and a pytest reproducer to ``out``."""
+    """Write trace, config, observation log, step listing, the states as ITF
+    (``counterexample.itf.json``, kvmodel/itf.py) and a pytest reproducer to ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {
         "kvtrace": 1,
@@ -297,6 +299,14 @@ def write_bundle(
         "config.toml": config_to_toml(config),
         "observations.jsonl": check_ops(ops, policy, config, ()).engine.log.to_jsonl(),
         "steps.txt": _steps(ops, policy, config, invariant, violation, [invariant, *invariants]),
+        "counterexample.itf.json": dumps_itf(
+            itf_trace(
+                ops,
+                policy,
+                config,
+                meta={"invariant": invariant, "message": violation.message, "at": violation.op},
+            )
+        ),
         "test_repro.py": (
             _REPRO_NONDETERMINISM if invariant == "nondeterministic" else _REPRO
         ).format(

@@ -1,0 +1,136 @@
+"""Traces as Informal Trace Format (ITF) JSON: the model's states, op by op.
+
+ITF (Apalache ADR-015, also read by Quint and its viewers) is a JSON object ``{"#meta", "vars",
+"states"}``: each state a record of the model's variables. :func:`itf_trace` replays a trace under
+a policy and records, before the first op and after each one:
+
+==============  ===============================================================================
+``action``      the op just applied (``init`` for the first state), its name
+``op_index``    its index in the trace (-1 for ``init``)
+``t``           its time, as a decimal string (ITF has no fractional numbers)
+``contexts``    map context -> record ``open``, ``phase``, ``messages``, ``tokens``, ``valid``
+                (blocks of the chain still a prefix of the logical sequence) and ``chain`` (the
+                materialized chain's keys)
+``blocks``      map key -> record ``slot``, ``tier``, ``depth``, ``state`` (lifecycle class) and
+                ``holders`` (set of contexts) -- the resident blocks
+``free``        map tier -> free blocks
+``writes``      map tier -> block writes so far
+``records``     the op's observation records (spec T4), absent fields dropped
+==============  ===============================================================================
+
+Values are ITF values: integers, strings, booleans, lists, records, ``{"#set": ...}`` and
+``{"#map": [[k, v], ...]}``; an integer beyond 2**53 is ``{"#bigint": "..."}``. A checker that
+found a counterexample adds the violated invariant and its op to ``#meta``. The schema this
+output satisfies is ``spec/itf.schema.json``. Deterministic: same inputs, same bytes. Every state
+is whole, so the size is states x resident blocks: meant for counterexamples and short traces
+(a small ``--config``), not for a day of real traffic.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kvmodel.config import EngineConfig
+from kvmodel.engine import Engine
+from kvmodel.errors import KVModelError
+from kvmodel.observations import observation_to_json
+from kvmodel.policy import Policy, resolve_policy
+from kvmodel.trace import Op, op_name
+
+__all__ = ["ITF_VARS", "dumps_itf", "itf_trace"]
+
+#: the variables of every state, in order
+ITF_VARS = ("action", "op_index", "t", "contexts", "blocks", "free", "writes", "records")
+_ADR = "https://apalache-mc.org/docs/adr/015adr-trace.html"
+_SAFE = 2**53
+
+
+def _value(v: Any) -> Any:
+    """A JSON value of a record as an ITF value (None fields are dropped by the caller)."""
+    if isinstance(v, bool | str):
+        return v
+    if isinstance(v, int):
+        return v if -_SAFE < v < _SAFE else {"#bigint": str(v)}
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, list | tuple):
+        return [_value(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _value(x) for k, x in v.items() if x is not None}
+    return str(v)
+
+
+def _state(
+    engine: Engine, action: str, index: int, t: float, records: Sequence[Any]
+) -> dict[str, Any]:
+    view = engine.view
+    contexts = []
+    for cid in sorted(engine.contexts):
+        c = engine.contexts[cid]
+        chain = [s.key or "" for s in c.materialized]
+        contexts.append([
+            cid,
+            {"open": c.is_open, "phase": c.phase.value, "messages": len(c),
+             "tokens": _value(c.total_tokens), "valid": c.valid, "chain": chain},
+        ])  # fmt: skip
+    blocks = []
+    for bid in sorted(engine.blocks):
+        b = engine.blocks[bid]
+        info = view.block(bid)
+        blocks.append([
+            b.spec.key or f"slot-{bid}",
+            {"slot": bid, "tier": b.tier, "depth": b.depth, "state": info.state.value,
+             "holders": {"#set": sorted(b.holders)}},
+        ])  # fmt: skip
+    mem = engine.memory
+    return {
+        "#meta": {"index": index + 1},
+        "action": action,
+        "op_index": index,
+        "t": repr(float(t)),
+        "contexts": {"#map": contexts},
+        "blocks": {"#map": sorted(blocks, key=lambda kv: kv[0])},
+        "free": {"#map": [[tier.name, mem.free_count(tier.name)] for tier in mem.tiers]},
+        "writes": {"#map": [[tier.name, _value(mem.writes[tier.name])] for tier in mem.tiers]},
+        "records": [_value(observation_to_json(o)) for o in records],
+    }
+
+
+def itf_trace(
+    ops: Sequence[Op],
+    policy: str | Policy,
+    config: EngineConfig,
+    *,
+    meta: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ITF trace of replaying ``ops`` under ``policy``: a state before the first op and after
+    each op applied. An op the model refuses (a bad trace, a policy's protocol error) ends the
+    trace there; ``#meta.stopped`` says why. ``meta`` is added to ``#meta`` (a counterexample's
+    invariant and op, say)."""
+    pol = resolve_policy(policy)
+    engine: Engine = getattr(pol, "engine_class", Engine)(config, pol)  # an engine mutant's own
+    states = [_state(engine, "init", -1, ops[0].t if ops else 0.0, ())]
+    head: dict[str, Any] = {
+        "format": "ITF",
+        "format-description": _ADR,
+        "source": "kvmodel",
+        "description": f"kvmodel replay under {engine.policy.name}",
+        "policy": engine.policy.name,
+    }
+    for i, op in enumerate(ops):
+        seen = len(engine.log)
+        try:
+            engine.apply(op)
+        except KVModelError as e:
+            head["stopped"] = f"op {i} ({op_name(op)}): {e}"
+            break
+        states.append(_state(engine, op_name(op), i, op.t, engine.log.since(seen)))
+    head.update({k: _value(v) for k, v in (meta or {}).items() if v is not None})
+    return {"#meta": head, "vars": list(ITF_VARS), "states": states}
+
+
+def dumps_itf(itf: Mapping[str, Any]) -> str:
+    """The ITF JSON text (keys in a fixed order, one trailing newline)."""
+    return json.dumps(itf, indent=1, ensure_ascii=False) + "\n"

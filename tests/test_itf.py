@@ -1,0 +1,94 @@
+"""ITF export (kvmodel.itf): the model's states as Informal Trace Format JSON, valid against
+spec/itf.schema.json (written from Apalache ADR-015), one state per op, deterministic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from kvmodel.cli import main
+from kvmodel.config import load_config
+from kvmodel.itf import ITF_VARS, dumps_itf, itf_trace
+from kvmodel.replay import replay
+from kvmodel.trace import dump_trace
+from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, random_trace
+
+SCHEMA = json.loads((Path(__file__).parents[1] / "spec" / "itf.schema.json").read_text())
+VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+
+def _valid(itf: dict[str, Any]) -> None:
+    VALIDATOR.validate(itf)
+    for s in itf["states"]:  # what the schema cannot say: every state binds exactly the vars
+        assert set(s) - {"#meta"} == set(itf["vars"])
+
+
+@pytest.mark.parametrize("policy", ["lru", "kvtether", "lachesis"])
+def test_an_export_is_valid_itf_with_one_state_per_op(policy: str) -> None:
+    tr = random_trace(RandomParams(seed=7, ops=120))
+    itf = itf_trace(tr.ops, policy, _config())
+    _valid(itf)
+    assert itf["vars"] == list(ITF_VARS)
+    assert len(itf["states"]) == len(tr.ops) + 1
+    assert [s["#meta"]["index"] for s in itf["states"]] == list(range(len(tr.ops) + 1))
+    last = itf["states"][-1]
+    # the last state is the replay's end state
+    r = replay(tr, policy, _config())
+    assert len(last["blocks"]["#map"]) == len(r.engine.blocks)
+    writes = dict(map(tuple, last["writes"]["#map"]))
+    assert writes == dict(r.summary.writes)
+    # the records of the states are the observation log
+    assert sum(len(s["records"]) for s in itf["states"]) == len(r.engine.log)
+
+
+def test_the_schema_refuses_what_is_not_itf() -> None:
+    tr = generate_agentic(AgenticParams(seed=1, sessions=2, turns=2))
+    itf = itf_trace(tr.ops, "lru", _config())
+    for bad in (
+        {**itf, "states": [{**itf["states"][0], "t": 1.5}]},  # no fractional numbers
+        {**itf, "states": [{**itf["states"][0], "t": None}]},  # no null
+        {**itf, "states": [{**itf["states"][0], "free": {"#set": [1], "#map": []}}]},
+        {"states": []},  # vars are required
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            VALIDATOR.validate(bad)
+
+
+def test_export_itf_command_is_deterministic(tmp_path: Path) -> None:
+    tr = generate_agentic(AgenticParams(seed=2, sessions=2, turns=3))
+    path = tmp_path / "t.jsonl"
+    dump_trace(tr, path)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('block_size = 16\n[[tiers]]\nname = "hbm"\nblocks = 24\n')
+    a, b = tmp_path / "a.itf.json", tmp_path / "b.itf.json"
+    for out in (a, b):
+        argv = ["export-itf", str(path), "--policy", "kvtether", "--config", str(cfg)]
+        assert main([*argv, "-o", str(out)]) == 0
+    assert a.read_bytes() == b.read_bytes()
+    _valid(json.loads(a.read_text()))
+    assert dumps_itf(itf_trace(tr.ops, "kvtether", load_config(cfg))) == a.read_text()
+
+
+def test_a_counterexample_bundle_carries_its_states_as_itf(tmp_path: Path) -> None:
+    out = tmp_path / "cex"
+    assert main(["check", "lru", "--invariants", "no-zombie-kv", "--out", str(out)]) == 0
+    bundle = out / "lru" / "no-zombie-kv"
+    itf = json.loads((bundle / "counterexample.itf.json").read_text())
+    _valid(itf)
+    assert itf["#meta"]["invariant"] == "no-zombie-kv"
+    ops = [ln for ln in (bundle / "trace.jsonl").read_text().splitlines()[1:] if ln]
+    assert len(itf["states"]) == len(ops) + 1
+    # the violating op's state shows the zombie: a resident block no open context holds
+    at = itf["states"][itf["#meta"]["at"] + 1]
+    assert any(not b["holders"]["#set"] for _, b in at["blocks"]["#map"])
+
+
+def _config():  # type: ignore[no-untyped-def]
+    from kvmodel import EngineConfig, TierConfig
+    from kvmodel.ids import TierName
+
+    return EngineConfig(4, (TierConfig(TierName("hbm"), 8), TierConfig(TierName("hbf"), 8)))
