@@ -24,6 +24,7 @@ from kvmodel.itf import dumps_itf, itf_trace
 from kvmodel.observations import observation_to_json
 from kvmodel.policy import Policy, resolve_policy
 from kvmodel.trace import Op, Trace, TraceHeader, dumps_op, op_name
+from kvmodel.viewer import Finding, viewer_html
 
 __all__ = [
     "CheckRun",
@@ -283,7 +284,8 @@ def write_bundle(
     invariants: Iterable[str] = (),
 ) -> Path:
     """Write trace, config, observation log, step listing, the states as ITF
-    (``counterexample.itf.json``, kvmodel/itf.py) and a pytest reproducer to ``out``."""
+    (``counterexample.itf.json``, kvmodel/itf.py), a page to step through them (``index.html``,
+    kvmodel/viewer.py) and a pytest reproducer to ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {
         "kvtrace": 1,
@@ -306,6 +308,13 @@ def write_bundle(
                 config,
                 meta={"invariant": invariant, "message": violation.message, "at": violation.op},
             )
+        ),
+        "index.html": viewer_html(
+            ops,
+            policy,
+            config,
+            finding=Finding(violation.op, invariant, violation.message),
+            title=f"{policy} violates {invariant}",
         ),
         "test_repro.py": (
             _REPRO_NONDETERMINISM if invariant == "nondeterministic" else _REPRO

@@ -77,19 +77,54 @@ def _cmd_export_itf(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_view(args: argparse.Namespace) -> int:
+    """``kvmodel view``: the page of kvmodel/viewer.py; with ``--check``, the first violation the
+    monitor finds is announced and its op highlighted."""
+    from kvmodel.viewer import Finding, viewer_html
+
+    trace = load_trace(args.trace)
+    config = engine_config(args.config)
+    finding = None
+    if args.check is not None:
+        from checkers.harness import check_ops
+
+        names = _invariant_names(args.check)
+        run = check_ops(trace.ops, args.policy, config, names)
+        if run.violations:
+            v = run.violations[0]
+            finding = Finding(v.op, v.invariant, v.message)
+    title = f"{Path(args.trace).name} under {args.policy}"
+    atomic_write(
+        Path(args.output), viewer_html(trace.ops, args.policy, config, finding=finding, title=title)
+    )
+    print(
+        f"{len(trace.ops)} ops -> {args.output}"
+        + (f"; {finding.invariant} violated at op {finding.op}" if finding else ""),
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _invariant_names(spec: str) -> list[str]:
+    """``--check`` names (empty: all), each a known invariant."""
+    from checkers.invariants import INVARIANTS
+
+    names = [n for n in spec.split(",") if n] if spec else list(INVARIANTS)
+    unknown = [n for n in names if n not in INVARIANTS]
+    if unknown:
+        raise ConfigError(f"unknown invariant {unknown[0]!r}; known: {', '.join(INVARIANTS)}")
+    return names
+
+
 def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig) -> int:
     """``replay --check``: replay with the invariant monitor, then twice more to compare the
     logs (a ``nondeterministic`` finding when they differ), and the policy's engine against the
     contract on ample memory (``engine-contract``); exit 1 on any violation or finding."""
     from checkers.harness import check_ops, nondeterminism
-    from checkers.invariants import INVARIANTS
     from checkers.nversion import contract_violation
     from checkers.structural import Violation
 
-    names = [n for n in args.check.split(",") if n] if args.check else list(INVARIANTS)
-    unknown = [n for n in names if n not in INVARIANTS]
-    if unknown:
-        raise ConfigError(f"unknown invariant {unknown[0]!r}; known: {', '.join(INVARIANTS)}")
+    names = _invariant_names(args.check)
     run = check_ops(trace.ops, args.policy, config, names)
     if run.trace_error is not None:
         raise run.trace_error.located(file=trace.source, line=trace.line_of(run.applied), op=None)
@@ -365,6 +400,20 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--config", help="engine config TOML (default: hbm 512 + hbf 4096 blocks)")
     ex.add_argument("-o", "--output", required=True, metavar="OUT.itf.json")
     ex.set_defaults(func=_cmd_export_itf)
+
+    vw = sub.add_parser("view", help="a trace op by op as one self-contained HTML page")
+    vw.add_argument("trace", help="trace file (JSONL, spec/trace-format.md)")
+    vw.add_argument("--policy", default="lru", help="policy name or package.module:Name")
+    vw.add_argument("--config", help="engine config TOML (default: hbm 512 + hbf 4096 blocks)")
+    vw.add_argument(
+        "--check",
+        nargs="?",
+        const="",
+        metavar="INV,...",
+        help="monitor invariants (default: all) and highlight the first violation",
+    )
+    vw.add_argument("-o", "--output", required=True, metavar="OUT.html")
+    vw.set_defaults(func=_cmd_view)
 
     ck = sub.add_parser("check", help="search for counterexamples to the invariants")
     ck.add_argument("policy", nargs="?", help="policy name or path (default: every built-in)")
