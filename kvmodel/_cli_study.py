@@ -130,6 +130,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         cache_policies=[p for p in cache if p not in PLACEMENT_POLICIES],
         placement_policies=place,
         progress=not args.json,
+        workers=args.workers,
+        scheduler=args.scheduler,
     )
     if args.json:
         print(

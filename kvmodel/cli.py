@@ -496,6 +496,12 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("--scale", type=number_in(0.0, low_open=True), default=0.005)
     cp.add_argument("--config", help="engine config TOML for the cache comparison")
     cp.add_argument("--out", help="directory for plots (PNG)")
+    cp.add_argument(
+        "--workers",
+        type=int_at_least(1, 256),
+        help="run the cells on a local Dask cluster of N processes (pip install 'kvmodel[dist]')",
+    )
+    cp.add_argument("--scheduler", metavar="ADDRESS", help="run the cells on this Dask scheduler")
     cp.add_argument("--json", action="store_true")
     _workload_args(cp)
     cp.set_defaults(func=cmd_compare)

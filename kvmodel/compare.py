@@ -5,7 +5,6 @@ ranges printed beside the measured ratios. A mismatch in magnitude is reported, 
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,9 +15,10 @@ from kvmodel.config import EngineConfig
 from kvmodel.metrics import Metrics, compute_metrics
 from kvmodel.presets import hardware_config
 from kvmodel.replay import replay
+from kvmodel.sweep import run_tasks
 from kvmodel.trace import Trace
 
-__all__ = ["CACHE_POLICIES", "PLACEMENT_POLICIES", "Comparison", "compare"]
+__all__ = ["CACHE_POLICIES", "PLACEMENT_POLICIES", "Comparison", "compare", "measure"]
 
 CACHE_POLICIES = ("kvtether", "lru", "mori", "belady")
 PLACEMENT_POLICIES = ("lachesis", "lachesis-det", "hbm-first", "opt-placement")
@@ -128,6 +128,11 @@ class Comparison:
         return paths
 
 
+def measure(trace: Trace, policy: str, config: EngineConfig) -> Metrics:
+    """One cell of a comparison: the metrics of ``trace`` under ``policy`` on ``config``."""
+    return compute_metrics(replay(trace, policy, config))
+
+
 def compare(
     trace: Trace,
     cache_config: EngineConfig,
@@ -138,25 +143,30 @@ def compare(
     cache_policies: Sequence[str] = CACHE_POLICIES,
     placement_policies: Sequence[str] = PLACEMENT_POLICIES,
     progress: bool = True,
+    workers: int | None = None,
+    scheduler: str | None = None,
 ) -> Comparison:
-    total = len(cache_policies) + len(splits) * len(placement_policies)
-    done = 0
-
-    def tick(what: str) -> None:
-        nonlocal done
-        done += 1
-        if progress:
-            print(f"[{done}/{total}] {what}", file=sys.stderr)
-
-    cache = {}
-    for p in cache_policies:
-        cache[p] = compute_metrics(replay(trace, p, cache_config))
-        tick(p)
-    placement: dict[str, dict[str, Metrics]] = {}
+    """Every cell is an independent task (:func:`kvmodel.sweep.run_tasks`): serial by default,
+    on a Dask cluster with ``workers`` or ``scheduler``; the same result either way."""
+    tasks: list[tuple[str, EngineConfig]] = [(p, cache_config) for p in cache_policies]
+    cells: list[tuple[str | None, str]] = [(None, p) for p in cache_policies]
     for s in splits:
         cfg = hardware_config(s, model, scale=scale)
-        placement[s] = {}
-        for p in placement_policies:
-            placement[s][p] = compute_metrics(replay(trace, p, cfg))
-            tick(f"{s} {p}")
+        tasks += [(p, cfg) for p in placement_policies]
+        cells += [(s, p) for p in placement_policies]
+    results = run_tasks(
+        measure,
+        tasks,
+        workers=workers,
+        scheduler=scheduler,
+        shared=(trace,),
+        label=(lambda k: " ".join(x for x in cells[k] if x)) if progress else None,
+    )
+    cache: dict[str, Metrics] = {}
+    placement: dict[str, dict[str, Metrics]] = {s: {} for s in splits}
+    for (split, policy), m in zip(cells, results, strict=True):
+        if split is None:
+            cache[policy] = m
+        else:
+            placement[split][policy] = m
     return Comparison(cache, placement)

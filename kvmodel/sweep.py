@@ -1,0 +1,73 @@
+"""Independent tasks, serially or on a Dask cluster, with the same results either way.
+
+A sweep (``kvmodel compare``'s policy x configuration grid, say) is a list of independent tasks,
+each a deterministic function of its arguments. :func:`run_tasks` runs them in this process, or
+on ``dask.distributed`` -- a ``LocalCluster`` of ``workers`` processes (one thread each), or an
+existing scheduler at ``scheduler`` -- and returns the results in task order, so the output of a
+sweep is byte for byte the serial output (tests/test_sweep.py compares them).
+
+Dask is an optional extra (``pip install 'kvmodel[dist]'``); asking for workers without it is a
+:class:`~kvmodel.errors.ConfigError` that says so. Progress, when asked for, is one line per
+finished task on stderr, in completion order.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from kvmodel.errors import ConfigError
+
+__all__ = ["run_tasks"]
+
+T = TypeVar("T")
+
+
+def run_tasks(
+    fn: Callable[..., T],
+    tasks: Sequence[tuple[Any, ...]],
+    *,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    shared: tuple[Any, ...] = (),
+    label: Callable[[int], str] | None = None,
+) -> list[T]:
+    """``[fn(*shared, *task) for task in tasks]``, serially unless ``workers`` (a local cluster)
+    or ``scheduler`` (an address) is given. ``shared`` arguments (a trace, say) are sent to the
+    cluster once, not with every task. ``label(k)`` names task ``k`` for a progress line."""
+    if not workers and not scheduler:
+        out = []
+        for k, task in enumerate(tasks):
+            out.append(fn(*shared, *task))
+            _tick(k + 1, len(tasks), label, k)
+        return out
+    try:
+        dist: Any = importlib.import_module("dask.distributed")  # an optional, untyped extra
+    except ImportError:
+        raise ConfigError("--workers/--scheduler need Dask: pip install 'kvmodel[dist]'") from None
+    cluster: Any = None
+    if scheduler:
+        client = dist.Client(scheduler)
+    else:
+        cluster = dist.LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        )
+        client = dist.Client(cluster)
+    try:
+        sent = [client.scatter(x, broadcast=True) for x in shared]
+        futures = [client.submit(fn, *sent, *task, pure=False) for task in tasks]
+        index = {f.key: k for k, f in enumerate(futures)}
+        for done, f in enumerate(dist.as_completed(futures), start=1):
+            _tick(done, len(tasks), label, index[f.key])
+        return [f.result() for f in futures]
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _tick(done: int, total: int, label: Callable[[int], str] | None, k: int) -> None:
+    if label is not None:
+        print(f"[{done}/{total}] {label(k)}", file=sys.stderr)
