@@ -101,11 +101,12 @@ def check_policies(
     walks: int | None = None,
     budget: float | None = None,
     jobs: int = 1,
+    scheduler: str | None = None,
 ) -> list[PolicyReport]:
     """Search each policy (see :func:`checkers.stateful.search`). ``config=None`` is a swarm
     search; ``walks`` defaults to the profile's; ``budget`` (seconds per policy, counted from
     its search's start, shrinking not included) lets the random walks go on until it is spent;
-    ``jobs`` processes."""
+    ``jobs`` processes, or rounds of ``jobs`` chunks on the Dask scheduler at ``scheduler``."""
     examples, n_steps = PROFILES[profile]
     names = tuple(invariants) if invariants is not None else tuple(INVARIANTS)
     reports = []
@@ -126,6 +127,7 @@ def check_policies(
             walk_seconds=budget,
             jobs=jobs,
             contract_traces=CONTRACT_TRACES[profile],
+            scheduler=scheduler,
         )
         bundles: dict[str, Path] = {}
         if out is not None:

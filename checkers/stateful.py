@@ -426,12 +426,14 @@ def search(
     walk_seconds: float | None = None,
     jobs: int = 1,
     contract_traces: int = 0,
+    scheduler: str | None = None,
 ) -> SearchResult:
     """Search for counterexamples to each invariant under ``policy`` (see the module docstring).
 
     ``config=None`` is a swarm search (each example and walk draws its engine); a config fixes
     it. After the machine, ``walks`` random walks (:mod:`checkers.walk`) run, and more until
-    ``walk_seconds`` have passed since the search began, on ``jobs`` processes.
+    ``walk_seconds`` have passed since the search began, on ``jobs`` processes (or in rounds of
+    ``jobs`` chunks on the Dask scheduler at ``scheduler``).
     ``hypothesis_shrink=False`` skips the
     targeted Hypothesis runs and delta-debugs the failing prefix directly: several times
     faster, usually a little longer result; a collection of names runs them for those
@@ -478,6 +480,7 @@ def search(
             config=config,
             stats=stats,
             on_find=on_find,
+            scheduler=scheduler,
         )
 
     if "nondeterministic" not in first and stats.sample and stats.sample_config is not None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 
 import attrs
 import numpy as np
@@ -29,6 +28,7 @@ from checkers.structural import Violation
 from checkers.swarm import draw_config, draw_weights
 from kvmodel.config import EngineConfig
 from kvmodel.policy import resolve_policy
+from kvmodel.sweep import executor
 from kvmodel.trace import Op, Trace, op_name
 from kvmodel.workloads.random_ops import RandomParams, random_trace
 
@@ -141,10 +141,13 @@ def explore(
     config: EngineConfig | None = None,
     stats: SearchStats | None = None,
     on_find: Callable[[WalkFind], None] | None = None,
+    scheduler: str | None = None,
 ) -> SearchStats:
     """Run at least ``walks`` walks and, with ``seconds``, keep going until that much wall time
-    has passed; ``jobs`` > 1 runs chunks of walks in worker processes. Finds go to ``on_find``
-    in walk order (the first find of an invariant is the lowest-numbered walk's)."""
+    has passed; ``jobs`` > 1 runs rounds of ``jobs`` chunks of walks in worker processes -- or
+    on the Dask scheduler at ``scheduler``. Finds go to ``on_find`` in walk order (the first
+    find of an invariant is the lowest-numbered walk's), so the walks and finds do not depend
+    on where they ran."""
     names = tuple(invariants)
     st = stats if stats is not None else SearchStats()
     deadline = None if seconds is None else time.monotonic() + seconds
@@ -170,11 +173,11 @@ def explore(
                     on_find(f)
 
     gen = batches()
-    if jobs <= 1:
+    if jobs <= 1 and scheduler is None:
         while more():
             take(_chunk((policy, names, seed, next(gen), config)))
         return st
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with executor(jobs, scheduler) as pool:
         while more():
             # one round of `jobs` chunks at a time, merged in walk order
             futures = [

@@ -284,6 +284,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         walks=args.walks,
         budget=_seconds(args.budget) if args.budget else None,
         jobs=args.jobs,
+        scheduler=args.scheduler,
     )
     failures = {r.policy: r.failures() for r in reports if r.failures()}
     if args.json:
@@ -451,6 +452,11 @@ def _parser() -> argparse.ArgumentParser:
         type=int_at_least(1),
         default=1,
         help="processes for the random walks (default 1)",
+    )
+    ck.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="run the random walks, -j chunks at a time, on this Dask scheduler",
     )
     ck.add_argument(
         "--config",

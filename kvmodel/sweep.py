@@ -15,14 +15,38 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from kvmodel.errors import ConfigError
 
-__all__ = ["run_tasks"]
+__all__ = ["executor", "run_tasks"]
 
 T = TypeVar("T")
+
+
+def _dask() -> Any:
+    try:
+        return importlib.import_module("dask.distributed")  # an optional, untyped extra
+    except ImportError:
+        raise ConfigError("--workers/--scheduler need Dask: pip install 'kvmodel[dist]'") from None
+
+
+@contextmanager
+def executor(jobs: int, scheduler: str | None = None) -> Iterator[Executor]:
+    """A ``concurrent.futures`` executor: ``jobs`` local processes, or the workers of the Dask
+    scheduler at ``scheduler`` (its client's executor), closed on exit."""
+    if scheduler is None:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            yield pool
+        return
+    client = _dask().Client(scheduler)
+    try:
+        yield client.get_executor(pure=False)
+    finally:
+        client.close()
 
 
 def run_tasks(
@@ -43,10 +67,7 @@ def run_tasks(
             out.append(fn(*shared, *task))
             _tick(k + 1, len(tasks), label, k)
         return out
-    try:
-        dist: Any = importlib.import_module("dask.distributed")  # an optional, untyped extra
-    except ImportError:
-        raise ConfigError("--workers/--scheduler need Dask: pip install 'kvmodel[dist]'") from None
+    dist = _dask()
     cluster: Any = None
     if scheduler:
         client = dist.Client(scheduler)

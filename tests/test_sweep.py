@@ -54,3 +54,20 @@ def test_workers_without_dask_is_a_usage_error(
     monkeypatch.setattr(importlib, "import_module", no_dask)
     assert main([*ARGS, "--workers", "2"]) == 2
     assert "pip install 'kvmodel[dist]'" in capsys.readouterr().err
+
+
+def test_check_walks_on_a_dask_scheduler_find_what_local_processes_find(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    dist = pytest.importorskip("dask.distributed")
+    argv = ["check", "lru", "--invariants", "no-zombie-kv,pinned-never-evicted", "--walks",
+            "24", "-j", "2", "--max-examples", "20", "--steps", "10", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    local = capsys.readouterr().out
+    with dist.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        assert main([*argv, "--scheduler", cluster.scheduler_address]) == 0
+    remote = capsys.readouterr().out
+    assert remote == local  # the same walks, merged in walk order: the same report
+    assert '"walks": 24' in remote
