@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -93,10 +93,27 @@ def _cmd_view(args: argparse.Namespace) -> int:
         if run.violations:
             v = run.violations[0]
             finding = Finding(v.op, v.invariant, v.message)
+    observed: dict[int, list[dict[str, Any]]] | None = None
+    if args.observations:
+        from checkers.oracle import check_log, load_log, rank_policy
+
+        log = load_log(args.observations)
+        observed = {}
+        for r in log:
+            observed.setdefault(int(r["op"]), []).append(r)
+        try:
+            rank_policy(args.policy)
+        except ConfigError:
+            pass  # not a rank policy: the counts are shown, no verdict
+        else:
+            verdict = check_log(trace, log, args.policy, config, shorten=False)
+            if verdict.verdict == "ILLEGAL" and finding is None:
+                finding = Finding(verdict.op, "oracle", verdict.reason)
     title = f"{Path(args.trace).name} under {args.policy}"
-    atomic_write(
-        Path(args.output), viewer_html(trace.ops, args.policy, config, finding=finding, title=title)
+    page = viewer_html(
+        trace.ops, args.policy, config, finding=finding, title=title, observed=observed
     )
+    atomic_write(Path(args.output), page)
     print(
         f"{len(trace.ops)} ops -> {args.output}"
         + (f"; {finding.invariant} violated at op {finding.op}" if finding else ""),
@@ -412,6 +429,12 @@ def _parser() -> argparse.ArgumentParser:
         const="",
         metavar="INV,...",
         help="monitor invariants (default: all) and highlight the first violation",
+    )
+    vw.add_argument(
+        "--observations",
+        metavar="LOG",
+        help="an implementation's observation log (T4): its counts beside the model's; with a "
+        "rank --policy, the oracle's first divergence is highlighted",
     )
     vw.add_argument("-o", "--output", required=True, metavar="OUT.html")
     vw.set_defaults(func=_cmd_view)

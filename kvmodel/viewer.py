@@ -17,7 +17,7 @@ input: its strings reach the page only as JSON inside ``<script type="applicatio
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -47,6 +47,12 @@ def _embed(data: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+def _kind(r: Mapping[str, Any]) -> dict[str, str]:
+    """What the page counts of an implementation's record (its kind, a reclaim told apart)."""
+    reason = r.get("reason")
+    return {"kind": str(r.get("kind")), "reason": reason if isinstance(reason, str) else ""}
+
+
 def viewer_html(
     ops: Sequence[Op],
     policy: str | Policy,
@@ -54,8 +60,11 @@ def viewer_html(
     *,
     finding: Finding | None = None,
     title: str = "kvmodel trace",
+    observed: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
 ) -> str:
-    """The page for ``ops`` replayed under ``policy`` on ``config``."""
+    """The page for ``ops`` replayed under ``policy`` on ``config``. ``observed``: another
+    implementation's observation records by op (spec T4), counted beside the model's at each
+    step, a step where the counts differ marked."""
     itf = itf_trace(ops, policy, config)
     data = {
         "title": title,
@@ -63,6 +72,9 @@ def viewer_html(
         "stopped": itf["#meta"].get("stopped", ""),
         "tiers": [[t.name, t.blocks] for t in config.tiers],
         "finding": attrs.asdict(finding) if finding is not None else None,
+        "observed": None
+        if observed is None
+        else {str(op): [_kind(r) for r in recs] for op, recs in observed.items()},
         "states": itf["states"],
     }
     return _PAGE.replace("/*DATA*/", _embed(data))
@@ -84,7 +96,8 @@ h1 { font-size: 1.2em; margin: 0 0 .3em 0; }
 #step { flex: 1; }
 #op-line { font-family: ui-monospace, monospace; padding: .3em .5em; background: #f4f4f4; }
 #op-line.violation { background: #c0392b; color: #fff; }
-#counts span { display: inline-block; margin-right: 1em; }
+#counts span, #observed-counts span { display: inline-block; margin-right: 1em; }
+#observed-counts.differs { background: #fde2e1; }
 table { border-collapse: collapse; margin: .5em 0; }
 td, th { border-bottom: 1px solid #ddd; padding: .2em .6em; text-align: left; vertical-align: top; }
 .cells { display: flex; flex-wrap: wrap; gap: 2px; max-width: 60em; }
@@ -114,6 +127,7 @@ td, th { border-bottom: 1px solid #ddd; padding: .2em .6em; text-align: left; ve
 </div>
 <div id="op-line"></div>
 <div id="counts"></div>
+<div id="observed-counts" hidden></div>
 <div class="legend" id="legend"></div>
 <h2>Tiers</h2>
 <div id="tiers"></div>
@@ -161,17 +175,32 @@ function show(i) {
   const bad = AT !== null && s.op_index === AT;
   line.classList.toggle("violation", bad);
   document.body.classList.toggle("at-violation", bad);
-  const n = {hit: 0, alloc: 0, evict: 0, reclaim: 0, reject: 0};
-  for (const r of s.records) {
-    if (r.kind === "free" && r.reason === "reclaim") n.reclaim++;
-    else if (r.kind in n) n[r.kind]++;
-  }
-  const counts = $("counts");
-  counts.replaceChildren();
   const names = {hit: "hits", alloc: "writes", evict: "evictions", reclaim: "reclaims",
                  reject: "rejections"};
-  for (const k of Object.keys(n)) {
-    counts.append(el("span", names[k] + " " + n[k], {"data-kind": k, "data-count": n[k]}));
+  function tally(records) {
+    const n = {hit: 0, alloc: 0, evict: 0, reclaim: 0, reject: 0};
+    for (const r of records) {
+      if (r.kind === "free" && r.reason === "reclaim") n.reclaim++;
+      else if (r.kind in n) n[r.kind]++;
+    }
+    return n;
+  }
+  function render(box, prefix, n) {
+    box.replaceChildren();
+    if (prefix) box.append(el("span", prefix));
+    for (const k of Object.keys(n)) {
+      box.append(el("span", names[k] + " " + n[k], {"data-kind": k, "data-count": n[k]}));
+    }
+  }
+  const n = tally(s.records);
+  render($("counts"), D.observed ? "model:" : "", n);
+  if (D.observed) {
+    const box = $("observed-counts");
+    box.hidden = false;
+    const m = tally(D.observed[String(s.op_index)] || []);
+    render(box, "implementation:", m);
+    const differs = s.op_index >= 0 && Object.keys(n).some((k) => n[k] !== m[k]);
+    box.classList.toggle("differs", differs);
   }
   const free = Object.fromEntries(entries(s.free));
   const tiers = $("tiers");

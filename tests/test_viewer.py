@@ -158,3 +158,33 @@ def test_screenshots_of_two_views(browser: Any, tmp_path: Path) -> None:
     for _ in range(60):
         browser.find_element("id", "next").click()
     assert browser.save_screenshot(str(target / "viewer-agentic.png"))
+
+
+def test_an_implementations_log_is_shown_beside_the_model(browser: Any, tmp_path: Path) -> None:
+    # LRU's log under the KVTether reference: the oracle's first divergence is where the page
+    # opens, and steps where the counts differ (KVTether reclaims, LRU does not) are marked
+    from kvmodel.observations import observation_to_json
+    from kvmodel.replay import replay
+
+    tr = generate_agentic(AgenticParams(seed=3, sessions=3, turns=2))
+    trace_file, cfg, log, page = (tmp_path / n for n in ("t.jsonl", "c.toml", "l.jsonl", "p.html"))
+    dump_trace(tr, trace_file)
+    cfg.write_text('block_size = 16\n[[tiers]]\nname = "hbm"\nblocks = 96\n'
+                   '[[tiers]]\nname = "hbf"\nblocks = 160\n')  # fmt: skip
+    records = [observation_to_json(o) for o in replay(tr, "lru", load_config(cfg)).engine.log]
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    argv = ["view", str(trace_file), "--policy", "kvtether", "--config", str(cfg),
+            "--observations", str(log), "-o", str(page)]  # fmt: skip
+    assert main(argv) == 0
+    _open(browser, page)
+    assert "violated oracle at op 23: eviction outside the admissible set" in (
+        browser.find_element("id", "violation").text
+    )
+    box = browser.find_element("id", "observed-counts")
+    assert box.is_displayed()
+    assert box.text.startswith("implementation:")
+    marked = 0
+    for _ in range(len(tr.ops)):
+        browser.find_element("id", "next").click()
+        marked += "differs" in box.get_attribute("class").split()
+    assert marked > 0
