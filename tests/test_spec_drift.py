@@ -58,3 +58,15 @@ def test_the_lifecycle_table_in_the_spec_is_the_transition_table() -> None:
                 table[(state, ev)] = MsgState(cell.lower())
     assert len(table) > 30
     assert table == dict(TRANSITIONS)
+
+
+def test_the_builtin_policy_table_is_the_packages_entry_points() -> None:
+    """kvmodel.policy.BUILTIN_POLICIES (a name works without installed metadata) and the
+    ``kvmodel.policies`` entry points in pyproject.toml (how a third party registers) are one
+    list written twice: they must not drift."""
+    import tomllib
+
+    from kvmodel.policy import BUILTIN_POLICIES, ENTRY_POINT_GROUP
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["entry-points"][ENTRY_POINT_GROUP] == dict(BUILTIN_POLICIES)
