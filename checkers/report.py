@@ -9,7 +9,7 @@ violated non-claim is a *finding* (LRU leaves zombie KV: that is the point of th
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,11 +102,13 @@ def check_policies(
     budget: float | None = None,
     jobs: int = 1,
     scheduler: str | None = None,
+    done: Callable[[str], None] | None = None,
 ) -> list[PolicyReport]:
     """Search each policy (see :func:`checkers.stateful.search`). ``config=None`` is a swarm
     search; ``walks`` defaults to the profile's; ``budget`` (seconds per policy, counted from
     its search's start, shrinking not included) lets the random walks go on until it is spent;
-    ``jobs`` processes, or rounds of ``jobs`` chunks on the Dask scheduler at ``scheduler``."""
+    ``jobs`` processes, or rounds of ``jobs`` chunks on the Dask scheduler at ``scheduler``.
+    ``done(policy)`` is called as each policy's search finishes (progress)."""
     examples, n_steps = PROFILES[profile]
     names = tuple(invariants) if invariants is not None else tuple(INVARIANTS)
     reports = []
@@ -137,6 +139,8 @@ def check_policies(
                     d, c.ops, p, c.config, inv, c.violation, one_minimal=c.one_minimal
                 )
         reports.append(PolicyReport(p, claims, r, bundles))
+        if done is not None:
+            done(p)
     return reports
 
 

@@ -21,6 +21,7 @@ from kvmodel.errors import ConfigError, KVModelError, TraceError
 from kvmodel.logical import Sequences
 from kvmodel.policy import STRUCTURAL_CLAIMS, resolve_policy
 from kvmodel.presets import hardware_config
+from kvmodel.progress import wanted
 from kvmodel.replay import replay
 from kvmodel.trace import iter_trace_lines, load_trace, parse_trace_lines
 
@@ -129,7 +130,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         scale=args.scale,
         cache_policies=[p for p in cache if p not in PLACEMENT_POLICIES],
         placement_policies=place,
-        progress=not args.json,
+        progress=wanted(args.quiet),
         workers=args.workers,
         scheduler=args.scheduler,
     )

@@ -38,6 +38,7 @@ from kvmodel.config import EngineConfig, default_config
 from kvmodel.engine import Engine
 from kvmodel.errors import ConfigError, KVModelError, PolicyNotFoundError, TraceError
 from kvmodel.policy import registered_policies, resolve_policy
+from kvmodel.progress import bar, wanted
 from kvmodel.replay import Summary, replay
 from kvmodel.trace import Trace, iter_trace_lines, load_trace
 from kvmodel.workloads import PRESETS
@@ -288,21 +289,23 @@ def _cmd_check(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else None
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1 (got {args.jobs})")
-    reports = check_policies(
-        policies,
-        names,
-        profile=profile,
-        max_examples=args.max_examples,
-        steps=args.steps,
-        seed=args.seed,
-        out=out,
-        config=engine_config(args.config) if args.config else None,
-        hypothesis_shrink=shrinker == "hypothesis",
-        walks=args.walks,
-        budget=_seconds(args.budget) if args.budget else None,
-        jobs=args.jobs,
-        scheduler=args.scheduler,
-    )
+    with bar(len(policies), "check", on=wanted(args.quiet)) as done:
+        reports = check_policies(
+            policies,
+            names,
+            profile=profile,
+            max_examples=args.max_examples,
+            steps=args.steps,
+            seed=args.seed,
+            out=out,
+            config=engine_config(args.config) if args.config else None,
+            hypothesis_shrink=shrinker == "hypothesis",
+            walks=args.walks,
+            budget=_seconds(args.budget) if args.budget else None,
+            jobs=args.jobs,
+            scheduler=args.scheduler,
+            done=done,
+        )
     failures = {r.policy: r.failures() for r in reports if r.failures()}
     if args.json:
         print(
@@ -488,6 +491,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     ck.add_argument("--out", help="directory for counterexample bundles")
     ck.add_argument("--json", action="store_true")
+    ck.add_argument("--quiet", action="store_true", help="no progress bar (drawn only on a TTY)")
     ck.set_defaults(func=_cmd_check)
 
     sm = sub.add_parser("simulate", help="metrics of one workload under one policy")
@@ -531,6 +535,7 @@ def _parser() -> argparse.ArgumentParser:
         help="run the cells on a local Dask cluster of N processes (pip install 'kvmodel[dist]')",
     )
     cp.add_argument("--scheduler", metavar="ADDRESS", help="run the cells on this Dask scheduler")
+    cp.add_argument("--quiet", action="store_true", help="no progress bar (drawn only on a TTY)")
     cp.add_argument("--json", action="store_true")
     _workload_args(cp)
     cp.set_defaults(func=cmd_compare)

@@ -14,6 +14,7 @@ import attrs
 from kvmodel.config import EngineConfig
 from kvmodel.metrics import Metrics, compute_metrics
 from kvmodel.presets import hardware_config
+from kvmodel.progress import bar
 from kvmodel.replay import replay
 from kvmodel.sweep import run_tasks
 from kvmodel.trace import Trace
@@ -142,26 +143,28 @@ def compare(
     scale: float,
     cache_policies: Sequence[str] = CACHE_POLICIES,
     placement_policies: Sequence[str] = PLACEMENT_POLICIES,
-    progress: bool = True,
+    progress: bool = False,
     workers: int | None = None,
     scheduler: str | None = None,
 ) -> Comparison:
     """Every cell is an independent task (:func:`kvmodel.sweep.run_tasks`): serial by default,
-    on a Dask cluster with ``workers`` or ``scheduler``; the same result either way."""
+    on a Dask cluster with ``workers`` or ``scheduler``; the same result either way.
+    ``progress``: a bar on stderr (:mod:`kvmodel.progress`)."""
     tasks: list[tuple[str, EngineConfig]] = [(p, cache_config) for p in cache_policies]
     cells: list[tuple[str | None, str]] = [(None, p) for p in cache_policies]
     for s in splits:
         cfg = hardware_config(s, model, scale=scale)
         tasks += [(p, cfg) for p in placement_policies]
         cells += [(s, p) for p in placement_policies]
-    results = run_tasks(
-        measure,
-        tasks,
-        workers=workers,
-        scheduler=scheduler,
-        shared=(trace,),
-        label=(lambda k: " ".join(x for x in cells[k] if x)) if progress else None,
-    )
+    with bar(len(tasks), "compare", on=progress) as done:
+        results = run_tasks(
+            measure,
+            tasks,
+            workers=workers,
+            scheduler=scheduler,
+            shared=(trace,),
+            done=lambda k: done(" ".join(x for x in cells[k] if x)),
+        )
     cache: dict[str, Metrics] = {}
     placement: dict[str, dict[str, Metrics]] = {s: {} for s in splits}
     for (split, policy), m in zip(cells, results, strict=True):

@@ -8,13 +8,12 @@ sweep is byte for byte the serial output (tests/test_sweep.py compares them).
 
 Dask is an optional extra (``pip install 'kvmodel[dist]'``); asking for workers without it is a
 :class:`~kvmodel.errors.ConfigError` that says so. Progress, when asked for, is one line per
-finished task on stderr, in completion order.
+finished task, in completion order, through the caller's ``done(k)`` (kvmodel.progress).
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
@@ -56,16 +55,17 @@ def run_tasks(
     workers: int | None = None,
     scheduler: str | None = None,
     shared: tuple[Any, ...] = (),
-    label: Callable[[int], str] | None = None,
+    done: Callable[[int], None] | None = None,
 ) -> list[T]:
     """``[fn(*shared, *task) for task in tasks]``, serially unless ``workers`` (a local cluster)
     or ``scheduler`` (an address) is given. ``shared`` arguments (a trace, say) are sent to the
-    cluster once, not with every task. ``label(k)`` names task ``k`` for a progress line."""
+    cluster once, not with every task. ``done(k)`` is called as task ``k`` finishes (progress)."""
     if not workers and not scheduler:
         out = []
         for k, task in enumerate(tasks):
             out.append(fn(*shared, *task))
-            _tick(k + 1, len(tasks), label, k)
+            if done is not None:
+                done(k)
         return out
     dist = _dask()
     cluster: Any = None
@@ -80,15 +80,11 @@ def run_tasks(
         sent = [client.scatter(x, broadcast=True) for x in shared]
         futures = [client.submit(fn, *sent, *task, pure=False) for task in tasks]
         index = {f.key: k for k, f in enumerate(futures)}
-        for done, f in enumerate(dist.as_completed(futures), start=1):
-            _tick(done, len(tasks), label, index[f.key])
+        for f in dist.as_completed(futures):
+            if done is not None:
+                done(index[f.key])
         return [f.result() for f in futures]
     finally:
         client.close()
         if cluster is not None:
             cluster.close()
-
-
-def _tick(done: int, total: int, label: Callable[[int], str] | None, k: int) -> None:
-    if label is not None:
-        print(f"[{done}/{total}] {label(k)}", file=sys.stderr)

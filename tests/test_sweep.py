@@ -22,13 +22,15 @@ def test_run_tasks_keeps_task_order_and_reports_progress(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     tasks = [(3,), (1,), (2,)]
-    assert run_tasks(_square_plus, tasks, shared=(10,)) == [19, 11, 14]
-    assert capsys.readouterr().err == ""
-    got = run_tasks(_square_plus, tasks, shared=(10,), label=lambda k: f"x={tasks[k][0]}")
-    assert got == [19, 11, 14]
-    assert capsys.readouterr().err.splitlines() == ["[1/3] x=3", "[2/3] x=1", "[3/3] x=2"]
+    seen: list[int] = []
+    assert run_tasks(_square_plus, tasks, shared=(10,), done=seen.append) == [19, 11, 14]
+    assert seen == [0, 1, 2]
     pytest.importorskip("dask.distributed")
-    assert run_tasks(_square_plus, tasks, shared=(10,), workers=2) == [19, 11, 14]
+    seen.clear()
+    assert run_tasks(_square_plus, tasks, shared=(10,), workers=2, done=seen.append) == [
+        19, 11, 14,
+    ]  # fmt: skip
+    assert sorted(seen) == [0, 1, 2]  # each reported once, in completion order
 
 
 def test_compare_on_a_two_worker_cluster_is_byte_identical_to_serial(
@@ -71,3 +73,26 @@ def test_check_walks_on_a_dask_scheduler_find_what_local_processes_find(
     remote = capsys.readouterr().out
     assert remote == local  # the same walks, merged in walk order: the same report
     assert '"walks": 24' in remote
+
+
+def test_progress_is_drawn_only_on_a_terminal_and_not_when_quiet(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from kvmodel.progress import bar, wanted
+
+    assert not wanted()  # pytest's captured stderr is no terminal
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert wanted()
+    assert not wanted(quiet=True)
+    names: list[str] = []
+    with bar(3, "x", on=True) as done:
+        for n in ("a", "b", "c"):
+            done(n)
+            names.append(n)
+    assert names == ["a", "b", "c"]
+    assert "3/3" in capsys.readouterr().err  # drawn, on what claims to be a terminal
+    monkeypatch.undo()
+    assert main([*ARGS]) == 0  # a pipe gets the report and no progress at all
+    assert capsys.readouterr().err == ""
