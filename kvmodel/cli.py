@@ -62,6 +62,58 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    """``kvmodel sweep``: every (policy, workload, capacity, seed) cell an independent task
+    (kvmodel.sweep); a table of the main metrics, or every metric as JSON."""
+    from kvmodel.sweep import run_tasks, sweep_cell
+    from kvmodel.workloads import PRESETS
+
+    def items(text: str, what: str) -> list[str]:
+        out = [x for x in text.split(",") if x]
+        if not out:
+            raise ConfigError(f"--{what}: expected a comma-separated list")
+        return out
+
+    policies = items(args.policies, "policies")
+    for p in policies:
+        resolve_policy(p)
+    workloads = items(args.workloads, "workloads")
+    if bad := [w for w in workloads if w not in PRESETS]:
+        raise ConfigError(f"unknown workload {bad[0]!r}; presets: {', '.join(PRESETS)}")
+    try:
+        capacities = [int(x) for x in items(args.capacities, "capacities")]
+        seeds = [int(x) for x in items(args.seeds, "seeds")]
+    except ValueError as e:
+        raise ConfigError(f"--capacities and --seeds take integers ({e})") from None
+    if any(not 1 <= c <= 10_000_000 for c in capacities) or any(s < 0 for s in seeds):
+        raise ConfigError("capacities must be in [1, 10,000,000] blocks and seeds >= 0")
+    tasks = [
+        (p, w, c, s, args.sessions)
+        for w in workloads
+        for c in capacities
+        for s in seeds
+        for p in policies
+    ]
+    with bar(len(tasks), "sweep", on=wanted(args.quiet)) as done:
+        cells = run_tasks(
+            sweep_cell,
+            tasks,
+            workers=args.workers,
+            scheduler=args.scheduler,
+            done=lambda k: done(" ".join(str(x) for x in tasks[k][:4])),
+        )
+    if args.json:
+        print(json.dumps(cells, indent=2))
+        return 0
+    print(f"{'workload':<14}{'capacity':>9}{'seed':>5}  {'policy':<16}{'hit rate':>9}"
+          f"{'cost $':>9}{'evictions':>10}{'zombie block-s':>16}")  # fmt: skip
+    for c in cells:
+        print(f"{c['workload']:<14}{c['capacity']:>9}{c['seed']:>5}  {c['policy']:<16}"
+              f"{c['token_hit_rate']:>9.1%}{c['cost_usd']:>9.2f}{c['evictions']:>10}"
+              f"{c['zombie_block_seconds']:>16.0f}")  # fmt: skip
+    return 0
+
+
 def _cmd_export_itf(args: argparse.Namespace) -> int:
     """The trace's states, op by op, as ITF (kvmodel/itf.py); written whole or not at all."""
     from kvmodel.itf import dumps_itf, itf_trace
@@ -516,6 +568,24 @@ def _parser() -> argparse.ArgumentParser:
     _workload_args(sm)
     sm.add_argument("--json", action="store_true")
     sm.set_defaults(func=cmd_simulate)
+
+    sw = sub.add_parser(
+        "sweep", help="metrics over policy x workload x capacity x seed, serially or on Dask"
+    )
+    sw.add_argument("--policies", default="lru,kvtether", help="comma-separated policy names")
+    sw.add_argument(
+        "--workloads", default="single-agent,multi-agent", help="comma-separated presets"
+    )
+    sw.add_argument(
+        "--capacities", default="256,1024", help="comma-separated HBM sizes in 16-token blocks"
+    )
+    sw.add_argument("--seeds", default="0,1,2", help="comma-separated workload seeds")
+    sw.add_argument("--sessions", type=int_at_least(1, 100_000), help="sessions per workload")
+    sw.add_argument("--workers", type=int_at_least(1, 256), help="a local Dask cluster of N")
+    sw.add_argument("--scheduler", metavar="ADDRESS", help="run the cells on this Dask scheduler")
+    sw.add_argument("--quiet", action="store_true", help="no progress bar (drawn only on a TTY)")
+    sw.add_argument("--json", action="store_true", help="every cell's metrics as JSON")
+    sw.set_defaults(func=_cmd_sweep)
 
     cp = sub.add_parser("compare", help="paper-style comparison of cache and placement policies")
     cp.add_argument(

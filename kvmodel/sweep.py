@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from kvmodel.errors import ConfigError
 
-__all__ = ["executor", "run_tasks"]
+__all__ = ["executor", "run_tasks", "sweep_cell"]
 
 T = TypeVar("T")
 
@@ -88,3 +88,28 @@ def run_tasks(
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+# ---------------------------------------------------------------- the sweep command's grid
+
+
+def sweep_cell(
+    policy: str, workload: str, capacity: int, seed: int, sessions: int | None
+) -> dict[str, Any]:
+    """One cell of ``kvmodel sweep``: a generated workload (a preset, this seed) on one HBM tier
+    of ``capacity`` blocks of 16 tokens, replayed under ``policy``; its metrics as JSON."""
+    import attrs
+
+    from kvmodel.config import EngineConfig
+    from kvmodel.ids import TierName
+    from kvmodel.memory import TierConfig
+    from kvmodel.metrics import compute_metrics
+    from kvmodel.replay import replay
+    from kvmodel.workloads import PRESETS, generate_agentic
+
+    params = attrs.evolve(PRESETS[workload], seed=seed)
+    if sessions is not None:
+        params = attrs.evolve(params, sessions=sessions)
+    config = EngineConfig(16, (TierConfig(TierName("hbm"), capacity),))
+    metrics = compute_metrics(replay(generate_agentic(params), policy, config)).to_json()
+    return {"policy": policy, "workload": workload, "capacity": capacity, "seed": seed, **metrics}

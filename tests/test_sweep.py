@@ -96,3 +96,37 @@ def test_progress_is_drawn_only_on_a_terminal_and_not_when_quiet(
     monkeypatch.undo()
     assert main([*ARGS]) == 0  # a pipe gets the report and no progress at all
     assert capsys.readouterr().err == ""
+
+
+SWEEP = ["sweep", "--policies", "lru,kvtether", "--workloads", "single-agent,multi-agent",
+         "--capacities", "128,512", "--seeds", "0,1", "--sessions", "2", "--json"]  # fmt: skip
+
+
+def test_the_sweep_grid_on_two_workers_is_byte_identical_to_serial(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # issue 16 item 4: policy x workload x capacity x seed, each cell an independent task
+    import json
+
+    pytest.importorskip("dask.distributed")
+    assert main(SWEEP) == 0
+    serial = capsys.readouterr().out
+    cells = json.loads(serial)
+    assert len(cells) == 2 * 2 * 2 * 2
+    assert {(c["policy"], c["workload"], c["capacity"], c["seed"]) for c in cells} == {
+        (p, w, c, s) for p in ("lru", "kvtether") for w in ("single-agent", "multi-agent")
+        for c in (128, 512) for s in (0, 1)
+    }  # fmt: skip
+    assert any(c["evictions"] for c in cells)  # the small capacity is under pressure
+    assert main([*SWEEP, "--workers", "2"]) == 0
+    assert capsys.readouterr().out == serial
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [["--workloads", "nope"], ["--capacities", "0"], ["--seeds", "x"], ["--policies", ","],
+     ["--policies", "no-such-policy"]],
+)  # fmt: skip
+def test_a_bad_sweep_is_a_usage_error(bad: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*SWEEP, *bad]) == 2
+    assert "error" in capsys.readouterr().err
