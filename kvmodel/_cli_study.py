@@ -21,7 +21,7 @@ from kvmodel.errors import ConfigError, KVModelError, TraceError
 from kvmodel.logical import Sequences
 from kvmodel.policy import STRUCTURAL_CLAIMS, resolve_policy
 from kvmodel.presets import hardware_config
-from kvmodel.progress import wanted
+from kvmodel.progress import bar, wanted
 from kvmodel.replay import replay
 from kvmodel.trace import iter_trace_lines, load_trace, parse_trace_lines
 
@@ -247,41 +247,49 @@ def cmd_prove(args: argparse.Namespace) -> int:
     rlimit = RLIMIT if args.rlimit is None else args.rlimit
     if rlimit < 1:
         raise ConfigError(f"--rlimit must be >= 1 (got {rlimit})")
-    try:
-        proofs = prove_policy(policy, props, timeout_ms=int(args.timeout * 1000), rlimit=rlimit)
-    except ValueError:
-        proofs = []  # no declarative rank: only the fragment (which will say so) applies
-    answers = prove(
-        args.policy,
-        names,
-        fragment=fragment,
-        depth=args.depth,
-        timeout_s=args.timeout,
-        rlimit=rlimit,
-    )
-    claims = set(getattr(policy, "claims", ()))
-    bad_claim = any(a.rung == "violated" and a.invariant in claims for a in answers)
-    # what a proof here does not speak for: claims outside the fragment's invariants
-    uncovered = sorted(claims - set(FRAGMENT_INVARIANTS))
-    found = None
-    offline = callable(getattr(policy, "prepare", None))
-    if (args.reach or args.wide is not None) and offline:
-        # it plans from a whole trace; the step-wise search has no trace to give it
-        print("--reach: not run: the policy plans from the whole trace (offline)", file=sys.stderr)
-    elif args.reach or args.wide is not None:
-        from checkers.invariants import FINDINGS
-        from checkers.reach import REACH_INVARIANTS, Wide, reach
-
-        found = reach(
+    reaching = bool(args.reach or args.wide is not None)
+    with bar(3 if reaching else 2, "prove", on=wanted(args.quiet)) as done:
+        try:
+            proofs = prove_policy(policy, props, timeout_ms=int(args.timeout * 1000), rlimit=rlimit)
+        except ValueError:
+            proofs = []  # no declarative rank: only the fragment (which will say so) applies
+        done("rank")
+        answers = prove(
             args.policy,
-            args.wide if args.wide is not None else Wide(),
-            max_states=args.max_states,
-            max_seconds=args.reach_seconds,
+            names,
+            fragment=fragment,
+            depth=args.depth,
+            timeout_s=args.timeout,
+            rlimit=rlimit,
         )
-        bad_claim = bad_claim or any(
-            n in claims or n in FINDINGS for n in found.failing
-        )
-        uncovered = sorted(set(uncovered) - set(REACH_INVARIANTS))
+        done("fragment")
+        claims = set(getattr(policy, "claims", ()))
+        bad_claim = any(a.rung == "violated" and a.invariant in claims for a in answers)
+        # what a proof here does not speak for: claims outside the fragment's invariants
+        uncovered = sorted(claims - set(FRAGMENT_INVARIANTS))
+        found = None
+        offline = callable(getattr(policy, "prepare", None))
+        if (args.reach or args.wide is not None) and offline:
+            # it plans from a whole trace; the step-wise search has no trace to give it
+            print(
+                "--reach: not run: the policy plans from the whole trace (offline)",
+                file=sys.stderr,
+            )
+        elif args.reach or args.wide is not None:
+            from checkers.invariants import FINDINGS
+            from checkers.reach import REACH_INVARIANTS, Wide, reach
+
+            found = reach(
+                args.policy,
+                args.wide if args.wide is not None else Wide(),
+                max_states=args.max_states,
+                max_seconds=args.reach_seconds,
+            )
+            bad_claim = bad_claim or any(
+                n in claims or n in FINDINGS for n in found.failing
+            )
+            uncovered = sorted(set(uncovered) - set(REACH_INVARIANTS))
+            done("reach")
     if args.json:
         out = {
             "rank": [attrs.asdict(p) for p in proofs],

@@ -727,6 +727,7 @@ def _parser() -> argparse.ArgumentParser:
         help="--reach: stop (bounded, not proved) after this many seconds (default 900)",
     )
     pv.add_argument("--json", action="store_true")
+    pv.add_argument("--quiet", action="store_true", help="no progress bar (drawn only on a TTY)")
     pv.set_defaults(func=cmd_prove)
 
     pol = sub.add_parser("policies", help="list registered policies and their claims")
