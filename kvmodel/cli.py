@@ -40,6 +40,7 @@ from kvmodel.errors import ConfigError, KVModelError, PolicyNotFoundError, Trace
 from kvmodel.policy import registered_policies, resolve_policy
 from kvmodel.progress import bar, wanted
 from kvmodel.replay import Summary, replay
+from kvmodel.sweep import local_cluster
 from kvmodel.trace import Trace, iter_trace_lines, load_trace
 from kvmodel.workloads import PRESETS
 
@@ -341,7 +342,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else None
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1 (got {args.jobs})")
-    with bar(len(policies), "check", on=wanted(args.quiet)) as done:
+    if args.workers and args.scheduler:
+        raise ConfigError("give --workers (a local Dask cluster) or --scheduler, not both")
+    with (
+        local_cluster(args.workers) as address,
+        bar(len(policies), "check", on=wanted(args.quiet)) as done,
+    ):
         reports = check_policies(
             policies,
             names,
@@ -354,8 +360,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
             hypothesis_shrink=shrinker == "hypothesis",
             walks=args.walks,
             budget=_seconds(args.budget) if args.budget else None,
-            jobs=args.jobs,
-            scheduler=args.scheduler,
+            jobs=max(args.jobs, args.workers or 1),
+            scheduler=args.scheduler or address,
             done=done,
         )
     failures = {r.policy: r.failures() for r in reports if r.failures()}
@@ -535,6 +541,11 @@ def _parser() -> argparse.ArgumentParser:
         "--scheduler",
         metavar="ADDRESS",
         help="run the random walks, -j chunks at a time, on this Dask scheduler",
+    )
+    ck.add_argument(
+        "--workers",
+        type=int_at_least(1, 256),
+        help="run the random walks on a local Dask cluster of N processes",
     )
     ck.add_argument(
         "--config",

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from kvmodel.errors import ConfigError
 
-__all__ = ["executor", "run_tasks", "sweep_cell"]
+__all__ = ["executor", "local_cluster", "run_tasks", "sweep_cell"]
 
 T = TypeVar("T")
 
@@ -31,6 +31,22 @@ def _dask() -> Any:
         return importlib.import_module("dask.distributed")  # an optional, untyped extra
     except ImportError:
         raise ConfigError("--workers/--scheduler need Dask: pip install 'kvmodel[dist]'") from None
+
+
+@contextmanager
+def local_cluster(workers: int | None) -> Iterator[str | None]:
+    """The address of a local Dask cluster of ``workers`` one-thread processes for the duration
+    (None, and no cluster, when ``workers`` is None)."""
+    if not workers:
+        yield None
+        return
+    cluster = _dask().LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+    )
+    try:
+        yield str(cluster.scheduler_address)
+    finally:
+        cluster.close()
 
 
 @contextmanager

@@ -73,6 +73,9 @@ def test_check_walks_on_a_dask_scheduler_find_what_local_processes_find(
     remote = capsys.readouterr().out
     assert remote == local  # the same walks, merged in walk order: the same report
     assert '"walks": 24' in remote
+    assert main([*argv, "--workers", "2"]) == 0  # a LocalCluster of its own
+    assert capsys.readouterr().out == local
+    assert main([*argv, "--workers", "2", "--scheduler", "tcp://x:1"]) == 2
 
 
 def test_progress_is_drawn_only_on_a_terminal_and_not_when_quiet(
