@@ -11,7 +11,8 @@ hash-chain ``key``, slot ids are its own). Two modes:
   the best on the rank key (all terms but the final id tie-break); the implementation's victim
   must lie in that set, and the reference then *follows* it, so one legal tie-break does not
   make every later record differ.
-* **invariants-only mode** (:func:`check_log_invariants`): no policy is assumed. The reference
+* **invariants-only mode** (:func:`check_log_invariants`, in :mod:`checkers.oracle_invariants`;
+  re-exported here): no policy is assumed. The reference
   engine is driven by the log itself (a puppet policy places, evicts and reclaims exactly as the
   log says) and the invariant monitor judges the run it reconstructs, as a history checker
   judges a database against an isolation level rather than against one execution.
@@ -28,25 +29,34 @@ a finished log and drives lockstep differential testing (:mod:`checkers.lockstep
 from __future__ import annotations
 
 import heapq
-import math
-import re
-from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import attrs
 
 from checkers.harness import shrink
-from checkers.invariants import Monitor
+from checkers.oracle_invariants import check_log_invariants
+from checkers.oracle_log import (
+    Divergence,
+    OracleVerdict,
+    Puppet,
+    Record,
+    decisions,
+    divergence_class,
+    last_complete,
+    load_log,
+    own_keys,
+    records_by_op,
+    resident_state,
+    self_consistent,
+)
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import ConfigError, PolicyError, TraceError
-from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
-from kvmodel.jsonl import read_jsonl
-from kvmodel.observations import AllocObs, observation_to_json
+from kvmodel.ids import BlockId, ContextId
+from kvmodel.observations import observation_to_json
 from kvmodel.policy import BasePolicy, Placement, Policy, declared_rank, rank_key, resolve_policy
-from kvmodel.trace import MAX_STRING, Infer, Op, Trace, dumps_op
+from kvmodel.trace import Infer, Op, Trace, dumps_op
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 
 __all__ = [
@@ -61,183 +71,6 @@ __all__ = [
     "rank_policy",
     "self_consistent",
 ]
-
-Record = Mapping[str, Any]
-
-
-@attrs.frozen
-class Divergence:
-    """One op where the implementation did what the reference does not allow (``--keep-going``
-    lists them all; ``cls`` is a label to count them by, see :func:`divergence_class`)."""
-
-    op: int
-    cls: str
-    reason: str
-    expected: tuple[str, ...] = ()
-    got: tuple[str, ...] = ()
-
-
-@attrs.frozen
-class OracleVerdict:
-    verdict: str  # OK | ILLEGAL | UNKNOWN
-    op: int | None = None
-    reason: str = ""
-    expected: tuple[str, ...] = ()
-    got: tuple[str, ...] = ()
-    state_before: tuple[str, ...] = ()
-    #: policy mode, ILLEGAL: a shortened trace (JSON lines) and log that still diverge
-    shortened_trace: tuple[str, ...] = ()
-    shortened_log: tuple[dict[str, Any], ...] = ()
-    #: ``keep_going``: every divergence, the first included, and how many per class; ``stopped``
-    #: says why the check ended before the trace did (a divergence it could not adopt)
-    divergences: tuple[Divergence, ...] = ()
-    classes: dict[str, int] = attrs.field(factory=dict)
-    stopped: str = ""
-
-    def render(self) -> str:
-        lines = [
-            f"{self.verdict}"
-            + (f" at op {self.op}" if self.op is not None else "")
-            + (f": {self.reason}" if self.reason else "")
-        ]
-        if self.expected or self.got:
-            lines.append("  reference allows: " + ("; ".join(self.expected) or "(nothing)"))
-            lines.append("  implementation:   " + ("; ".join(self.got) or "(nothing)"))
-        if self.state_before:
-            lines.append("  resident before the op:")
-            lines += [f"    {s}" for s in self.state_before]
-        if self.shortened_trace:
-            lines.append(
-                f"  shortened trace that still diverges ({len(self.shortened_trace)} ops):"
-            )
-            lines += [f"    {s}" for s in self.shortened_trace]
-        if self.divergences:
-            lines.append(
-                f"  {len(self.divergences)} divergence(s) in {len(self.classes)} class(es) "
-                "(--keep-going: each adopted, then checking went on):"
-            )
-            for cls, n in sorted(self.classes.items(), key=lambda x: (-x[1], x[0])):
-                first = next(d.op for d in self.divergences if d.cls == cls)
-                lines.append(f"    {n:6d}  {cls}  (first at op {first})")
-        if self.stopped:
-            lines.append(f"  stopped: {self.stopped}")
-        return "\n".join(lines)
-
-
-#: the type of each spec T4 field the oracle reads, where present (null allowed where named);
-#: integers >= 0. A record of another shape is a located error, never a crash.
-_FIELDS: dict[str, tuple[str, bool]] = {
-    "seq": ("integer", False),
-    "op": ("integer", False),
-    "own_blocks": ("integer", True),
-    "depth": ("integer", True),
-    "block": ("integer", True),
-    "prompt_tokens": ("integer", True),
-    "hit_tokens": ("integer", True),
-    "miss_tokens": ("integer", True),
-    "output_tokens": ("integer", True),
-    "kind": ("string", False),
-    "ctx": ("string", True),
-    "key": ("string", True),
-    "tier": ("string", True),
-    "state": ("string", True),
-    "reason": ("string", True),
-    "rewrite": ("boolean", True),
-    "t": ("number", True),
-}
-
-
-def _field_ok(v: object, kind: str, nullable: bool) -> bool:
-    if v is None:
-        return nullable
-    if kind == "integer":  # counts and positions: any length of run is allowed
-        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-    if kind == "string":
-        return isinstance(v, str) and len(v) <= MAX_STRING
-    if kind == "boolean":
-        return isinstance(v, bool)
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def load_log(path: str | Path) -> list[dict[str, Any]]:
-    out = []
-    for n, rec in read_jsonl(path, "implementation log"):
-        if (
-            not isinstance(rec, dict)
-            or not isinstance(rec.get("op"), int)
-            or not isinstance(rec.get("kind"), str)
-        ):
-            raise TraceError(
-                "expected an observation record with integer 'op' and 'kind'",
-                file=str(path),
-                line=n,
-                field="op",
-            )
-        for name, (kind, nullable) in _FIELDS.items():
-            if name in rec and not _field_ok(rec[name], kind, nullable):
-                what = f"{'an' if kind[0] in 'aeiu' else 'a'} {kind}" + (
-                    " >= 0" if kind == "integer" else ""
-                )
-                raise TraceError(
-                    f"expected {what}{' or null' if nullable else ''} (got {rec[name]!r:.60})",
-                    file=str(path),
-                    line=n,
-                    op=str(rec["kind"])[:40],
-                    field=name,
-                )
-        out.append(rec)
-    return out
-
-
-def _by_op(log: Iterable[Record]) -> dict[int, list[Record]]:
-    out: dict[int, list[Record]] = defaultdict(list)
-    for r in log:
-        out[int(r["op"])].append(r)
-    return out
-
-
-def _decisions(records: Iterable[Record], own_keys: Sequence[BlockKey]) -> list[str]:
-    """The comparable decisions of one op (eviction victims are checked separately).
-
-    Reuse is compared by key: an implementation may report its context's own kept prefix as
-    ``own_blocks`` on the ``infer`` record (as the reference does) or as ``hit`` records (as a
-    cache that looks every block up does); ``own_keys`` names those blocks. A rejected
-    inference reuses nothing, so its lookups are not compared.
-    """
-    out: list[str] = []
-    for r in records:
-        k = r["kind"]
-        if k == "infer":
-            out += [f"reuse {key}" for key in own_keys[: int(r.get("own_blocks") or 0)]]
-        elif k == "hit":
-            out.append(f"reuse {r.get('key')}")
-        elif k == "alloc":
-            out.append(f"write {r.get('key')} in {r.get('tier')}")
-        elif k == "bypass":
-            out.append(f"bypass {r.get('key')}")
-        elif k == "free" and r.get("reason") == "reclaim":
-            out.append(f"reclaim {r.get('key')}")
-        elif k == "reject":
-            out.append("reject")
-    if "reject" in out:  # a refused inference reused nothing, whatever its lookup found
-        out = [d for d in out if not d.startswith("reuse ")]
-    return sorted(out)
-
-
-def divergence_class(reason: str, expected: Sequence[str], got: Sequence[str]) -> str:
-    """A label to count divergences by: the kind of decision that differs and in which direction
-    (``missing``: the reference made it and the implementation did not; ``extra``: the reverse),
-    e.g. ``write-extra+write-missing`` for a block written in another tier, ``reuse-missing`` for
-    a hit the implementation did not take; for evictions, ``victim-not-admissible`` or
-    ``evicts-more``/``evicts-fewer``."""
-    if reason.startswith("eviction outside"):
-        return "victim-not-admissible"
-    if reason.startswith("the reference evicts"):
-        return "evicts-more" if len(got) > len(expected) else "evicts-fewer"
-    mine, theirs = set(expected), set(got)
-    labels = {f"{d.split(' ')[0]}-missing" for d in mine - theirs}
-    labels |= {f"{d.split(' ')[0]}-extra" for d in theirs - mine}
-    return "+".join(sorted(labels)) or "decisions"
 
 
 #: opt-in admissible variants (spec/invariants.md §Oracle): behaviours real engines have that a
@@ -268,7 +101,7 @@ class _Follow(BasePolicy):
         self.wanted: list[tuple[str, object]] = []
         self.illegal: tuple[str, tuple[str, ...], str] | None = None
         #: ``keep_going``: for one op, the implementation's own decisions, adopted (a puppet)
-        self.adopt: _Puppet | None = None
+        self.adopt: Puppet | None = None
 
     @property
     def claims(self) -> frozenset[str]:  # type: ignore[override]
@@ -364,22 +197,6 @@ class _Follow(BasePolicy):
             yield pick[1]
 
 
-def _state(engine: Engine) -> tuple[str, ...]:
-    v = engine.view
-    return tuple(
-        f"{b.key} depth {b.depth} {b.state.value} in {b.tier}"
-        for b in (v.block(x) for x in v.resident())
-    )
-
-
-def _own_keys(engine: Engine, op: Op) -> list[BlockKey]:
-    """Before an inference: the keys of its context's materialized chain (the own prefix)."""
-    if not isinstance(op, Infer) or op.ctx not in engine.contexts:
-        return []
-    v = engine.view
-    return [v.block(b).key or BlockKey("") for b in v.chain(op.ctx)]
-
-
 def rank_policy(policy: str | Policy) -> BasePolicy:
     """``policy`` if the oracle can judge against it: a policy given by a declarative rank."""
     inner = resolve_policy(policy)
@@ -421,7 +238,7 @@ class Conformance:
         for j, (op, victims, adopted, records) in enumerate(self._seen[:i]):
             # an adopted op's victims are the puppet's to take, not the follower's
             again.follow.wanted = [] if adopted else list(victims)
-            again.follow.adopt = _Puppet({j: records}) if adopted else None
+            again.follow.adopt = Puppet({j: records}) if adopted else None
             seen = len(again.engine.log)
             again.engine.apply(op)
             again.follow.adopt = None
@@ -454,7 +271,7 @@ class Conformance:
             self.engine.evict_now(bid, ctx if ctx is not None else ContextId(""))
 
     def _state_before(self, i: int) -> tuple[str, ...]:
-        return _state(self._rebuilt(i).engine)
+        return resident_state(self._rebuilt(i).engine)
 
     def adopt(self, i: int, op: Op, records: Sequence[Record]) -> str | None:
         """After a divergence at op ``i`` (the last op stepped): redo it with the
@@ -463,8 +280,8 @@ class Conformance:
         reference could follow it there; else why not (its records are not what its own state
         allows here, or the model refuses them)."""
         again = self._rebuilt(i)
-        own = _own_keys(again.engine, op)
-        puppet = _Puppet({i: records})
+        own = own_keys(again.engine, op)
+        puppet = Puppet({i: records})
         again.follow.adopt = puppet
         seen = len(again.engine.log)
         try:
@@ -478,7 +295,7 @@ class Conformance:
         evicted = [r for r in ref if r["kind"] == "evict"]
         if (
             puppet.missing is not None
-            or _decisions(ref, own) != _decisions(records, own)
+            or decisions(ref, own) != decisions(records, own)
             or len(evicted) != len(wanted)
         ):
             why = (
@@ -499,7 +316,7 @@ class Conformance:
         self, i: int, op: Op, records: Sequence[Record], *, last: bool = False
     ) -> OracleVerdict | None:
         """``last``: the implementation's log may end inside this op (a cut-short log)."""
-        own = _own_keys(self.engine, op)
+        own = own_keys(self.engine, op)
         wanted = _victims(records)
         self.follow.wanted = list(wanted)
         self._seen.append((op, wanted, False, records))
@@ -511,7 +328,7 @@ class Conformance:
             why, allowed, did = self.follow.illegal
             return OracleVerdict("ILLEGAL", i, why, allowed, (did,), self._state_before(i))
         ref = [observation_to_json(o) for o in self.engine.log.since(seen)]
-        mine, theirs = _decisions(ref, own), _decisions(records, own)
+        mine, theirs = decisions(ref, own), decisions(records, own)
         n_evicted = sum(r["kind"] == "evict" for r in ref)
         if last and (mine != theirs or n_evicted != len(wanted)):
             return OracleVerdict("UNKNOWN", i, "the log ends before the trace does")
@@ -531,18 +348,6 @@ class Conformance:
         return None
 
 
-def _last_complete(by_op: Mapping[int, Sequence[Record]], n_ops: int, complete: bool) -> int:
-    """The first op the log may have cut short: ``n_ops`` for a complete log (``complete``, or
-    an ``end`` record at the trace's last op), the op after an ``end`` record's, else the last
-    op logged (spec/invariants.md §Oracle)."""
-    if complete:
-        return n_ops
-    ends = [op for op, recs in by_op.items() if any(r["kind"] == "end" for r in recs)]
-    if ends:
-        return min(max(ends) + 1, n_ops)
-    return max(by_op, default=-1)
-
-
 def _verdict(
     trace: Trace,
     by_op: Mapping[int, Sequence[Record]],
@@ -556,7 +361,7 @@ def _verdict(
     n_ops = len(trace.ops)
     if any(op >= n_ops or op < 0 for op in by_op):
         return OracleVerdict("UNKNOWN", reason="the log names ops the trace does not have")
-    last_logged = _last_complete(by_op, n_ops, complete)
+    last_logged = last_complete(by_op, n_ops, complete)
     conf = Conformance(policy, config, allow=allow)
     first: OracleVerdict | None = None
     found: list[Divergence] = []
@@ -588,27 +393,6 @@ def _with(first: OracleVerdict, found: Sequence[Divergence], stopped: str = "") 
     return attrs.evolve(first, divergences=tuple(found), classes=classes, stopped=stopped)
 
 
-def self_consistent(by_op: Mapping[int, Sequence[Record]]) -> bool:
-    """Does the log only hit, evict and reclaim blocks it has written (and not evicted or freed
-    since)? A shortened witness must be: dropping the op that wrote a block while keeping its
-    eviction would leave a log no implementation could have produced."""
-    resident: set[object] = set()
-    for op in sorted(by_op):
-        for r in by_op[op]:
-            k, key = r["kind"], r.get("key")
-            if k == "alloc" and key is not None:
-                resident.add(key)
-            elif k == "hit" and key not in resident:
-                return False
-            elif k == "evict" or (k == "free" and r.get("reason") == "reclaim"):
-                if key not in resident:
-                    return False
-                resident.discard(key)
-            elif k == "free" and key is not None:
-                resident.discard(key)
-    return True
-
-
 def check_log(
     trace: Trace,
     log: Sequence[Record],
@@ -629,7 +413,7 @@ def check_log(
     the verdict lists every divergence with a class (the first one is shortened). ``allow``:
     opt-in admissible :data:`VARIANTS`."""
     allow = tuple(allow)
-    by_op = _by_op(log)
+    by_op = records_by_op(log)
     verdict = _verdict(
         trace, by_op, policy, config, complete=complete, keep_going=keep_going, allow=allow
     )
@@ -673,139 +457,3 @@ def check_log(
     )
 
 
-# ---------------------------------------------------------------- invariants-only mode
-
-
-class _Puppet(BasePolicy):
-    """Places, evicts and reclaims exactly as the implementation's log says, op by op."""
-
-    name: ClassVar[str] = "oracle-puppet"
-    #: no policy is assumed, so no worker is exempt from deterministic-placement
-    predicts_workers: ClassVar[bool] = False
-
-    def __init__(self, by_op: Mapping[int, Sequence[Record]]) -> None:
-        self.missing: str | None = None
-        #: per op: the tier of each (ctx, depth) written, bypassed keys, victims, reclaims
-        self.writes: dict[int, dict[tuple[object, object], str]] = defaultdict(dict)
-        #: per op: the tier of each key written (for a log without ctx and depth)
-        self.key_writes: dict[int, dict[object, str]] = defaultdict(dict)
-        self.bypassed: dict[int, set[object]] = defaultdict(set)
-        self.victims: dict[int, list[object]] = defaultdict(list)
-        self.reclaims: dict[int, list[object]] = defaultdict(list)
-        for op, records in by_op.items():
-            for r in records:
-                k = r["kind"]
-                if k == "alloc":
-                    self.writes[op].setdefault((r.get("ctx"), r.get("depth")), str(r.get("tier")))
-                    if r.get("key") is not None:
-                        self.key_writes[op].setdefault(r.get("key"), str(r.get("tier")))
-                elif k == "bypass":
-                    self.bypassed[op].add(r.get("key"))
-                elif k == "evict":
-                    self.victims[op].append(r.get("key"))
-                elif k == "free" and r.get("reason") == "reclaim":
-                    self.reclaims[op].append(r.get("key"))
-
-    def _ids(self, view: ModelView, keys: Sequence[object]) -> list[BlockId]:
-        if not keys:
-            return []
-        where = {view.block(b).key: b for b in view.resident()}
-        return [where[BlockKey(str(k))] for k in keys if BlockKey(str(k)) in where]
-
-    def place(self, view: ModelView, block: NewBlock) -> Placement:
-        writes = self.writes.get(view.now_op, {})
-        tier = (
-            writes.get((block.ctx, block.depth))
-            or writes.get((None, block.depth))
-            or (self.key_writes.get(view.now_op, {}).get(block.key) if block.key else None)
-        )
-        if tier is None:
-            self.missing = f"no write of block {block.depth} of {block.ctx} in the log"
-            return Placement(tuple(t.name for t in view.tiers()))
-        bypass = block.key is not None and block.key in self.bypassed.get(view.now_op, ())
-        return Placement((TierName(tier),), bypass=bypass)
-
-    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
-        return self._ids(view, self.victims.get(view.now_op, []))
-
-    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
-        return self._ids(view, self.reclaims.get(view.now_op, []))
-
-
-def check_log_invariants(
-    trace: Trace,
-    log: Sequence[Record],
-    config: EngineConfig,
-    invariants: Iterable[str],
-    *,
-    complete: bool = False,
-) -> OracleVerdict:
-    """Invariants-only mode: reconstruct the implementation's run from its log and judge it by
-    the named invariants alone. A log that cannot be followed -- its hits, writes or rejections
-    are not what its own residency gives on this trace -- is ILLEGAL as inconsistent."""
-    by_op = _by_op(log)
-    n_ops = len(trace.ops)
-    if any(op >= n_ops or op < 0 for op in by_op):
-        return OracleVerdict("UNKNOWN", reason="the log names ops the trace does not have")
-    last_logged = _last_complete(by_op, n_ops, complete)
-    puppet = _Puppet(by_op)
-    engine = Engine(config, puppet)
-    mon = Monitor(engine, invariants)
-    for i, op in enumerate(trace.ops):
-        before = _state(engine)
-        own = _own_keys(engine, op)
-        seen = len(engine.log)
-        mon.before_op(op)
-        try:
-            engine.apply(op)
-        except PolicyError as e:
-            mon.policy_error(e)
-        else:
-            _follow_every_victim(engine, op, puppet.victims.get(i, []))
-            mon.after_op(op)
-        if mon.violations:
-            v = mon.violations[0]
-            why = _keyed(f"{v.invariant}: {v.message}", engine)
-            return OracleVerdict("ILLEGAL", i, why, (), (), before)
-        mine = _decisions((observation_to_json(o) for o in engine.log.since(seen)), own)
-        theirs = _decisions(by_op.get(i, ()), own)
-        if mine != theirs or puppet.missing is not None:
-            if i >= last_logged:
-                return OracleVerdict("UNKNOWN", i, "the log ends before the trace does")
-            why = puppet.missing or "its decisions are not what its own residency gives"
-            return OracleVerdict(
-                "ILLEGAL", i, f"the log is inconsistent: {why}", tuple(mine), tuple(theirs), before
-            )
-    mon.at_end()
-    if mon.violations:
-        v = mon.violations[0]
-        return OracleVerdict("ILLEGAL", v.op, _keyed(f"{v.invariant}: {v.message}", engine))
-    return OracleVerdict("OK")
-
-
-def _follow_every_victim(engine: Engine, op: Op, victims: Sequence[object]) -> None:
-    """Invariants-only mode: the log's victims the engine did not need (a cache that frees a
-    whole node) are evicted too, so the reconstructed run keeps the implementation's residency
-    instead of drifting from it. One not evictable now stays, and the comparison of later
-    decisions says the log is inconsistent."""
-    if not victims:
-        return
-    where = {b.spec.key: b for b in engine.blocks.values()}
-    ctx = op.ctx if isinstance(op, Infer) else ContextId("")
-    for key in victims:
-        b = where.get(BlockKey(str(key)))
-        if b is None or b.id not in engine.blocks or not engine.view.evictable(b.id):
-            continue
-        engine.evict_now(b.id, ctx)
-
-
-def _keyed(message: str, engine: Engine) -> str:
-    """A monitor message with the reference's slot numbers (``block 7``) replaced by the keys
-    the implementation knows its blocks by (the last block written to that slot)."""
-    key_of: dict[int, str] = {}
-    for o in engine.log:
-        if isinstance(o, AllocObs):
-            key_of[o.block] = str(o.key)
-    return re.sub(
-        r"\bblock (\d+)", lambda m: f"block {key_of.get(int(m.group(1)), m.group(1))}", message
-    )
