@@ -9,8 +9,9 @@ a policy and records, before the first op and after each one:
 ``op_index``    its index in the trace (-1 for ``init``)
 ``t``           its time, as a decimal string (ITF has no fractional numbers)
 ``contexts``    map context -> record ``open``, ``phase``, ``messages``, ``tokens``, ``valid``
-                (blocks of the chain still a prefix of the logical sequence) and ``chain`` (the
-                materialized chain's keys)
+                (blocks of the chain still a prefix of the logical sequence), ``chain`` (the
+                materialized chain's keys) and ``sequence`` (the logical sequence: each
+                message's ``id``, ``kind``, ``tokens`` and lifecycle ``state``)
 ``blocks``      map key -> record ``slot``, ``tier``, ``depth``, ``state`` (lifecycle class) and
                 ``holders`` (set of contexts) -- the resident blocks
 ``free``        map tier -> free blocks
@@ -70,10 +71,15 @@ def _state(
     for cid in sorted(engine.contexts):
         c = engine.contexts[cid]
         chain = [s.key or "" for s in c.materialized]
+        sequence = [
+            {"id": m.id, "kind": m.kind.value, "tokens": m.tokens, "state": st.value}
+            for m, st in c.message_states()
+        ]
         contexts.append([
             cid,
             {"open": c.is_open, "phase": c.phase.value, "messages": len(c),
-             "tokens": _value(c.total_tokens), "valid": c.valid, "chain": chain},
+             "tokens": _value(c.total_tokens), "valid": c.valid, "chain": chain,
+             "sequence": sequence},
         ])  # fmt: skip
     blocks = []
     for bid in sorted(engine.blocks):

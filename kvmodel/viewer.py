@@ -2,8 +2,9 @@
 
 The page holds its data and code inline -- no network, no CDN -- and shows, at each step: the op
 (its index, name and time), what it did (hits, writes, evictions, reclaims, rejections, from the
-observation records), every context (open or closed, phase, messages, tokens, its materialized
-chain as cells coloured by lifecycle class) and every tier's resident blocks coloured by class
+observation records), every context (open or closed, phase, its materialized chain as cells
+coloured by lifecycle class, and its logical sequence: each message with its kind, tokens and
+state) and every tier's resident blocks coloured by class
 (hover for key, depth and holders). A violation, if one is given, is announced at the top and
 its op highlighted. A slider, buttons and the keyboard (arrows, Home, End, ``v`` for the
 violation) move between steps.
@@ -111,6 +112,13 @@ td, th { border-bottom: 1px solid #ddd; padding: .2em .6em; text-align: left; ve
 .block[data-state="dead"] { background: #e55039; }
 .legend .block { display: inline-block; vertical-align: middle; margin: 0 .2em 0 .8em; }
 .tier { margin: .4em 0; }
+.msg { display: inline-block; margin: 1px 3px; padding: 0 4px; border-radius: 3px;
+  font: 12px ui-monospace, monospace; background: #eee; border-left: 4px solid #999; }
+.msg[data-state="active"] { border-color: #2e86de; }
+.msg[data-state="suspended"] { border-color: #82ccdd; }
+.msg[data-state="pinned"] { border-color: #8e44ad; }
+.msg[data-state="temporary"] { border-color: #f6b93b; }
+.msg[data-state="expired"] { border-color: #b2bec3; }
 </style>
 </head>
 <body>
@@ -133,7 +141,8 @@ td, th { border-bottom: 1px solid #ddd; padding: .2em .6em; text-align: left; ve
 <div id="tiers"></div>
 <h2>Contexts</h2>
 <table id="contexts"><thead><tr><th>context</th><th>open</th><th>phase</th><th>messages</th>
-<th>tokens</th><th>valid</th><th>chain</th></tr></thead><tbody></tbody></table>
+<th>tokens</th><th>valid</th><th>chain (materialized)</th><th>logical sequence</th></tr></thead>
+<tbody></tbody></table>
 <script id="data" type="application/json">/*DATA*/</script>
 <script>
 "use strict";
@@ -235,6 +244,12 @@ function show(i) {
     });
     chain.append(cells);
     tr.append(chain);
+    const seq = el("td", null, {"class": "sequence"});
+    for (const m of c.sequence) {
+      seq.append(el("span", m.id + " " + m.kind + " " + m.tokens,
+        {"class": "msg", "data-state": m.state, "title": m.state}));
+    }
+    tr.append(seq);
     body.append(tr);
   }
 }

@@ -124,6 +124,9 @@ def test_hostile_strings_render_as_text(browser: Any, tmp_path: Path) -> None:
              browser.find_elements("css selector", "#contexts tbody tr")]  # fmt: skip
     # every name shown literally (the browser collapses the line separators to spaces)
     assert sorted(s.split()[0] for s in shown) == sorted(n.split()[0] for n in HOSTILE)
+    # message ids too, in each context's logical sequence
+    chips = [m.text for m in browser.find_elements("css selector", "#contexts .msg")]
+    assert sorted(c.split()[0] for c in chips) == sorted(n.split()[0] for n in HOSTILE)
 
 
 def test_the_page_is_self_contained_and_deterministic(tmp_path: Path) -> None:
