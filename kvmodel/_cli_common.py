@@ -16,7 +16,7 @@ from kvmodel.errors import ConfigError
 from kvmodel.trace import Trace, load_trace
 from kvmodel.workloads import PRESETS, AgenticParams, generate_agentic
 
-__all__ = ["agentic_from", "atomic_write", "engine_config", "workload"]
+__all__ = ["agentic_from", "atomic_write", "engine_config", "invariant_names", "workload"]
 
 
 def int_at_least(lo: int, hi: int | None = None) -> Callable[[str], int]:
@@ -103,3 +103,14 @@ def workload(
     args.preset_workload = args.preset_workload or default_preset
     args.sessions = args.sessions or default_sessions
     return agentic_from(args)
+
+
+def invariant_names(spec: str) -> list[str]:
+    """``--check`` names (empty: all), each a known invariant."""
+    from checkers.invariants import INVARIANTS
+
+    names = [n for n in spec.split(",") if n] if spec else list(INVARIANTS)
+    unknown = [n for n in names if n not in INVARIANTS]
+    if unknown:
+        raise ConfigError(f"unknown invariant {unknown[0]!r}; known: {', '.join(INVARIANTS)}")
+    return names

@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -21,6 +21,7 @@ from kvmodel._cli_common import (
     atomic_write,
     engine_config,
     int_at_least,
+    invariant_names,
     number_in,
 )
 from kvmodel._cli_study import (
@@ -34,6 +35,7 @@ from kvmodel._cli_study import (
     cmd_simulate,
     wide_spec,
 )
+from kvmodel._cli_views import cmd_export_itf, cmd_sweep, cmd_view
 from kvmodel.config import EngineConfig, default_config
 from kvmodel.engine import Engine
 from kvmodel.errors import ConfigError, KVModelError, PolicyNotFoundError, TraceError
@@ -63,130 +65,6 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_sweep(args: argparse.Namespace) -> int:
-    """``kvmodel sweep``: every (policy, workload, capacity, seed) cell an independent task
-    (kvmodel.sweep); a table of the main metrics, or every metric as JSON."""
-    from kvmodel.sweep import run_tasks, sweep_cell
-    from kvmodel.workloads import PRESETS
-
-    def items(text: str, what: str) -> list[str]:
-        out = [x for x in text.split(",") if x]
-        if not out:
-            raise ConfigError(f"--{what}: expected a comma-separated list")
-        return out
-
-    policies = items(args.policies, "policies")
-    for p in policies:
-        resolve_policy(p)
-    workloads = items(args.workloads, "workloads")
-    if bad := [w for w in workloads if w not in PRESETS]:
-        raise ConfigError(f"unknown workload {bad[0]!r}; presets: {', '.join(PRESETS)}")
-    try:
-        capacities = [int(x) for x in items(args.capacities, "capacities")]
-        seeds = [int(x) for x in items(args.seeds, "seeds")]
-    except ValueError as e:
-        raise ConfigError(f"--capacities and --seeds take integers ({e})") from None
-    if any(not 1 <= c <= 10_000_000 for c in capacities) or any(s < 0 for s in seeds):
-        raise ConfigError("capacities must be in [1, 10,000,000] blocks and seeds >= 0")
-    tasks = [
-        (p, w, c, s, args.sessions)
-        for w in workloads
-        for c in capacities
-        for s in seeds
-        for p in policies
-    ]
-    with bar(len(tasks), "sweep", on=wanted(args.quiet)) as done:
-        cells = run_tasks(
-            sweep_cell,
-            tasks,
-            workers=args.workers,
-            scheduler=args.scheduler,
-            done=lambda k: done(" ".join(str(x) for x in tasks[k][:4])),
-        )
-    if args.json:
-        print(json.dumps(cells, indent=2))
-        return 0
-    print(f"{'workload':<14}{'capacity':>9}{'seed':>5}  {'policy':<16}{'hit rate':>9}"
-          f"{'cost $':>9}{'evictions':>10}{'zombie block-s':>16}")  # fmt: skip
-    for c in cells:
-        print(f"{c['workload']:<14}{c['capacity']:>9}{c['seed']:>5}  {c['policy']:<16}"
-              f"{c['token_hit_rate']:>9.1%}{c['cost_usd']:>9.2f}{c['evictions']:>10}"
-              f"{c['zombie_block_seconds']:>16.0f}")  # fmt: skip
-    return 0
-
-
-def _cmd_export_itf(args: argparse.Namespace) -> int:
-    """The trace's states, op by op, as ITF (kvmodel/itf.py); written whole or not at all."""
-    from kvmodel.itf import dumps_itf, itf_trace
-
-    trace = load_trace(args.trace)
-    itf = itf_trace(trace.ops, args.policy, engine_config(args.config))
-    atomic_write(Path(args.output), dumps_itf(itf))
-    stopped = itf["#meta"].get("stopped")
-    print(
-        f"{len(itf['states'])} states -> {args.output}"
-        + (f" (stopped: {stopped})" if stopped else ""),
-        file=sys.stderr,
-    )
-    return 0
-
-
-def _cmd_view(args: argparse.Namespace) -> int:
-    """``kvmodel view``: the page of kvmodel/viewer.py; with ``--check``, the first violation the
-    monitor finds is announced and its op highlighted."""
-    from kvmodel.viewer import Finding, viewer_html
-
-    trace = load_trace(args.trace)
-    config = engine_config(args.config)
-    finding = None
-    if args.check is not None:
-        from checkers.harness import check_ops
-
-        names = _invariant_names(args.check)
-        run = check_ops(trace.ops, args.policy, config, names)
-        if run.violations:
-            v = run.violations[0]
-            finding = Finding(v.op, v.invariant, v.message)
-    observed: dict[int, list[dict[str, Any]]] | None = None
-    if args.observations:
-        from checkers.oracle import check_log, load_log, rank_policy
-
-        log = load_log(args.observations)
-        observed = {}
-        for r in log:
-            observed.setdefault(int(r["op"]), []).append(r)
-        try:
-            rank_policy(args.policy)
-        except ConfigError:
-            pass  # not a rank policy: the counts are shown, no verdict
-        else:
-            verdict = check_log(trace, log, args.policy, config, shorten=False)
-            if verdict.verdict == "ILLEGAL" and finding is None:
-                finding = Finding(verdict.op, "oracle", verdict.reason)
-    title = f"{Path(args.trace).name} under {args.policy}"
-    page = viewer_html(
-        trace.ops, args.policy, config, finding=finding, title=title, observed=observed
-    )
-    atomic_write(Path(args.output), page)
-    print(
-        f"{len(trace.ops)} ops -> {args.output}"
-        + (f"; {finding.invariant} violated at op {finding.op}" if finding else ""),
-        file=sys.stderr,
-    )
-    return 0
-
-
-def _invariant_names(spec: str) -> list[str]:
-    """``--check`` names (empty: all), each a known invariant."""
-    from checkers.invariants import INVARIANTS
-
-    names = [n for n in spec.split(",") if n] if spec else list(INVARIANTS)
-    unknown = [n for n in names if n not in INVARIANTS]
-    if unknown:
-        raise ConfigError(f"unknown invariant {unknown[0]!r}; known: {', '.join(INVARIANTS)}")
-    return names
-
-
 def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig) -> int:
     """``replay --check``: replay with the invariant monitor, then twice more to compare the
     logs (a ``nondeterministic`` finding when they differ), and the policy's engine against the
@@ -195,7 +73,7 @@ def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig
     from checkers.nversion import contract_violation
     from checkers.structural import Violation
 
-    names = _invariant_names(args.check)
+    names = invariant_names(args.check)
     run = check_ops(trace.ops, args.policy, config, names)
     if run.trace_error is not None:
         raise run.trace_error.located(file=trace.source, line=trace.line_of(run.applied), op=None)
@@ -478,7 +356,7 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--policy", default="lru", help="policy name or package.module:Name")
     ex.add_argument("--config", help="engine config TOML (default: hbm 512 + hbf 4096 blocks)")
     ex.add_argument("-o", "--output", required=True, metavar="OUT.itf.json")
-    ex.set_defaults(func=_cmd_export_itf)
+    ex.set_defaults(func=cmd_export_itf)
 
     vw = sub.add_parser("view", help="a trace op by op as one self-contained HTML page")
     vw.add_argument("trace", help="trace file (JSONL, spec/trace-format.md)")
@@ -498,7 +376,7 @@ def _parser() -> argparse.ArgumentParser:
         "rank --policy, the oracle's first divergence is highlighted",
     )
     vw.add_argument("-o", "--output", required=True, metavar="OUT.html")
-    vw.set_defaults(func=_cmd_view)
+    vw.set_defaults(func=cmd_view)
 
     ck = sub.add_parser("check", help="search for counterexamples to the invariants")
     ck.add_argument("policy", nargs="?", help="policy name or path (default: every built-in)")
@@ -596,7 +474,7 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--scheduler", metavar="ADDRESS", help="run the cells on this Dask scheduler")
     sw.add_argument("--quiet", action="store_true", help="no progress bar (drawn only on a TTY)")
     sw.add_argument("--json", action="store_true", help="every cell's metrics as JSON")
-    sw.set_defaults(func=_cmd_sweep)
+    sw.set_defaults(func=cmd_sweep)
 
     cp = sub.add_parser("compare", help="paper-style comparison of cache and placement policies")
     cp.add_argument(
