@@ -28,14 +28,19 @@ run with the garbage-collector setting that ``replay`` uses
 from __future__ import annotations
 
 import argparse
-import hashlib
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from checkers.vllm_pool import VLLMUnavailableError, fetch_sources, load_block_pool
+from checkers.vllm_pool import (
+    PoolRequest,
+    VLLMUnavailableError,
+    fetch_sources,
+    load_block_pool,
+    vllm_sha256,
+)
 from kvmodel import EngineConfig, Message, MessageKind, Role, TierConfig, replay
 from kvmodel.ids import ContextId, MessageId, SessionId, TierName
 from kvmodel.messages import AgentKind
@@ -68,24 +73,6 @@ def agent_rounds(sessions: int, rounds: int, seed: int) -> Trace:
     return Trace(TraceHeader(), tuple(ops))
 
 
-def _sha256(obj: object) -> bytes:
-    return hashlib.sha256(repr(obj).encode()).digest()
-
-
-class _Request:
-    """The fields of vLLM's ``Request`` that ``cache_full_blocks`` reads."""
-
-    lora_request = None
-    cache_salt = None
-    prompt_embeds = None
-    session_id = None
-    mm_features: list[Any] = []  # noqa: RUF012
-
-    def __init__(self, block_hashes: list[bytes], tokens: list[int]) -> None:
-        self.block_hashes = block_hashes
-        self.all_token_ids = tokens
-
-
 def requests(trace: Trace) -> list[tuple[list[int], int]]:
     """Each infer as vLLM sees it: (the request's tokens, prompt length). Tokens are synthetic
     and distinct per message (no two messages share content here)."""
@@ -114,7 +101,7 @@ def run_vllm(
     """(pool seconds, hashing seconds, counts)."""
     mods = load_block_pool(src)
     utils = mods.kv_cache_utils
-    utils.init_none_hash(_sha256)
+    utils.init_none_hash(vllm_sha256)
     hash_block = utils.hash_block_tokens
     # vLLM keeps block 0 as its null block: one more slot for the same usable capacity
     pool = mods.block_pool.BlockPool(
@@ -129,7 +116,7 @@ def run_vllm(
         hashes: list[bytes] = []
         for d in range(len(toks) // BLOCK):
             parent = hashes[-1] if hashes else None
-            hashes.append(hash_block(_sha256, parent, toks[d * BLOCK : (d + 1) * BLOCK]))
+            hashes.append(hash_block(vllm_sha256, parent, toks[d * BLOCK : (d + 1) * BLOCK]))
         t1 = clock()
         found: list[Any] = []
         for d in range(prompt // BLOCK):
@@ -145,7 +132,7 @@ def run_vllm(
         new = pool.get_new_blocks(need)
         evictions += before - len(cached)
         got = found + new
-        pool.cache_full_blocks(_Request(hashes, toks), got, len(found), len(hashes), BLOCK, 0)
+        pool.cache_full_blocks(PoolRequest(hashes, toks), got, len(found), len(hashes), BLOCK, 0)
         pool.free_blocks(reversed(got))
         t2 = clock()
         hits += len(found)

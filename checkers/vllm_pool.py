@@ -61,11 +61,13 @@ __all__ = [
     "PERTURBATIONS",
     "VLLM_VERSION",
     "BlockPoolModules",
+    "PoolRequest",
     "VLLMBlockPool",
     "VLLMUnavailableError",
     "fetch_sources",
     "load_block_pool",
     "vllm_comparable",
+    "vllm_sha256",
 ]
 
 VLLM_VERSION = "0.33.0"
@@ -225,11 +227,12 @@ def load_block_pool(src: Path, perturbation: str | None = None) -> BlockPoolModu
 vllm_comparable = comparable
 
 
-def _sha256(obj: object) -> bytes:
+def vllm_sha256(obj: object) -> bytes:
+    """The hash function handed to vLLM's ``hash_block_tokens`` (its ``sha256`` over a repr)."""
     return hashlib.sha256(repr(obj).encode()).digest()
 
 
-class _Request:
+class PoolRequest:
     """The fields of ``vllm.v1.request.Request`` the block pool reads."""
 
     lora_request = None
@@ -251,7 +254,7 @@ class VLLMBlockPool(PrefixCacheAdapter):
     def __init__(self, config: EngineConfig, modules: BlockPoolModules) -> None:
         super().__init__(config)
         utils = modules.kv_cache_utils
-        utils.init_none_hash(_sha256)
+        utils.init_none_hash(vllm_sha256)
         self._hash_block: Callable[..., bytes] = utils.hash_block_tokens
         # vLLM keeps block 0 as its null block: one more slot for the same usable capacity
         self.pool = modules.block_pool.BlockPool(
@@ -283,7 +286,7 @@ class VLLMBlockPool(PrefixCacheAdapter):
         self._hashes = []
         for d in range(r.full_blocks):
             parent = self._hashes[-1] if self._hashes else None
-            h = self._hash_block(_sha256, parent, list(r.block_tokens(d)))
+            h = self._hash_block(vllm_sha256, parent, list(r.block_tokens(d)))
             self._hashes.append(h)
             self.key_of[h] = r.keys[d]
         self._blocks = []
@@ -317,7 +320,7 @@ class VLLMBlockPool(PrefixCacheAdapter):
         """``cache_full_blocks``, then the request finishes: its blocks released tail-first."""
         blocks = self._blocks
         self.pool.cache_full_blocks(
-            _Request(self._hashes, list(r.tokens)), blocks, hits, len(self._hashes),
+            PoolRequest(self._hashes, list(r.tokens)), blocks, hits, len(self._hashes),
             self.block_size, 0,
         )  # fmt: skip
         self._take_events()

@@ -8,9 +8,11 @@ and stdout -- the report -- is never touched.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 __all__ = ["bar", "wanted"]
 
@@ -27,16 +29,17 @@ def bar(total: int, what: str, *, on: bool) -> Iterator[Callable[[str], None]]:
     if not on or total <= 0:
         yield lambda _name: None
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    # imported by name, as the optional Dask is in kvmodel.sweep: rich is a dependency, but the
+    # type check of the model must not hinge on it being installed where mypy runs
+    console: Any = importlib.import_module("rich.console")
+    rp: Any = importlib.import_module("rich.progress")
     columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
+        rp.TextColumn("{task.description}"),
+        rp.BarColumn(),
+        rp.MofNCompleteColumn(),
+        rp.TimeElapsedColumn(),
     )
-    with Progress(*columns, console=Console(stderr=True), transient=True) as p:
+    with rp.Progress(*columns, console=console.Console(stderr=True), transient=True) as p:
         task = p.add_task(what, total=total)
 
         def done(name: str) -> None:
