@@ -138,7 +138,9 @@ def run(
 ) -> Outcome:
     """Run ``target`` on ``files`` (name -> content) in a fresh directory and classify it.
     ``argv`` replaces the target's own command line (``{NAME}`` is the path of file NAME,
-    ``{out}`` the output path)."""
+    ``{out}`` the output path). The command runs with that directory as its working directory,
+    so an output path the command line names relatively (``generate -o 0``) is written there and
+    removed with it, never into the caller's directory."""
     from kvmodel.cli import main
 
     with tempfile.TemporaryDirectory(prefix="kvmodel-fuzz-") as tmp:
@@ -158,7 +160,11 @@ def run(
         signal.setitimer(signal.ITIMER_REAL, hang_seconds)
         t0 = time.perf_counter()
         try:
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            with (
+                contextlib.chdir(tmp),
+                contextlib.redirect_stdout(io.StringIO()),
+                contextlib.redirect_stderr(err),
+            ):
                 code = main(list(argv))
         except _Hang:
             return Outcome(target.name, None, "hang", f"> {hang_seconds:g} s", hang_seconds)

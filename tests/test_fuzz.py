@@ -242,12 +242,18 @@ def test_a_hostile_agent_id_never_names_a_file_outside_the_session() -> None:
     assert not _agent_file_name("x" * 129)
 
 
-def test_random_command_lines_get_a_clean_outcome() -> None:
+def test_random_command_lines_get_a_clean_outcome(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from checkers.fuzz import argv_campaign
 
+    monkeypatch.chdir(tmp_path)
     c = argv_campaign(300, seed=0)
     assert not c.failures, [f.detail for f in c.failures]
     assert {"ok", "error"} <= set(c.counts["argv"])
+    # `generate -o 0` and the like write relative paths: into the run's own directory, never
+    # into the caller's (they once landed, and were committed, in the repository's root)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(
