@@ -33,17 +33,15 @@ from checkers.fragment import (
     FRAGMENT_INVARIANTS,
     Action,
     Fragment,
-    Harness,
     explore,
 )
-from checkers.harness import check_ops
 from checkers.symbolic import PolicyProfile, State, Step, zombie
 from checkers.z3util import RLIMIT, TIMEOUT_MS, limited, unknown_reason
 from kvmodel.lifecycle import BlockClass
-from kvmodel.observations import FreeObs, FreeReason
 from kvmodel.policy import (
     Policy,
     Reclaim,
+    declared_bypass,
     declared_rank,
     declared_reclaim,
     resolve_policy,
@@ -62,11 +60,15 @@ __all__ = [
 
 
 def profile(policy: str | Policy, fragment: Fragment | None = None) -> PolicyProfile:
-    """Read the policy's fragment behaviour from its declarations: the rank
+    """Read the policy's fragment behaviour from its data: the rank
     (:func:`~kvmodel.policy.declared_rank`) and the reclaim rule
-    (:func:`~kvmodel.policy.declared_reclaim`). A rule in code -- an ``on_op`` no declaration
-    speaks for -- is outside the fragment. The declaration is then checked against the code on
-    every action sequence of depth 3 (the exhaustive search in :func:`prove` goes deeper)."""
+    (:func:`~kvmodel.policy.declared_reclaim`), and the classes it bypasses
+    (:func:`~kvmodel.policy.declared_bypass`; the fragment has no Temporary block, so none may
+    be bypassed). Each is what the engine runs: it sorts by the rank, ``BasePolicy.on_op``
+    applies the rule, and a placement that disagrees with the declared bypass is refused. So
+    inlining them is exact at every depth; an eviction order, an ``on_op`` or a bypass decided
+    by code is outside the fragment. (``fragment`` is accepted for callers; the profile no
+    longer depends on it.)"""
     pol = resolve_policy(policy)
     name = pol.name
     rank = declared_rank(pol)
@@ -83,40 +85,15 @@ def profile(policy: str | Policy, fragment: Fragment | None = None) -> PolicyPro
         return PolicyProfile(name, unsupported="it plans from the whole trace (offline)")
     rule = declared_reclaim(pol)
     if rule is None:
+        return PolicyProfile(name, unsupported="its reclaim rule is code (on_op is overridden)")
+    bypass = declared_bypass(pol)
+    if bypass is None:
         return PolicyProfile(
-            name, unsupported="its reclaim rule is code (on_op overridden without a Reclaim)"
+            name, unsupported="its bypass rule is code (place is overridden without bypasses)"
         )
-    frag = fragment or Fragment()
-    for seq in _sequences(frag, 3):  # every prefix is enumerated too
-        run = check_ops(frag.ops(seq), policy, frag.config, ())
-        log = run.engine.log
-        if run.trace_error is not None or any(o.kind == "bypass" for o in log):
-            return PolicyProfile(name, unsupported="it bypasses blocks that are not Temporary")
-        frees = [o for o in log if isinstance(o, FreeObs) and o.reason == FreeReason.RECLAIM]
-        left_dead = bool(run.engine.view.dead())
-        if (rule is Reclaim.NONE and frees) or (
-            rule is Reclaim.DEAD
-            and (left_dead or any(o.state is not BlockClass.DEAD for o in frees))
-        ):
-            return PolicyProfile(
-                name,
-                unsupported=f"its on_op does not do what it declares (reclaim={rule.value}) "
-                f"after {len(seq)} actions",
-            )
+    if bypass - {BlockClass.TEMPORARY}:  # the fragment writes no Temporary block
+        return PolicyProfile(name, unsupported="it bypasses blocks that are not Temporary")
     return PolicyProfile(name, rank, reclaims_dead=rule is Reclaim.DEAD)
-
-
-def _sequences(f: Fragment, depth: int) -> Iterable[tuple[Action, ...]]:
-    frontier: list[tuple[Action, ...]] = [()]
-    for _ in range(depth):
-        nxt = []
-        for seq in frontier:
-            lg = Harness(f)
-            for a in seq:
-                lg.op(a, 0.0)
-            nxt += [(*seq, a) for a in lg.enabled()]
-        frontier = nxt
-        yield from frontier
 
 
 # ---------------------------------------------------------------- queries

@@ -96,9 +96,6 @@ class _DeadAfterSuspended(BasePolicy):
 
     reclaim: ClassVar[Reclaim | None] = Reclaim.NONE
 
-    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
-        return ()
-
 
 class LateDeadReclaim(_DeadAfterSuspended, KVTether):
     """KVTether reclaiming dead KV only after a live eviction (:class:`_DeadAfterSuspended`)."""

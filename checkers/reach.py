@@ -67,6 +67,7 @@ __all__ = [
     "WideHarness",
     "check_merges",
     "exact_merge",
+    "merge_assumption",
     "parse_wide",
     "reach",
     "state_key",
@@ -268,7 +269,7 @@ def exact_merge(policy: Policy) -> str | None:
     if declared_rank(policy) is None:
         return "its eviction order is code, which may measure time"
     if declared_reclaim(policy) is None:
-        return "its reclaim rule is code (on_op without a declared Reclaim), which may measure time"
+        return "its reclaim rule is code (on_op is overridden), which may measure time"
     # the declaration speaks only for the ``place`` of the class that makes it (a subclass that
     # overrides ``place`` does not inherit it), as a declared Reclaim speaks only for its on_op
     owner = next((k for k in type(policy).__mro__ if "place" in vars(k)), None)
@@ -282,6 +283,19 @@ def exact_merge(policy: Policy) -> str | None:
             "measure durations)"
         )
     return None
+
+
+def merge_assumption(policy: Policy) -> str | None:
+    """What an exact merge takes on the policy's word, or None: a ``place`` written as code is
+    trusted to compare times only because it says so (``compares_times_only``; no search can
+    show it for every time). Printed beside every ``proved`` so the proof names its premise."""
+    owner = next((k for k in type(policy).__mro__ if "place" in vars(k)), None)
+    if owner is None or owner is BasePolicy or exact_merge(policy) is not None:
+        return None
+    return (
+        f"assumes {owner.__name__}.place compares times only, as it declares (the retiming "
+        "relation and check_merges test it on samples)"
+    )
 
 
 @attrs.frozen
@@ -301,6 +315,8 @@ class Reach:
     seconds: float
     invariants: tuple[str, ...]
     levels: tuple[int, ...] = ()  # new states per depth
+    #: what a proof takes on the policy's word (:func:`merge_assumption`), said beside it
+    assumes: str | None = None
 
     @property
     def proves(self) -> bool:
@@ -313,8 +329,10 @@ class Reach:
         if hit is not None:
             return "violated", f"at depth {hit[0]}: {hit[2]}"
         if self.proves:
+            taken = f"; {self.assumes}" if self.assumes else ""
             return "proved", (
                 f"all {self.states} reachable states checked (fixpoint at depth {self.depth})"
+                + taken
             )
         why = (
             self.capped
@@ -441,6 +459,7 @@ def reach(
         time.perf_counter() - t0,
         names,
         tuple(levels),
+        merge_assumption(pol),
     )
 
 

@@ -238,6 +238,13 @@ def write_misses(
         except Exception as err:
             raise policy_raised(e.policy.name, "place", err) from err
         check_placement(e, pl)
+        if e.bypass_rule is not None and pl.bypass is not (state in e.bypass_rule):
+            raise PolicyError(
+                f"policy {e.policy.name!r} declares bypasses = "
+                f"{sorted(x.value for x in e.bypass_rule)} but place() returned "
+                f"bypass={pl.bypass} for a {state.value} block (spec PP2, declared bypass)",
+                kind="bad-placement",
+            )
         bid = allocate(e, pl.tiers, c)
         if bid is None:
             rollback(e, placed)

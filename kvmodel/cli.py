@@ -38,7 +38,13 @@ from kvmodel._cli_study import (
 from kvmodel._cli_views import cmd_export_itf, cmd_sweep, cmd_view
 from kvmodel.config import EngineConfig, default_config
 from kvmodel.engine import Engine
-from kvmodel.errors import ConfigError, KVModelError, PolicyNotFoundError, TraceError
+from kvmodel.errors import (
+    ConfigError,
+    KVModelError,
+    PolicyDefinitionError,
+    PolicyNotFoundError,
+    TraceError,
+)
 from kvmodel.policy import registered_policies, resolve_policy
 from kvmodel.progress import bar, wanted
 from kvmodel.replay import Summary, replay
@@ -667,7 +673,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
-    except (TraceError, ConfigError, PolicyNotFoundError) as e:
+    except (TraceError, ConfigError, PolicyNotFoundError, PolicyDefinitionError) as e:
         print(f"kvmodel: error: {e}", file=sys.stderr)
         return 2
     except KVModelError as e:

@@ -46,7 +46,7 @@ from kvmodel.observations import (
     FreeReason,
     ObservationLog,
 )
-from kvmodel.policy import Placement, Policy, declared_rank
+from kvmodel.policy import Placement, Policy, declared_bypass, declared_rank
 from kvmodel.trace import (
     Append,
     Close,
@@ -148,6 +148,8 @@ class Engine:
         self.view: ModelView = EngineView(self)
         #: checkers observe decisions as they are made (None: no observer)
         self.probe: EngineProbe | None = None
+        #: the classes the policy declared it bypasses (enforced at placement; None: unchecked)
+        self.bypass_rule = declared_bypass(policy)
         rank = declared_rank(policy)
         if fast and rank is None:
             raise ValueError(f"policy {policy.name!r} has no declarative rank: no fast path")

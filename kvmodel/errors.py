@@ -18,6 +18,7 @@ __all__ = [
     "IllegalTransitionError",
     "InternalError",
     "KVModelError",
+    "PolicyDefinitionError",
     "PolicyError",
     "PolicyNotFoundError",
     "TraceError",
@@ -103,6 +104,12 @@ class ConfigError(KVModelError, ValueError):
 
 class PolicyNotFoundError(KVModelError, LookupError):
     """A policy name or ``module:Name`` path that does not resolve."""
+
+
+class PolicyDefinitionError(KVModelError, TypeError):
+    """A policy class whose declarations contradict its code, refused when the class is defined
+    (e.g. a declared reclaim rule beside a hand-written ``on_op``; spec/policies.md §Declared
+    reclaim)."""
 
 
 class PolicyError(KVModelError, RuntimeError):

@@ -8,6 +8,10 @@ A policy answers three questions, each from a read-only :class:`~kvmodel.view.Mo
 * ``eviction_order(view, candidates)`` -- the evictable blocks, victims first;
 * ``on_op(view, op)`` -- after each trace op: blocks to free now (boundary reclaim).
 
+A :class:`BasePolicy` states its reclaim rule as data (:class:`Reclaim`, read by the engine
+through ``BasePolicy.on_op`` and by the model checkers alike) and learns from ops in
+:meth:`BasePolicy.observe`; it overrides ``on_op`` only for a rule that is not data.
+
 Most policies state eviction as a **declarative rank**: a lexicographic key over named block
 features (:class:`RankTerm`). The engine sorts by it, and the same data can be translated to Z3,
 so one definition is both run and proved. Ties are broken by ascending block id, always.
@@ -25,7 +29,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import attrs
 
-from kvmodel.errors import PolicyNotFoundError
+from kvmodel.errors import PolicyDefinitionError, PolicyNotFoundError
 from kvmodel.ids import BlockId, TierName
 from kvmodel.lifecycle import BlockClass
 from kvmodel.trace import Op
@@ -41,6 +45,7 @@ __all__ = [
     "Policy",
     "RankTerm",
     "Reclaim",
+    "declared_bypass",
     "declared_rank",
     "declared_reclaim",
     "rank_key",
@@ -160,29 +165,33 @@ def rank_key(terms: Sequence[RankTerm], b: BlockInfo) -> tuple[float, ...]:
 
 
 class Reclaim(enum.Enum):
-    """A policy's reclaim rule, declared as data (spec/policies.md §Declared reclaim).
-
-    ``on_op`` returns what the engine frees after each op; when a policy declares one of these,
-    the checkers may rely on it instead of reading code: the bounded model checker inlines it,
-    and a policy whose ``on_op`` is not covered by a declaration is outside its fragment."""
+    """A policy's reclaim rule as data (spec/policies.md §Declared reclaim): what
+    ``BasePolicy.on_op`` frees after every op, and what the model checkers inline. The engine
+    and the checkers read the same attribute, so the rule a proof assumes is the rule that runs;
+    a policy that needs another rule writes ``on_op`` and is outside the symbolic fragment."""
 
     NONE = "none"  #: frees nothing
     DEAD = "dead"  #: after every op, exactly the Dead blocks (eager no-zombie-KV)
 
 
 class BasePolicy:
-    """Defaults: place in configuration order, rank by :attr:`rank`, reclaim nothing.
+    """Defaults: place in configuration order, rank by :attr:`rank`, reclaim by :attr:`reclaim`.
 
-    Subclass and set ``name`` and ``rank``; override a method only where a rule is not a rank.
-    A class that overrides ``on_op`` declares what it reclaims in :attr:`reclaim` (or leaves
-    it None: a rule in code, which the symbolic checkers do not read).
+    Subclass and set ``name``, ``rank`` and ``reclaim``; learn from ops in :meth:`observe`;
+    override a method only where a rule is not data. A class whose ``on_op`` is code has no
+    declared rule (:func:`declared_reclaim` is None; an inherited ``reclaim`` only says what
+    ``super().on_op`` does), and a class that declares ``reclaim`` in its own body while its
+    ``on_op`` is code is refused when it is defined -- the declaration would be a claim about
+    code that nothing enforces (kvmodel issue 13: such a claim was trusted by ``kvmodel
+    prove``); so is ``reclaim = None`` without an ``on_op``. Both raise
+    :class:`~kvmodel.errors.PolicyDefinitionError`.
     """
 
     name: ClassVar[str] = "base"
     rank: ClassVar[tuple[RankTerm, ...]] = ()
     #: Invariants (spec names) the policy claims to satisfy; checked by ``checkers``.
     claims: ClassVar[frozenset[str]] = frozenset()
-    #: What ``on_op`` frees, as data; see :func:`declared_reclaim`
+    #: The reclaim rule ``BasePolicy.on_op`` applies, as data (None: the class's on_op is code)
     reclaim: ClassVar[Reclaim | None] = Reclaim.NONE
     #: The policy's code (``place``, beyond the declared rank and reclaim) reads times only to
     #: compare them, never to measure a duration or compare with a constant: its decisions do
@@ -191,6 +200,28 @@ class BasePolicy:
     #: (checkers.metamorphic) tests it. It speaks for the ``place`` of the class that sets it:
     #: a subclass overriding ``place`` declares again.
     compares_times_only: ClassVar[bool] = False
+    #: The classes of new blocks whose ``place`` bypasses the reuse store (spec PP2, declared
+    #: bypass), as data the engine enforces: it refuses a Placement whose ``bypass`` disagrees
+    #: (a ``bad-placement`` PolicyError), so the model checkers may inline it at every depth.
+    #: None: bypass is code the engine does not check. It speaks for the ``place`` of the class
+    #: that sets it (:func:`declared_bypass`): a subclass overriding ``place`` declares again.
+    bypasses: ClassVar[frozenset[BlockClass] | None] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.on_op is BasePolicy.on_op:
+            if cls.reclaim is None:
+                raise PolicyDefinitionError(
+                    f"policy class {cls.__qualname__}: reclaim = None says the rule is code, but "
+                    "the class does not override on_op (declare Reclaim.NONE or Reclaim.DEAD)"
+                )
+        elif vars(cls).get("reclaim") is not None:
+            raise PolicyDefinitionError(
+                f"policy class {cls.__qualname__} declares reclaim = {vars(cls)['reclaim']} "
+                "while its on_op is code: the declaration would not be what runs. Keep the "
+                "declaration and move what on_op observes into observe(), or keep on_op and "
+                "drop the declaration"
+            )
 
     def place(self, view: ModelView, block: NewBlock) -> Placement:
         return Placement(tuple(t.name for t in view.tiers()))
@@ -223,24 +254,42 @@ class BasePolicy:
             self._kvmodel_rank_cache = cache
         return cache
 
+    def observe(self, view: ModelView, op: Op) -> None:
+        """Learn from the op just applied (a predictor's or tracker's update); frees nothing.
+        Called by ``BasePolicy.on_op`` after every op, before the rule's reclaim."""
+
     def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        """:meth:`observe`, then the declared :attr:`reclaim` rule's blocks (spec PP4)."""
+        self.observe(view, op)
+        if self.reclaim is Reclaim.DEAD:
+            return view.dead()
         return ()
 
 
 def declared_reclaim(policy: object) -> Reclaim | None:
-    """The reclaim rule that *is* the policy's ``on_op``, or None. A declaration speaks for the
-    ``on_op`` of the class that makes it: a subclass that overrides ``on_op`` without declaring
-    again (an idle-timeout rule added to KVTether) inherits no declaration -- its rule is code.
-    The bounded model checker reads this; its exhaustive search of the executable model then
-    checks that the code does what was declared."""
+    """The policy's reclaim rule as data, or None when it is code (``on_op`` overridden, on the
+    class or the instance, or not a :class:`BasePolicy`). A declared rule is what the engine
+    runs: ``BasePolicy.on_op`` reads the same attribute, so the model checkers may inline it
+    for every depth."""
     if not isinstance(policy, BasePolicy):
         return None
-    mro = type(policy).__mro__
-    on_op_owner = next(c for c in mro if "on_op" in vars(c))
-    reclaim_owner = next(c for c in mro if "reclaim" in vars(c))
-    if not issubclass(reclaim_owner, on_op_owner):
-        return None  # on_op was overridden below the class that declared the rule
+    if type(policy).on_op is not BasePolicy.on_op or "on_op" in getattr(policy, "__dict__", {}):
+        return None
     return policy.reclaim
+
+
+def declared_bypass(policy: object) -> frozenset[BlockClass] | None:
+    """The classes the policy's ``place`` bypasses, as a declaration the engine enforces, or
+    None when bypass is code: ``place`` overridden below the class that declared
+    :attr:`BasePolicy.bypasses`, set on an instance, or not a :class:`BasePolicy`."""
+    if not isinstance(policy, BasePolicy) or "place" in getattr(policy, "__dict__", {}):
+        return None
+    mro = type(policy).__mro__
+    place_owner = next(c for c in mro if "place" in vars(c))
+    owner = next(c for c in mro if "bypasses" in vars(c))
+    if not issubclass(owner, place_owner):
+        return None
+    return policy.bypasses
 
 
 def declared_rank(policy: object) -> tuple[RankTerm, ...] | None:

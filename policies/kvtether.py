@@ -10,13 +10,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import ClassVar
 
-from kvmodel.ids import BlockId
 from kvmodel.lifecycle import BlockClass
 from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, Placement, RankTerm, Reclaim
-from kvmodel.trace import Op
 from kvmodel.view import ModelView, NewBlock
 
 __all__ = ["KVTether"]
@@ -47,12 +44,12 @@ class KVTether(BasePolicy):
 
     #: place reads the block's class only
     compares_times_only: ClassVar[bool] = True
+    #: Temporary KV serves its one inference and never enters the reuse store
+    bypasses: ClassVar[frozenset[BlockClass] | None] = frozenset({BlockClass.TEMPORARY})
 
     def place(self, view: ModelView, block: NewBlock) -> Placement:
         tiers = tuple(t.name for t in view.tiers())
         return Placement(tiers, bypass=block.state is BlockClass.TEMPORARY)
 
+    #: after every op, every Dead block (BasePolicy.on_op applies the rule)
     reclaim: ClassVar[Reclaim | None] = Reclaim.DEAD
-
-    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
-        return view.dead()

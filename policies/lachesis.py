@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable
 from pathlib import Path
 from typing import ClassVar
 
@@ -110,6 +109,8 @@ class LachesisDet(BasePolicy):
 
     #: place reads the agent kind, context and kinds of a block (its segment class) only
     compares_times_only: ClassVar[bool] = True
+    #: place picks tiers; it bypasses nothing
+    bypasses: ClassVar[frozenset[BlockClass] | None] = frozenset()
 
     def place(self, view: ModelView, block: NewBlock) -> Placement:
         cls = self.segment_class(view, block)
@@ -119,10 +120,8 @@ class LachesisDet(BasePolicy):
             self._segments[seg] = (cls, closes)
         return Placement(self.tiers_for(view, cls))
 
+    #: segments are freed at their boundary: every Dead block after every op
     reclaim: ClassVar[Reclaim | None] = Reclaim.DEAD
-
-    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
-        return view.dead()
 
     def segment_table(self, view: ModelView) -> list[SegmentRow]:
         """Live segments and their resident blocks, sorted by segment id."""
@@ -158,15 +157,13 @@ class Lachesis(LachesisDet):
         self._spawned: dict[str, int] = {}
         self._admitted: dict[ContextId, bool] = {}
 
-    #: on_op only observes spawns, then reclaims as lachesis-det does
-    reclaim: ClassVar[Reclaim | None] = Reclaim.DEAD
-
-    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+    def observe(self, view: ModelView, op: Op) -> None:
+        """Each worker's position among its session's spawns (a predictor feature); the
+        reclaim is lachesis-det's declared rule."""
         if isinstance(op, Open) and op.agent is AgentKind.WORKER:
             n = self._spawned.get(op.session, 0)
             self._position[op.ctx] = n
             self._spawned[op.session] = n + 1
-        return super().on_op(view, op)
 
     def _predicted(self, view: ModelView, ctx: ContextId) -> float:
         info = view.context(ctx)

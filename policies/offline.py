@@ -23,10 +23,11 @@ from typing import ClassVar
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
+from kvmodel.lifecycle import BlockClass
 from kvmodel.memory import TierConfig
 from kvmodel.observations import AllocObs, FreeObs
 from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, Placement, Reclaim
-from kvmodel.trace import Infer, Op, Trace
+from kvmodel.trace import Infer, Trace
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 
 __all__ = ["Belady", "OptPlacement", "max_k_intervals", "roomy_config"]
@@ -38,9 +39,6 @@ class _ReclaimAll(BasePolicy):
     name: ClassVar[str] = "offline-reference"
 
     reclaim: ClassVar[Reclaim | None] = Reclaim.DEAD
-
-    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
-        return view.dead()
 
 
 def roomy_config(trace: Trace, config: EngineConfig) -> EngineConfig:
@@ -157,6 +155,9 @@ class OptPlacement(BasePolicy):
         self._hbm = {ids[i] for i in max_k_intervals(spans, k)}
         self.reference_writes = len(ids)
 
+    #: place picks the tier from the plan; it bypasses nothing
+    bypasses: ClassVar[frozenset[BlockClass] | None] = frozenset()
+
     def place(self, view: ModelView, block: NewBlock) -> Placement:
         names = tuple(t.name for t in view.tiers())
         if (view.now_op, block.ctx, block.depth) in self._hbm:
@@ -164,6 +165,3 @@ class OptPlacement(BasePolicy):
         return Placement(names[::-1])
 
     reclaim: ClassVar[Reclaim | None] = Reclaim.DEAD
-
-    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
-        return view.dead()

@@ -78,9 +78,8 @@ class _Tracking(BasePolicy):
     def __init__(self) -> None:
         self.tracker = WaitTracker()
 
-    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+    def observe(self, view: ModelView, op: Op) -> None:
         self.tracker.observe(view, op)
-        return ()
 
 
 class MORI(_Tracking):

@@ -27,6 +27,7 @@ class TetherLachesis(LachesisDet):
 
     #: place reads the block's segment class and lifecycle class only
     compares_times_only: ClassVar[bool] = True
+    bypasses: ClassVar[frozenset[BlockClass] | None] = KVTether.bypasses
 
     def place(self, view: ModelView, block: NewBlock) -> Placement:
         pl = super().place(view, block)

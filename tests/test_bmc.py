@@ -13,18 +13,21 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import ClassVar
 
+import attrs
 import pytest
 
+import checkers.mutants
 from checkers import bmc
 from checkers.bmc import prove
-from checkers.fragment import FRAGMENT_INVARIANTS, Fragment, explore
+from checkers.fragment import FRAGMENT_INVARIANTS, Action, Fragment, explore
 from checkers.harness import check_ops
 from checkers.mutants import MUTANTS
 from kvmodel.cli import main
 from kvmodel.ids import BlockId
-from kvmodel.policy import Reclaim, registered_policies
+from kvmodel.lifecycle import BlockClass
+from kvmodel.policy import Placement, Reclaim, registered_policies
 from kvmodel.trace import Op
-from kvmodel.view import ModelView
+from kvmodel.view import ModelView, NewBlock
 from policies.kvtether import KVTether
 
 MANIFEST = tomllib.loads(
@@ -177,47 +180,111 @@ def test_a_violated_rank_property_becomes_a_trace_with_the_wrong_eviction() -> N
     assert rank_counterexample("kvtether", "mru-within-suspended") is None  # proved: no trace
 
 
-class _Liar(KVTether):
-    """Declares eager reclaim of dead KV, reclaims nothing."""
+class _IdleFree(KVTether):
+    """KVTether plus a production rule an outside author adds: free any block idle for 8 time
+    units or more, pinned ones included. Idle for 8 needs more actions than the depth-5
+    exhaustive search behind prove takes, so only the policy's data can keep prove honest."""
 
-    name: ClassVar[str] = "liar"
-    reclaim: ClassVar[Reclaim | None] = Reclaim.DEAD
-
-    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
-        return ()
-
-
-class _Redeclared(KVTether):
-    """Overrides on_op (to observe) and declares again what it still does."""
-
-    name: ClassVar[str] = "redeclared"
-    reclaim: ClassVar[Reclaim | None] = Reclaim.DEAD
+    name: ClassVar[str] = "idle-free"
 
     def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
-        return list(super().on_op(view, op))
+        idle = [b for b in view.resident() if view.now - view.block(b).last_access >= 8]
+        return [*view.dead(), *(b for b in idle if b not in view.dead())]
 
 
-def test_the_reclaim_rule_is_declared_data_and_checked_against_the_code() -> None:
+def test_the_reclaim_rule_is_data_the_engine_runs() -> None:
+    from kvmodel.errors import PolicyDefinitionError
     from kvmodel.policy import declared_reclaim, resolve_policy
 
     assert declared_reclaim(KVTether()) is Reclaim.DEAD
     assert declared_reclaim(resolve_policy("lru")) is Reclaim.NONE
-    # an on_op overridden below the declaration is code: no declaration speaks for it
+    assert declared_reclaim(resolve_policy("lachesis")) is Reclaim.DEAD  # observes in observe()
+    # an on_op written as code has no declared rule, on the class or on the instance
     assert declared_reclaim(resolve_policy("checkers.mutants:IdleTimeoutReclaim")) is None
-    assert declared_reclaim(_Redeclared()) is Reclaim.DEAD
+    assert declared_reclaim(_IdleFree()) is None
+    patched = KVTether()
+    patched.on_op = lambda view, op: ()  # type: ignore[method-assign]
+    assert declared_reclaim(patched) is None
+    # a declaration beside code cannot be written: it would be a claim nothing enforces
+    with pytest.raises(PolicyDefinitionError, match=r"declares reclaim = Reclaim\.DEAD"):
+
+        class _Liar(KVTether):
+            reclaim: ClassVar[Reclaim | None] = Reclaim.DEAD
+
+            def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+                return ()
+
+    with pytest.raises(PolicyDefinitionError, match="its on_op is code"):
+
+        class _RedeclaresInherited(checkers.mutants.IdleTimeoutReclaim):
+            reclaim: ClassVar[Reclaim | None] = Reclaim.DEAD
+
+    with pytest.raises(PolicyDefinitionError, match="does not override on_op"):
+
+        class _NoRule(KVTether):
+            reclaim: ClassVar[Reclaim | None] = None
+
     idle = "checkers.mutants:IdleTimeoutReclaim"
     symbolic = prove(idle, ["pinned-never-evicted"], depth=3, cross_depth=0)
     assert [(a.rung, a.reason) for a in symbolic] == [
-        ("unknown", "outside the fragment: its reclaim rule is code (on_op overridden without a "
-         "Reclaim)")
-    ]  # fmt: skip
+        ("unknown", "outside the fragment: its reclaim rule is code (on_op is overridden)")
+    ]
     # and the executable model's exhaustive search still finds (and replays) the bug
     [found] = prove(idle, ["pinned-never-evicted"], depth=3)
     assert (found.rung, found.depth) == ("violated", 5)
-    lies = prove(_Liar(), ["no-zombie-kv"], depth=3, cross_depth=0)
-    assert lies[0].rung == "unknown"
-    assert "does not do what it declares (reclaim=dead)" in lies[0].reason
-    assert {a.rung for a in prove(_Redeclared(), depth=3)} == {"proved"}
+    # a rule in code whose bug lies deeper than the exhaustive search: unknown, never proved
+    # (it was `proved by 1-induction` when a declaration on the class was trusted)
+    deep = prove(_IdleFree(), ["pinned-never-evicted", "no-zombie-kv"], depth=6)
+    assert {a.rung for a in deep} == {"unknown"}, [(a.rung, a.reason) for a in deep]
+
+
+class _LateBypass(KVTether):
+    """KVTether that stops caching once the clock reaches 6 (bypasses every block): a rule
+    deeper than any probe of the first actions, in a place() that is code."""
+
+    name: ClassVar[str] = "late-bypass"
+
+    def place(self, view: ModelView, block: NewBlock) -> Placement:
+        pl = super().place(view, block)
+        return Placement(pl.tiers, bypass=pl.bypass or view.now >= 6)
+
+
+class _LateBypassDeclared(_LateBypass):
+    """The same code, declaring (wrongly) KVTether's bypass rule."""
+
+    name: ClassVar[str] = "late-bypass-declared"
+    bypasses: ClassVar[frozenset[BlockClass] | None] = KVTether.bypasses
+
+
+def test_the_bypass_rule_is_data_the_engine_enforces() -> None:
+    from kvmodel.errors import PolicyError
+    from kvmodel.policy import declared_bypass, resolve_policy
+
+    assert declared_bypass(KVTether()) == frozenset({BlockClass.TEMPORARY})
+    assert declared_bypass(resolve_policy("lru")) == frozenset()
+    assert declared_bypass(resolve_policy("lachesis")) == frozenset()
+    assert declared_bypass(resolve_policy("checkers.mutants:IndexesTemporary")) is None
+    assert declared_bypass(_LateBypass()) is None
+    assert declared_bypass(_LateBypassDeclared()) == frozenset({BlockClass.TEMPORARY})
+    # code: outside the fragment, whatever the first actions show (was `proved by 1-induction`)
+    late = prove(_LateBypass(), ["no-zombie-kv"], depth=4, cross_depth=0)
+    assert [(a.rung, a.reason) for a in late] == [
+        ("unknown", "outside the fragment: its bypass rule is code (place is overridden "
+         "without bypasses)")
+    ]  # fmt: skip
+    # a declaration the code breaks is refused by the engine when it is broken: the run stops
+    # (a policy-protocol finding) instead of leaving the model the proof was about
+    from checkers.harness import engine_for
+
+    engine = engine_for(_LateBypassDeclared(), F.config)
+    ops = F.ops([Action("infer", 0), Action("edit", 0), Action("infer", 0)])
+    for op in ops[:-1]:
+        engine.apply(op)  # the edit at t = 2: the next inference writes a new block
+    later = attrs.evolve(ops[-1], t=6.0)
+    with pytest.raises(PolicyError, match=r"declares bypasses = \['temporary'\] but place"):
+        engine.apply(later)
+    run = check_ops([*ops[:-1], later], _LateBypassDeclared(), F.config, ())
+    assert [v.invariant for v in run.violations] == ["policy-protocol"]
 
 
 @pytest.mark.parametrize("policy", SLICE)

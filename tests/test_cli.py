@@ -87,6 +87,34 @@ def test_unknown_policy_and_bad_config_exit_2(
     assert "'blocks' must be an integer >= 1 (got 0)" in capsys.readouterr().err
 
 
+def test_a_policy_whose_declaration_contradicts_its_code_exits_2(
+    trace_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "liarmod.py").write_text(
+        "from kvmodel import BasePolicy\n"
+        "from kvmodel.policy import Reclaim\n"
+        "class Liar(BasePolicy):\n"
+        "    name = 'liar'\n"
+        "    reclaim = Reclaim.DEAD\n"
+        "    def on_op(self, view, op):\n"
+        "        return ()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        for argv in (["replay", str(trace_file), "--policy", "liarmod:Liar"],
+                     ["prove", "liarmod:Liar"], ["check", "liarmod:Liar"]):  # fmt: skip
+            assert main(argv) == 2, argv
+            err = capsys.readouterr().err
+            assert "kvmodel: error: policy class Liar declares reclaim = Reclaim.DEAD" in err
+            assert "Traceback" not in err
+            sys.modules.pop("liarmod", None)
+    finally:
+        sys.modules.pop("liarmod", None)
+
+
 def test_config_file_drives_tiers(
     trace_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

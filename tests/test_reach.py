@@ -42,10 +42,13 @@ def test_reference_policies_prove_every_claim_on_the_tiny_fragment(policy: str) 
     assert r.capped is None
     assert (r.states, r.depth) == (655, 12)  # golden: the merge or the fragment changed
     claims = resolve_policy(policy).claims
+    owner = "KVTether" if policy == "kvtether" else "TetherLachesis"
     for name in REACH_INVARIANTS:
-        rung, _ = r.verdict(name)
+        rung, detail = r.verdict(name)
         if name in claims:
             assert rung == "proved", (name, r.failing.get(name))
+            # the proof names the premise it takes on the policy's word
+            assert f"assumes {owner}.place compares times only, as it declares" in detail
     findings = ("policy-protocol", "engine-internal", "engine-contract")
     assert not any(f in r.failing for f in findings)
 
@@ -64,7 +67,9 @@ def test_violations_are_shortest_and_replay() -> None:
         # shortest: the path without its last step does not show it
         shorter = check_ops(TINY.ops(path[:-1]), "lru", TINY.config, [name])
         assert not shorter.violations
-    assert r.verdict("prefix-closed-residency")[0] == "proved"
+    rung, detail = r.verdict("prefix-closed-residency")
+    assert rung == "proved"
+    assert "assumes" not in detail  # LRU's placement is BasePolicy's: nothing taken on its word
 
 
 #: mutants whose bug needs a 2-block chain, a temporary, an edit of a chain or a second tier --
