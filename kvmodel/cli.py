@@ -24,6 +24,7 @@ from kvmodel._cli_common import (
     invariant_names,
     number_in,
 )
+from kvmodel._cli_discover import add_discover
 from kvmodel._cli_study import (
     cmd_compare,
     cmd_import,
@@ -624,6 +625,8 @@ def _parser() -> argparse.ArgumentParser:
     pv.add_argument("--json", action="store_true")
     pv.add_argument("--quiet", action="store_true", help="no progress bar (drawn only on a TTY)")
     pv.set_defaults(func=cmd_prove)
+
+    add_discover(sub)
 
     pol = sub.add_parser("policies", help="list registered policies and their claims")
     pol.add_argument("--json", action="store_true")

@@ -53,3 +53,11 @@ def test_bench_replay_runs_at_its_smallest_size(
     assert "block ops/s" in out
     assert "longest / shortest" in out
     assert "peak RSS" in out
+
+
+def test_bench_discover_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _load("bench_discover")
+    assert bench.main(["--budget", "2", "--gated", "1", "--cells", "small"]) == 0
+    out = capsys.readouterr().out
+    assert "seed 0: 2 scored" in out
+    assert "goal: " in out

@@ -1,0 +1,88 @@
+"""``kvmodel discover``: search the policy space for a safe policy that beats KVTether and
+Lachesis (kvmodel issue 17; the search is :mod:`checkers.discover`, imported lazily as every
+command that reads the checkers does)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from kvmodel._cli_common import atomic_write, int_at_least
+from kvmodel.errors import ConfigError
+from kvmodel.progress import wanted
+
+__all__ = ["add_discover", "cmd_discover"]
+
+
+def add_discover(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    d = sub.add_parser(
+        "discover",
+        help="search the policy space for a policy proved safe that beats KVTether and Lachesis",
+    )
+    d.add_argument("--seed", type=int_at_least(0), default=0, help="search seed (default 0)")
+    d.add_argument(
+        "--budget",
+        type=int_at_least(1, 576),
+        default=24,
+        help="candidates to score on the training cells (default 24 of the space's 576)",
+    )
+    d.add_argument(
+        "--gated",
+        type=int_at_least(1, 20),
+        default=2,
+        help="frontier candidates that must pass the safety gate (default 2)",
+    )
+    d.add_argument(
+        "--profile",
+        choices=["dev", "ci"],
+        default="dev",
+        help="kvmodel check's search size in the gate (default dev)",
+    )
+    d.add_argument(
+        "--cells",
+        choices=["default", "small"],
+        default="default",
+        help="training and test cells: default (8 + 8), or small (1 + 1: a demonstration)",
+    )
+    d.add_argument("--workers", type=int_at_least(1, 256), help="a local Dask cluster of N")
+    d.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask scheduler")
+    d.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write discovery.json, the best policy as discovered.py and plots (matplotlib)",
+    )
+    d.add_argument("--json", action="store_true")
+    d.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    d.set_defaults(func=cmd_discover)
+
+
+def cmd_discover(args: argparse.Namespace) -> int:
+    """Exit 0 when a candidate passed the gate, 1 when none did."""
+    from checkers.discover import SMALL_TEST, SMALL_TRAIN, TEST, TRAIN, discover, provenance
+
+    if args.workers and args.scheduler:
+        raise ConfigError("--workers and --scheduler exclude each other")
+    talk = wanted(args.quiet)
+    train, test = (TRAIN, TEST) if args.cells == "default" else (SMALL_TRAIN, SMALL_TEST)
+    d = discover(
+        seed=args.seed,
+        budget=args.budget,
+        gated=args.gated,
+        train=train,
+        test=test,
+        profile=args.profile,
+        workers=args.workers,
+        scheduler=args.scheduler,
+        done=(lambda msg: print(f"discover: {msg}", file=sys.stderr)) if talk else None,
+    )
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write(out / "discovery.json", json.dumps(d.to_json(), indent=2) + "\n")
+        if d.best is not None:
+            atomic_write(out / "discovered.py", d.best.source(provenance(d)))
+        d.plot(out)
+    print(json.dumps(d.to_json(), indent=2) if args.json else d.render())
+    return 0 if d.best is not None else 1
