@@ -46,6 +46,12 @@ def add_discover(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         default="default",
         help="training and test cells: default (8 + 8), or small (1 + 1: a demonstration)",
     )
+    d.add_argument(
+        "--traces",
+        metavar="DIR",
+        help="also train and test on the real logs under DIR (the layout of ../shared/traces: "
+        "mini-swe-agent and tau-bench train, the last mini-swe-agent log and SWE-agent test)",
+    )
     d.add_argument("--workers", type=int_at_least(1, 256), help="a local Dask cluster of N")
     d.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask scheduler")
     d.add_argument(
@@ -60,12 +66,32 @@ def add_discover(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 def cmd_discover(args: argparse.Namespace) -> int:
     """Exit 0 when a candidate passed the gate, 1 when none did."""
-    from checkers.discover import SMALL_TEST, SMALL_TRAIN, TEST, TRAIN, discover, provenance
+    from checkers.discover import (
+        SMALL_TEST,
+        SMALL_TRAIN,
+        TEST,
+        TRAIN,
+        AnyCell,
+        discover,
+        provenance,
+        real_cells,
+    )
 
     if args.workers and args.scheduler:
         raise ConfigError("--workers and --scheduler exclude each other")
     talk = wanted(args.quiet)
-    train, test = (TRAIN, TEST) if args.cells == "default" else (SMALL_TRAIN, SMALL_TEST)
+    cells = (TRAIN, TEST) if args.cells == "default" else (SMALL_TRAIN, SMALL_TEST)
+    train: tuple[AnyCell, ...] = cells[0]
+    test: tuple[AnyCell, ...] = cells[1]
+    if args.traces:
+        real = real_cells(Path(args.traces))
+        if not real[0] or not real[1]:
+            raise ConfigError(
+                f"{args.traces}: expected mini_swe_agent_gemini3pro/*.traj.json, tau_bench/*.json "
+                "or swe_agent_demo/*.traj logs for both training and test (found "
+                f"{len(real[0])} training and {len(real[1])} test cells)"
+            )
+        train, test = (*train, *real[0]), (*test, *real[1])
     d = discover(
         seed=args.seed,
         budget=args.budget,

@@ -190,3 +190,29 @@ def test_the_shipped_discovered_policy_is_its_candidate_and_passes_the_gate(
     assert main(["prove", path, "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "violated" not in out.split("invariants over the fragment")[1]
+
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+
+
+@pytest.mark.skipif(
+    not list(SHARED.glob("mini_swe_agent_gemini3pro/*.traj.json")),
+    reason=f"no shared traces under {SHARED}",
+)
+def test_real_logs_are_cells_too() -> None:
+    from checkers.discover import _measure, real_cells
+
+    train, test = real_cells(SHARED)
+    assert train
+    assert test
+    assert not {c.path for c in train} & {c.path for c in test}  # held out
+    m = _measure("kvtether", train[0])
+    assert 0 < m["token_hit_rate"] < 1
+    assert m["cost_usd"] > 0
+
+
+def test_cli_discover_needs_real_logs_where_it_is_told(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["discover", "--traces", str(tmp_path)]) == 2
+    assert "expected mini_swe_agent_gemini3pro" in capsys.readouterr().err
