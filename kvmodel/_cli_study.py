@@ -362,6 +362,10 @@ def cmd_prove(args: argparse.Namespace) -> int:
                 f"(only kvmodel check tests them): {', '.join(uncovered)}"
                 + ("" if found is not None else "; --reach covers all but endurance-budget")
             )
+        print(
+            "rungs cover every state a run reaches; a decision the engine refuses ends the run "
+            "(a policy-protocol finding: kvmodel check searches for those, prove does not)"
+        )
     mismatch = False
     if args.self_check:
         from checkers.conformance import self_check

@@ -46,7 +46,15 @@ from kvmodel.observations import (
     FreeReason,
     ObservationLog,
 )
-from kvmodel.policy import Placement, Policy, declared_bypass, declared_rank
+from kvmodel.policy import (
+    BasePolicy,
+    Placement,
+    Policy,
+    Reclaim,
+    declared_bypass,
+    declared_rank,
+    declared_reclaim,
+)
 from kvmodel.trace import (
     Append,
     Close,
@@ -65,6 +73,15 @@ from kvmodel.trace import (
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 
 __all__ = ["Engine", "EngineProbe", "EngineStats"]
+
+
+def _declarations(policy: Policy) -> tuple[object, object, object]:
+    """The attributes a declared rule is read from, compared after every op."""
+    return (
+        getattr(policy, "reclaim", None),
+        getattr(policy, "bypasses", None),
+        getattr(policy, "rank", None),
+    )
 
 
 class EngineProbe(Protocol):
@@ -148,9 +165,14 @@ class Engine:
         self.view: ModelView = EngineView(self)
         #: checkers observe decisions as they are made (None: no observer)
         self.probe: EngineProbe | None = None
-        #: the classes the policy declared it bypasses (enforced at placement; None: unchecked)
+        #: the policy's declarations, read once, here (spec PP4): the classes it bypasses
+        #: (enforced at placement; None: unchecked), its reclaim rule (applied after every op;
+        #: None: its on_op is code) and its rank. A run that changes one is refused, so what a
+        #: proof inlined from them is what ran.
         self.bypass_rule = declared_bypass(policy)
+        self.reclaim_rule = declared_reclaim(policy)
         rank = declared_rank(policy)
+        self._declared = _declarations(policy)
         if fast and rank is None:
             raise ValueError(f"policy {policy.name!r} has no declarative rank: no fast path")
         self._victims: PolicyOrder | RankIndex = (
@@ -204,15 +226,38 @@ class Engine:
                 self._end_session(op)
         for cid in named_contexts(op, self):
             self._bump(self.contexts[cid])
-        try:
-            reclaims = list(self.policy.on_op(self.view, op))
-        except KVModelError:
-            raise
-        except Exception as err:
-            raise policy_raised(self.policy.name, "on_op", err) from err
+        reclaims = self._reclaims(op)
         for bid in reclaims:
             self._policy_free(bid)
         self.stats.dead_resident_max = max(self.stats.dead_resident_max, len(self.dead))
+
+    def _reclaims(self, op: Op) -> list[BlockId]:
+        """What the policy frees after ``op``: its declared rule, applied here after its
+        ``observe`` (the rule read when the engine was built, never re-read), or what its
+        ``on_op`` code returns."""
+        pol = self.policy
+        rule = self.reclaim_rule
+        call = "on_op" if rule is None else "observe"
+        try:
+            if rule is None:
+                return list(pol.on_op(self.view, op))
+            assert isinstance(pol, BasePolicy)  # declared_reclaim says so
+            pol.observe(self.view, op)
+        except KVModelError:
+            raise
+        except Exception as err:
+            raise policy_raised(pol.name, call, err) from err
+        now = _declarations(pol)
+        # by value: a pickled or copied engine (the exhaustive search copies every state)
+        # holds equal copies of the declarations, not the same objects
+        if any(a is not b and a != b for a, b in zip(now, self._declared, strict=True)):
+            raise PolicyError(
+                f"policy {pol.name!r} changed a declaration during the run (reclaim, bypasses, "
+                f"rank: {self._declared} -> {now}); they are read once, when the engine is "
+                "built (spec PP4): write the rule as code instead",
+                kind="protocol",
+            )
+        return list(self.view.dead()) if rule is Reclaim.DEAD else []
 
     # ------------------------------------------------------------------ contexts
 

@@ -287,6 +287,35 @@ def test_the_bypass_rule_is_data_the_engine_enforces() -> None:
     assert [v.invariant for v in run.violations] == ["policy-protocol"]
 
 
+class _Adaptive(KVTether):
+    """An "adaptive" KVTether that stops reclaiming once the run is long: it mutates its
+    declared rule in observe(), deeper than the exhaustive search looks."""
+
+    name: ClassVar[str] = "adaptive"
+
+    def observe(self, view: ModelView, op: Op) -> None:
+        if view.now_op >= 12:
+            self.reclaim = Reclaim.NONE  # type: ignore[misc]
+
+
+def test_a_declaration_is_read_once_and_a_run_that_changes_it_is_refused() -> None:
+    from kvmodel.errors import PolicyError
+
+    ops = F.ops([Action("infer", c % 3) for c in range(9)])
+    run = check_ops(ops, _Adaptive(), F.config, ["no-zombie-kv"])
+    assert [v.invariant for v in run.violations] == ["policy-protocol"]
+    assert "changed a declaration during the run" in run.violations[0].message
+    assert run.violations[0].op == 12  # the op whose observe() changed the rule is refused
+    # the engine applied the rule it read when it was built, never the changed one
+    from checkers.harness import engine_for
+
+    engine = engine_for(_Adaptive(), F.config)
+    for op in ops[:12]:
+        engine.apply(op)
+    with pytest.raises(PolicyError, match="read once, when the engine is built"):
+        engine.apply(ops[12])
+
+
 @pytest.mark.parametrize("policy", SLICE)
 def test_the_symbolic_step_is_the_executable_step(policy: str) -> None:
     from checkers.conformance import self_check
