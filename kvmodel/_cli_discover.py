@@ -24,9 +24,9 @@ def add_discover(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     d.add_argument("--seed", type=int_at_least(0), default=0, help="search seed (default 0)")
     d.add_argument(
         "--budget",
-        type=int_at_least(1, 576),
+        type=int_at_least(1, 864),
         default=24,
-        help="candidates to score on the training cells (default 24 of the space's 576)",
+        help="candidates to score on the training cells (default 24 of the space's 864)",
     )
     d.add_argument(
         "--gated",

@@ -17,6 +17,8 @@ The grammar::
     reclaim   = Reclaim.DEAD | Reclaim.NONE
     bypass    = {Temporary} | {}
     placement = configuration order (HBM first) | Lachesis segment classes
+              | Lachesis segment classes + its predictive path (workers admitted to HBM by
+                predicted lifetime from the spawn record)
 
 Dead and Expired always rank first: the search's safety gate requires
 no-live-eviction-before-dead-reclaim, and no candidate that breaks it by construction is worth
@@ -38,7 +40,7 @@ import attrs
 from kvmodel.lifecycle import BlockClass
 from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, Placement, RankTerm, Reclaim
 from kvmodel.view import ModelView, NewBlock
-from policies.lachesis import LachesisDet
+from policies.lachesis import Lachesis, LachesisDet
 
 __all__ = ["GATE_CLAIMS", "LIVE", "Candidate", "candidates", "distance", "neighbours"]
 
@@ -60,7 +62,7 @@ GATE_CLAIMS: frozenset[str] = frozenset(
 
 Within = Literal["mru", "lru", "none"]
 Recency = Literal["lru", "mru"]
-Placing = Literal["hbm-first", "segments"]
+Placing = Literal["hbm-first", "segments", "predictive"]
 
 
 @attrs.frozen
@@ -134,7 +136,7 @@ class Candidate:
             out.add("suspended-mru")
         if self.bypass_temporary:
             out.add("temporary-bypass")
-        if self.placement == "segments":
+        if self.placement != "hbm-first":
             out.add("deterministic-placement")
         return frozenset(out)
 
@@ -158,7 +160,7 @@ class Candidate:
             if t.only is not None:
                 args.append("only=frozenset({" + ", ".join(f"_C.{c.name}" for c in t.only) + "})")
             terms.append(f"        RankTerm({', '.join(args)}),")
-        base = "LachesisDet" if self.placement == "segments" else "BasePolicy"
+        base = _BASES[self.placement].__name__
         text = provenance.strip() or f"The policy space's candidate {self.name}."
         doc = "\n\n".join(
             textwrap.fill(par, 96, break_on_hyphens=False) for par in text.split("\n\n")
@@ -174,10 +176,10 @@ class Candidate:
             "",
             "from kvmodel.lifecycle import BlockClass",
             "from kvmodel.policy import "
-            + ("" if base == "LachesisDet" else "BasePolicy, ")
+            + ("BasePolicy, " if base == "BasePolicy" else "")
             + "Placement, RankTerm, Reclaim",
             "from kvmodel.view import ModelView, NewBlock",
-            *(["from policies.lachesis import LachesisDet"] if base == "LachesisDet" else []),
+            *([f"from policies.lachesis import {base}"] if base != "BasePolicy" else []),
             "",
             '__all__ = ["Discovered"]',
             "",
@@ -193,7 +195,7 @@ class Candidate:
             "    )",
             f"    reclaim: ClassVar[Reclaim | None] = Reclaim.{self.reclaim.name}",
             "    bypasses: ClassVar[frozenset[BlockClass] | None] = _BYPASS",
-            "    compares_times_only: ClassVar[bool] = True",
+            f"    compares_times_only: ClassVar[bool] = {self.placement != 'predictive'}",
             "    claims: ClassVar[frozenset[str]] = frozenset(",
             "        {",
             claims,
@@ -208,9 +210,17 @@ class Candidate:
         return "\n".join(lines)
 
 
+#: the policy class each placement rule is built on
+_BASES: dict[str, type[BasePolicy]] = {
+    "hbm-first": BasePolicy,
+    "segments": LachesisDet,
+    "predictive": Lachesis,
+}
+
+
 @functools.cache
 def _policy_class(c: Candidate) -> type[BasePolicy]:
-    base: type[BasePolicy] = LachesisDet if c.placement == "segments" else BasePolicy
+    base = _BASES[c.placement]
     bypass = c.bypasses()
 
     def place(self: BasePolicy, view: ModelView, block: NewBlock) -> Placement:
@@ -222,7 +232,8 @@ def _policy_class(c: Candidate) -> type[BasePolicy]:
         "rank": c.rank(),
         "reclaim": c.reclaim,
         "bypasses": bypass,
-        "compares_times_only": True,  # place reads the block's classes only
+        # place reads the block's classes only, but the predictive path reads spawn times
+        "compares_times_only": c.placement != "predictive",
         "claims": c.claims(),
         "candidate": c,
         "place": place,
@@ -247,7 +258,7 @@ def candidates() -> Iterator[Candidate]:
         for recency in ("lru", "mru")
         for reclaim in (Reclaim.DEAD, Reclaim.NONE)
         for bypass in (True, False)
-        for placing in ("hbm-first", "segments")
+        for placing in ("hbm-first", "segments", "predictive")
     ]
     yield from sorted(every, key=lambda c: (distance(c, Candidate()), c.name))
 

@@ -55,7 +55,7 @@ def test_the_space_holds_the_policies_it_is_measured_against(point: Candidate, p
 
 def test_every_candidate_is_data_and_resolves_by_path() -> None:
     every = list(candidates())
-    assert len(every) == len({c.name for c in every}) == 576
+    assert len(every) == len({c.name for c in every}) == 864
     assert every[0] == Candidate()  # the smallest departure from KVTether first: none
     for c in every[:: 37]:
         p = resolve_policy(c.path)
@@ -70,7 +70,7 @@ def test_every_candidate_is_data_and_resolves_by_path() -> None:
     assert {c.reclaim for c in every} == {Reclaim.DEAD, Reclaim.NONE}
     ring = neighbours(Candidate())
     assert Candidate() not in ring
-    assert len(ring) == 5 + 2 + 1 + 1 + 1 + 1 + 1  # the other live orders, within, 5 flags
+    assert len(ring) == 5 + 2 + 1 + 1 + 1 + 1 + 2  # live orders, within, 4 flags, placements
     with pytest.raises(ValueError, match="not a candidate"):
         Candidate.parse("d-xyz")
 
@@ -80,7 +80,8 @@ def test_a_printed_candidate_is_the_candidate(
 ) -> None:
     monkeypatch.syspath_prepend(str(tmp_path))
     for i, c in enumerate([Candidate(suspended="none", placement="segments"),
-                           Candidate(recency="mru", bypass_temporary=False)]):  # fmt: skip
+                           Candidate(recency="mru", bypass_temporary=False),
+                           Candidate(placement="predictive", tier_first=True)]):  # fmt: skip
         (tmp_path / f"printed{i}.py").write_text(c.source(f"Printed candidate {i}."))
         mod = importlib.import_module(f"printed{i}")
         try:
@@ -144,7 +145,7 @@ def test_the_search_is_deterministic_and_never_reads_the_test_cells() -> None:
 
 def test_cli_discover_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["discover", "--budget", "0"]) == 2
-    assert main(["discover", "--budget", "577"]) == 2
+    assert main(["discover", "--budget", "865"]) == 2
     assert main(["discover", "--workers", "2", "--scheduler", "tcp://127.0.0.1:1"]) == 2
     assert "exclude each other" in capsys.readouterr().err
 
