@@ -173,6 +173,10 @@ class Engine:
         self.reclaim_rule = declared_reclaim(policy)
         rank = declared_rank(policy)
         self._declared = _declarations(policy)
+        #: the policy as a BasePolicy when its reclaim rule is declared (only then is it one)
+        self._declaring: BasePolicy | None = (
+            policy if isinstance(policy, BasePolicy) and self.reclaim_rule is not None else None
+        )
         if fast and rank is None:
             raise ValueError(f"policy {policy.name!r} has no declarative rank: no fast path")
         self._victims: PolicyOrder | RankIndex = (
@@ -235,29 +239,38 @@ class Engine:
         """What the policy frees after ``op``: its declared rule, applied here after its
         ``observe`` (the rule read when the engine was built, never re-read), or what its
         ``on_op`` code returns."""
-        pol = self.policy
-        rule = self.reclaim_rule
-        call = "on_op" if rule is None else "observe"
+        base = self._declaring
+        if base is None:
+            try:
+                return list(self.policy.on_op(self.view, op))
+            except KVModelError:
+                raise
+            except Exception as err:
+                raise policy_raised(self.policy.name, "on_op", err) from err
         try:
-            if rule is None:
-                return list(pol.on_op(self.view, op))
-            assert isinstance(pol, BasePolicy)  # declared_reclaim says so
-            pol.observe(self.view, op)
+            base.observe(self.view, op)
         except KVModelError:
             raise
         except Exception as err:
-            raise policy_raised(pol.name, call, err) from err
+            raise policy_raised(base.name, "observe", err) from err
+        r, b, k = self._declared
+        if base.reclaim is not r or base.bypasses is not b or base.rank is not k:
+            self._redeclared(base)
+        return list(self.view.dead()) if self.reclaim_rule is Reclaim.DEAD else []
+
+    def _redeclared(self, pol: BasePolicy) -> None:
+        """A declaration is not the object read when the engine was built: equal copies (a
+        pickled or copied engine: the exhaustive search copies every state) are kept; a
+        changed value is refused."""
         now = _declarations(pol)
-        # by value: a pickled or copied engine (the exhaustive search copies every state)
-        # holds equal copies of the declarations, not the same objects
-        if any(a is not b and a != b for a, b in zip(now, self._declared, strict=True)):
+        if now != self._declared:
             raise PolicyError(
                 f"policy {pol.name!r} changed a declaration during the run (reclaim, bypasses, "
                 f"rank: {self._declared} -> {now}); they are read once, when the engine is "
                 "built (spec PP4): write the rule as code instead",
                 kind="protocol",
             )
-        return list(self.view.dead()) if rule is Reclaim.DEAD else []
+        self._declared = now
 
     # ------------------------------------------------------------------ contexts
 
