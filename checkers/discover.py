@@ -58,7 +58,6 @@ __all__ = [
     "ImportedCell",
     "Score",
     "discover",
-    "evaluate",
     "gate",
     "label",
     "peak_resident",
@@ -295,7 +294,7 @@ def gate(
     refuted = sorted(n for n, r in rungs.items() if r == "violated")
     if refuted:
         return Gate(c, False, checked, rungs, f"kvmodel prove: {', '.join(refuted)} violated")
-    open_ = sorted(n for n, r in rungs.items() if r not in ("proved", "structural"))
+    open_ = sorted(n for n, r in rungs.items() if r != "proved")
     reason = f"not proved: {', '.join(open_)}" if open_ else ""
     return Gate(c, not open_, checked, rungs, reason)
 
@@ -570,8 +569,3 @@ def provenance(d: Discovery) -> str:
         f"{r['hbf_writes_vs_opt']:.2f}x opt-placement's.\n\n"
         f"Goal (beat both on their metrics, within 10% of the optima): {'met' if ok else why}."
     )
-
-
-def evaluate(policies: Sequence[str], cells: Sequence[AnyCell] = TEST) -> dict[str, Any]:
-    """The test table's metrics for named policies (a benchmark reads it)."""
-    return score_cells(policies, cells)
