@@ -9,8 +9,8 @@ import argparse
 import time
 
 from checkers.invariants import INVARIANTS
-from checkers.mutants import MUTANTS
-from checkers.stateful import (
+from checkers.search.mutants import MUTANTS
+from checkers.search.stateful import (
     PROFILES,
     SearchStats,
     check_config,

@@ -1,4 +1,4 @@
-"""The mutation fuzzer's campaign (checkers/fuzz.py): inputs/s and outcome counts per target,
+"""The mutation fuzzer's campaign (checkers/search/fuzz.py): inputs/s and outcome counts per target,
 and every failure (crash, hang, output left behind after an error, an error without a message)
 with the input index that reproduces it. Prints figures; asserts nothing.
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from checkers.fuzz import argv_campaign, campaign
+from checkers.search.fuzz import argv_campaign, campaign
 
 
 def main() -> None:

@@ -1,13 +1,13 @@
 """Catch rate of the mutant zoo under the main job, as a user runs it. Prints; asserts nothing.
 
-For every mutant in :data:`checkers.mutants.MUTANTS` this runs what ``kvmodel check MUTANT``
+For every mutant in :data:`checkers.search.mutants.MUTANTS` this runs what ``kvmodel check MUTANT``
 runs (every invariant, the ``ci`` profile: the machine and the random walks on a swarm of
 engines, Hypothesis shrinking then delta debugging, seed 0) and prints whether the invariant the
 mutant breaks was reported, how long the search took to first see it, the wall time of the whole
 check (shrinking every violated invariant included), which search found it and the length of the
 shrunk counterexample; then, for the policy mutants and the engine mutants
-(:data:`checkers.engine_mutants.ENGINE_MUTANTS`, engine bugs under KVTether) apart, the catch rate
-and the median and max of both times.
+(:data:`checkers.search.engine_mutants.ENGINE_MUTANTS`, engine bugs under KVTether) apart, the
+catch rate and the median and max of both times.
 
     python benchmarks/bench_mutants.py [--profile ci] [--seed 0] [MUTANT ...]
 """
@@ -18,10 +18,10 @@ import argparse
 import statistics
 import time
 
-from checkers.engine_mutants import ENGINE_MUTANTS
-from checkers.mutants import MUTANTS
-from checkers.report import check_policies
-from checkers.stateful import PROFILES
+from checkers.search.engine_mutants import ENGINE_MUTANTS
+from checkers.search.mutants import MUTANTS
+from checkers.search.report import check_policies
+from checkers.search.stateful import PROFILES
 
 
 def main() -> None:

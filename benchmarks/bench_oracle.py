@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from checkers.lockstep import EngineImplementation, run_lockstep
-from checkers.oracle import check_log, check_log_invariants
-from checkers.vllm_pool import (
+from checkers.conformance.lockstep import EngineImplementation, run_lockstep
+from checkers.conformance.oracle import check_log, check_log_invariants
+from checkers.conformance.vllm_pool import (
     VLLMBlockPool,
     VLLMUnavailableError,
     fetch_sources,

@@ -2,7 +2,7 @@
 ``--reach 10,60`` the BMC depth reached within each time budget per policy and invariant (the
 incremental solver goes one depth deeper while the budget lasts; kvmodel issue 13's goal is depth
 12 on the default fragment within 10 s); with ``--wide`` the exhaustive search of the executable
-model (checkers.reach) per policy over a ladder of wide fragments: states, transitions, the
+model (checkers.symbolic.reach) per policy over a ladder of wide fragments: states, transitions, the
 fixpoint depth and seconds. Prints figures; asserts nothing.
 
     python benchmarks/bench_prove.py [--depths 4,8,12] [--reach 10,60] [--max-depth 40]
@@ -17,12 +17,12 @@ import time
 import attrs
 import z3
 
-from checkers.bmc import PolicyProfile, bmc, induction, profile
-from checkers.fragment import FRAGMENT_INVARIANTS, Fragment
-from checkers.reach import Wide
-from checkers.reach import reach as explore_wide
-from checkers.symbolic import State, Step
-from checkers.z3rank import prove_policy
+from checkers.symbolic.bmc import PolicyProfile, bmc, induction, profile
+from checkers.symbolic.fragment import FRAGMENT_INVARIANTS, Fragment
+from checkers.symbolic.reach import Wide
+from checkers.symbolic.reach import reach as explore_wide
+from checkers.symbolic.transition import State, Step
+from checkers.symbolic.z3rank import prove_policy
 from kvmodel.policy import resolve_policy
 
 POLICIES = ["lru", "vllm-prefix", "hbm-first", "kvtether", "lachesis-det", "tether-lachesis"]
@@ -58,7 +58,7 @@ def reach(
     return done, "max"
 
 
-#: wide fragments, smallest first (checkers.reach.Wide fields)
+#: wide fragments, smallest first (checkers.symbolic.reach.Wide fields)
 LADDER = [
     Wide(),
     Wide(contexts=1, forks=1, hbm=2, hbf=0, edits=0, temporary=False),
@@ -68,7 +68,7 @@ LADDER = [
 
 
 def wide_ladder(policies: list[str], seconds: float) -> None:
-    print("exhaustive search of the executable model (checkers.reach), per wide fragment")
+    print("exhaustive search of the executable model (checkers.symbolic.reach), per wide fragment")
     print(f"  {'policy':<16} {'fragment':<58} {'states':>8} {'trans':>9} {'depth':>5}  verdict")
     for w in LADDER:
         desc = ",".join(f"{k}={v}" for k, v in attrs.asdict(w).items())

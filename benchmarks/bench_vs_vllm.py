@@ -12,8 +12,8 @@ does not fit, so recency-based eviction turns over most of it (the hard case for
 Both sides do the same block operations, checked here: hits, writes, evictions.
 
 * **vLLM** -- vLLM 0.33.0's ``BlockPool`` (fetched from its wheel at run time, loaded with stub
-  imports: :mod:`checkers.vllm_pool`), driven as its ``KVCacheManager`` drives it for one
-  request: ``get_cached_block`` over the prompt's full blocks until a miss, ``touch``,
+  imports: :mod:`checkers.conformance.vllm_pool`), driven as its ``KVCacheManager`` drives it for
+  one request: ``get_cached_block`` over the prompt's full blocks until a miss, ``touch``,
   ``get_new_blocks``, ``cache_full_blocks``, ``free_blocks`` tail-first. Two times are printed:
   the pool's calls alone, and those plus the request's block hashing (``hash_block_tokens``
   over every full block of prompt and output, as vLLM's ``Request`` does for each new request).
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from checkers.vllm_pool import (
+from checkers.conformance.vllm_pool import (
     PoolRequest,
     VLLMUnavailableError,
     fetch_sources,

@@ -1,22 +1,23 @@
-"""Invariant checkers, the stateful search and the mutant zoo (spec/invariants.md).
+"""The checkers, in layers; each imports only from the layers below it and from the model.
 
-``checkers.invariants`` -- every invariant as a plain function, and the ``Monitor`` for a run;
-``checkers.harness`` -- checked replay, delta-debugging shrinker, counterexample bundles;
-``checkers.stateful`` -- the Hypothesis stateful machine and ``search``;
-``checkers.strategies`` -- Hypothesis strategies for valid agent traces;
-``checkers.mutants`` -- deliberately broken policies that must be caught;
-``checkers.report`` -- ``kvmodel check``'s table and the expected verdicts;
-``checkers.oracle`` -- another implementation's log judged against a rank policy (policy mode,
-``--keep-going``, variants), with ``checkers.oracle_log`` (the log's side: reader, verdicts,
-decisions, the puppet) and ``checkers.oracle_invariants`` (invariants-only mode);
-``checkers.lockstep`` -- an implementation driven beside the reference, searched and shrunk;
-``checkers.adapters`` -- the kit for putting a third-party prefix cache under lockstep.
+``checkers.invariants`` -- ground floor: the invariant registry, the state, eviction, placement
+and log predicates, the contract model, the :class:`Monitor` and checked replay;
+``checkers.search`` -- the stateful machine, the random walk, strategies, shrinking,
+counterexample bundles, the mutant zoo and ``kvmodel check``'s report;
+``checkers.symbolic`` -- Z3 rank proofs, bounded model checking and k-induction, the exhaustive
+``--reach`` search, the symbolic-executable self-check;
+``checkers.conformance`` -- the oracle for other implementations' logs, lockstep testing, the
+adapter kit, vLLM's block pool, KV events, the pytest plugin;
+``checkers.discover`` -- the roof: ``kvmodel discover`` (it reads all of them).
+
+The names most used are here too.
 """
 
 from __future__ import annotations
 
-from checkers.invariants import INVARIANTS, Monitor
-from checkers.structural import (
+from checkers.invariants import (
+    INVARIANTS,
+    Monitor,
     Violation,
     check_accounting,
     check_chains,

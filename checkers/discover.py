@@ -270,10 +270,10 @@ def gate(
     c: Candidate, *, profile: str = "dev", seed: int = 0, prove_depth: int = 6
 ) -> Gate:
     """``kvmodel check`` on the candidate's claims, then ``kvmodel prove`` on the fragment."""
-    from checkers.bmc import prove
-    from checkers.fragment import FRAGMENT_INVARIANTS
     from checkers.invariants import FINDINGS
-    from checkers.report import check_policies
+    from checkers.search.report import check_policies
+    from checkers.symbolic.bmc import prove
+    from checkers.symbolic.fragment import FRAGMENT_INVARIANTS
 
     claims = sorted(c.claims())
     [rep] = check_policies([c.path], claims, profile=profile, seed=seed)

@@ -11,8 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import ClassVar
 
-from checkers.harness import check_ops
-from checkers.report import check_policies
+from checkers.invariants.replay import check_ops
+from checkers.search.report import check_policies
 from kvmodel import BasePolicy, RankTerm, load_config, load_trace
 
 

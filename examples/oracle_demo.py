@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from checkers.lockstep import differential
-from checkers.strategies import agent_traces
-from checkers.vllm_pool import vllm_comparable
+from checkers.conformance.lockstep import differential
+from checkers.conformance.vllm_pool import vllm_comparable
+from checkers.search.strategies import agent_traces
 from kvmodel import EngineConfig, TierConfig
 from kvmodel.ids import TierName
 from kvmodel.logical import Sequences

@@ -3,7 +3,7 @@
 `RadixCache` is a small cache of the kind SGLang popularised, written for this example: token
 pages in a radix tree, a node split where two prompts part ways, recency per node, and eviction
 of the least recently used *leaf node* -- all its pages at once, however few are needed. The
-adapter (`RadixAdapter`, the part a user writes) is three hooks on `checkers.adapters`.
+adapter (`RadixAdapter`, the part a user writes) is three hooks on `checkers.conformance.adapters`.
 
 Judged against `vllm-prefix` (LRU over blocks, deepest first), lockstep testing finds the two
 ways this cache differs from the model, each a behaviour real engines have and the rank does not
@@ -19,10 +19,10 @@ import itertools
 
 from hypothesis import strategies as st
 
-from checkers.adapters import Eviction, PrefixCacheAdapter, Request, comparable
-from checkers.lockstep import differential
-from checkers.strategies import agent_traces
-from checkers.walk import random_walks
+from checkers.conformance.adapters import Eviction, PrefixCacheAdapter, Request, comparable
+from checkers.conformance.lockstep import differential
+from checkers.search.strategies import agent_traces
+from checkers.search.walk import random_walks
 from kvmodel import EngineConfig, TierConfig
 from kvmodel.ids import TierName
 

@@ -157,8 +157,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_oracle(args: argparse.Namespace) -> int:
     """Log conformance: is IMPL_LOG a behaviour the reference allows on TRACE?"""
+    from checkers.conformance.oracle import check_log, check_log_invariants, load_log
     from checkers.invariants import INVARIANTS
-    from checkers.oracle import check_log, check_log_invariants, load_log
 
     if args.invariant and not args.invariants_only:
         raise ConfigError("--invariant goes with --invariants-only (--policy judges by the rank)")
@@ -193,7 +193,7 @@ def cmd_oracle(args: argparse.Namespace) -> int:
 
 def cmd_kv_events(args: argparse.Namespace) -> int:
     """Check a vLLM KV-event log (BlockStored/BlockRemoved/AllBlocksCleared) for what it shows."""
-    from checkers.kv_events import check_kv_events, load_kv_events
+    from checkers.conformance.kv_events import check_kv_events, load_kv_events
 
     events = load_kv_events(args.log)
     try:
@@ -210,8 +210,8 @@ def cmd_kv_events(args: argparse.Namespace) -> int:
 
 
 def wide_spec(text: str) -> object:
-    """An argparse type: ``--wide K=V,...`` -> a :class:`checkers.reach.Wide`."""
-    from checkers.reach import parse_wide
+    """An argparse type: ``--wide K=V,...`` -> a :class:`checkers.symbolic.reach.Wide`."""
+    from checkers.symbolic.reach import parse_wide
 
     try:
         return parse_wide(text)
@@ -222,9 +222,9 @@ def wide_spec(text: str) -> object:
 def cmd_prove(args: argparse.Namespace) -> int:
     """Z3: the rank's eviction-order properties for all feature values, then bounded model
     checking and k-induction of the invariants over the harness fragment."""
-    from checkers.bmc import prove, rank_counterexample
-    from checkers.fragment import FRAGMENT_INVARIANTS, Fragment
-    from checkers.z3rank import PROPERTIES, prove_policy
+    from checkers.symbolic.bmc import prove, rank_counterexample
+    from checkers.symbolic.fragment import FRAGMENT_INVARIANTS, Fragment
+    from checkers.symbolic.z3rank import PROPERTIES, prove_policy
 
     policy = resolve_policy(args.policy)
     props = args.prop.split(",") if args.prop else None
@@ -242,7 +242,7 @@ def cmd_prove(args: argparse.Namespace) -> int:
         if getattr(args, opt) < low or getattr(args, opt) > 6:
             raise ConfigError(f"--{opt} must be in [{low}, 6] (got {getattr(args, opt)})")
     fragment = Fragment(args.contexts, args.slots, args.edits)
-    from checkers.z3util import RLIMIT
+    from checkers.symbolic.z3util import RLIMIT
 
     rlimit = RLIMIT if args.rlimit is None else args.rlimit
     if rlimit < 1:
@@ -277,7 +277,7 @@ def cmd_prove(args: argparse.Namespace) -> int:
             )
         elif args.reach or args.wide is not None:
             from checkers.invariants import FINDINGS
-            from checkers.reach import REACH_INVARIANTS, Wide, reach
+            from checkers.symbolic.reach import REACH_INVARIANTS, Wide, reach
 
             found = reach(
                 args.policy,
@@ -368,7 +368,7 @@ def cmd_prove(args: argparse.Namespace) -> int:
         )
     mismatch = False
     if args.self_check:
-        from checkers.conformance import self_check
+        from checkers.symbolic.selfcheck import self_check
 
         sc = self_check(args.policy, fragment=fragment, walks=args.self_check_walks, steps=12)
         print(json.dumps(attrs.asdict(sc), indent=2) if args.json else sc.render())

@@ -98,7 +98,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     config = engine_config(args.config)
     finding = None
     if args.check is not None:
-        from checkers.harness import check_ops
+        from checkers.invariants.replay import check_ops
 
         names = invariant_names(args.check)
         run = check_ops(trace.ops, args.policy, config, names)
@@ -107,7 +107,7 @@ def cmd_view(args: argparse.Namespace) -> int:
             finding = Finding(v.op, v.invariant, v.message)
     observed: dict[int, list[dict[str, Any]]] | None = None
     if args.observations:
-        from checkers.oracle import check_log, load_log, rank_policy
+        from checkers.conformance.oracle import check_log, load_log, rank_policy
 
         log = load_log(args.observations)
         observed = {}

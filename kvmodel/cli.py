@@ -76,9 +76,9 @@ def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig
     """``replay --check``: replay with the invariant monitor, then twice more to compare the
     logs (a ``nondeterministic`` finding when they differ), and the policy's engine against the
     contract on ample memory (``engine-contract``); exit 1 on any violation or finding."""
-    from checkers.harness import check_ops, nondeterminism
-    from checkers.nversion import contract_violation
-    from checkers.structural import Violation
+    from checkers.invariants.nversion import contract_violation
+    from checkers.invariants.replay import check_ops, nondeterminism
+    from checkers.invariants.structural import Violation
 
     names = invariant_names(args.check)
     run = check_ops(trace.ops, args.policy, config, names)
@@ -213,7 +213,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     """Search for counterexamples; print the policy x invariant table; write bundles."""
     from checkers.invariants import INVARIANTS
-    from checkers.report import check_policies, render_table
+    from checkers.search.report import check_policies, render_table
 
     names = [n for n in args.invariants.split(",") if n] if args.invariants else list(INVARIANTS)
     unknown = [n for n in names if n not in INVARIANTS]

@@ -196,9 +196,9 @@ class BasePolicy:
     #: The policy's code (``place``, beyond the declared rank and reclaim) reads times only to
     #: compare them, never to measure a duration or compare with a constant: its decisions do
     #: not change under a strictly increasing re-timing of the trace. Declared, not inferred;
-    #: the exhaustive search (checkers.reach) relies on it and the ``retiming`` relation
-    #: (checkers.metamorphic) tests it. It speaks for the ``place`` of the class that sets it:
-    #: a subclass overriding ``place`` declares again.
+    #: the exhaustive search (checkers.symbolic.reach) relies on it and the ``retiming`` relation
+    #: (checkers.search.metamorphic) tests it. It speaks for the ``place`` of the class that sets
+    #: it: a subclass overriding ``place`` declares again.
     compares_times_only: ClassVar[bool] = False
     #: The classes of new blocks whose ``place`` bypasses the reuse store (spec PP2, declared
     #: bypass), as data the engine enforces: it refuses a Placement whose ``bypass`` disagrees

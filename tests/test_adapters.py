@@ -1,4 +1,5 @@
-"""The adapter kit (checkers.adapters): what a third-party engine's adapter is built from."""
+"""The adapter kit (checkers.conformance.adapters): what a third-party engine's adapter is built
+from."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from checkers.adapters import (
+from checkers.conformance.adapters import (
     Eviction,
     PrefixCacheAdapter,
     Request,
@@ -15,10 +16,10 @@ from checkers.adapters import (
     load_module,
     stub_module,
 )
-from checkers.lockstep import differential, run_lockstep
-from checkers.oracle import check_log
-from checkers.pytest_plugin import DEFAULT_CONFIG, TIERED_CONFIG
-from checkers.strategies import agent_traces
+from checkers.conformance.lockstep import differential, run_lockstep
+from checkers.conformance.oracle import check_log
+from checkers.conformance.pytest_plugin import DEFAULT_CONFIG, TIERED_CONFIG
+from checkers.search.strategies import agent_traces
 from kvmodel.errors import ConfigError
 from kvmodel.workloads import AgenticParams, generate_agentic
 
@@ -92,7 +93,7 @@ class _LRUBlocks(PrefixCacheAdapter):
 def test_a_kit_adapter_of_a_block_lru_conforms_to_vllm_prefix() -> None:
     from hypothesis import strategies as st
 
-    from checkers.walk import random_walks
+    from checkers.search.walk import random_walks
 
     traces = st.one_of(agent_traces(20), random_walks(80)).map(comparable)
     res = differential(_LRUBlocks, "vllm-prefix", DEFAULT_CONFIG, max_examples=150, traces=traces)
@@ -113,7 +114,7 @@ def test_refused_lookup_refreshes_is_opt_in() -> None:
     from hypothesis import strategies as st
     from radix_cache import RadixAdapter
 
-    from checkers.walk import random_walks
+    from checkers.search.walk import random_walks
 
     traces = st.one_of(agent_traces(20), random_walks(80)).map(comparable)
     strict = differential(
@@ -132,7 +133,7 @@ def test_refused_lookup_refreshes_is_opt_in() -> None:
 
 def test_the_reference_log_conforms_under_every_variant() -> None:
     # a variant only widens what is admissible: the reference itself stays OK
-    from checkers.oracle import VARIANTS
+    from checkers.conformance.oracle import VARIANTS
     from kvmodel.observations import observation_to_json
     from kvmodel.replay import replay
 
@@ -150,8 +151,8 @@ def test_invariants_only_follows_every_eviction_of_a_node_granular_cache() -> No
     from hypothesis import strategies as st
     from radix_cache import RadixAdapter
 
-    from checkers.oracle import check_log_invariants
-    from checkers.walk import random_walks
+    from checkers.conformance.oracle import check_log_invariants
+    from checkers.search.walk import random_walks
     from kvmodel import EngineConfig, TierConfig
     from kvmodel.ids import TierName
     from kvmodel.policy import STRUCTURAL_CLAIMS
@@ -175,13 +176,13 @@ def test_invariants_only_follows_every_eviction_of_a_node_granular_cache() -> No
 
 def test_invariants_only_messages_name_blocks_by_key() -> None:
     # issue 14 item 6: the implementation knows its blocks by key, not by the puppet's slots
-    from checkers.oracle import check_log_invariants
+    from checkers.conformance.oracle import check_log_invariants
     from kvmodel.observations import observation_to_json
     from kvmodel.replay import replay
     from kvmodel.workloads import RandomParams, random_trace
 
     tr = random_trace(RandomParams(seed=0, ops=80))
-    bad = "checkers.mutants:EvictsPinnedWhenFull"
+    bad = "checkers.search.mutants:EvictsPinnedWhenFull"
     log = [observation_to_json(o) for o in replay(tr, bad, TIERED_CONFIG).engine.log]
     v = check_log_invariants(tr, log, TIERED_CONFIG, ["pinned-never-evicted"])
     assert v.verdict == "ILLEGAL"

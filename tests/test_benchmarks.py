@@ -24,7 +24,7 @@ def _load(name: str) -> ModuleType:
 
 
 def test_bench_vs_vllm_does_the_same_work_as_vllm(capsys: pytest.CaptureFixture[str]) -> None:
-    from checkers.vllm_pool import VLLMUnavailableError, fetch_sources
+    from checkers.conformance.vllm_pool import VLLMUnavailableError, fetch_sources
 
     try:
         fetch_sources()

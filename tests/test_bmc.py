@@ -1,9 +1,9 @@
-"""Bounded model checking and k-induction (checkers.bmc) against the executable model.
+"""Bounded model checking and k-induction (checkers.symbolic.bmc) against the executable model.
 
 Every Z3 counterexample is decoded into a trace that replays to the same violation; the
 exhaustive breadth-first search of the executable model and the BMC agree on which invariants
 fail and at what shortest depth; the expected rungs of every built-in policy and mutant are data
-(checkers/expected_proofs.toml)."""
+(checkers/symbolic/expected_proofs.toml)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from typing import ClassVar
 import attrs
 import pytest
 
-import checkers.mutants
-from checkers import bmc
-from checkers.bmc import prove
-from checkers.fragment import FRAGMENT_INVARIANTS, Action, Fragment, explore
-from checkers.harness import check_ops
-from checkers.mutants import MUTANTS
+import checkers.search.mutants
+from checkers.invariants.replay import check_ops
+from checkers.search.mutants import MUTANTS
+from checkers.symbolic import bmc
+from checkers.symbolic.bmc import prove
+from checkers.symbolic.fragment import FRAGMENT_INVARIANTS, Action, Fragment, explore
 from kvmodel.cli import main
 from kvmodel.ids import BlockId
 from kvmodel.lifecycle import BlockClass
@@ -31,11 +31,16 @@ from kvmodel.view import ModelView, NewBlock
 from policies.kvtether import KVTether
 
 MANIFEST = tomllib.loads(
-    (Path(__file__).parent.parent / "checkers" / "expected_proofs.toml").read_text()
+    (Path(__file__).parent.parent / "checkers" / "symbolic" / "expected_proofs.toml").read_text()
 )
 F = Fragment()
 #: the default run's slice; `-m slow` runs every policy and mutant
-SLICE = ["lru", "kvtether", "checkers.mutants:MRUInverted", "checkers.mutants:LateDeadReclaim"]
+SLICE = [
+    "lru",
+    "kvtether",
+    "checkers.search.mutants:MRUInverted",
+    "checkers.search.mutants:LateDeadReclaim",
+]
 ALL = [*registered_policies(), *MUTANTS]
 
 
@@ -96,7 +101,7 @@ def test_bfs_and_bmc_agree_everywhere(policy: str) -> None:
 
 
 def test_policies_outside_the_fragment_are_unknown_never_proved() -> None:
-    for policy in ("mori", "belady", "checkers.mutants:EvictsInFlight"):
+    for policy in ("mori", "belady", "checkers.search.mutants:EvictsInFlight"):
         answers = prove(policy, depth=3)
         # never proved or bounded; what the executable model's exhaustive search finds is
         # still reported, with a trace that replays (belady plans offline: not searched)
@@ -135,7 +140,7 @@ def test_prove_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["prove", "lru", "--depth", "4", "--invariant", "no-zombie-kv"]) == 0
     out = capsys.readouterr().out
     assert "violated at depth 2" in out
-    assert main(["prove", "checkers.mutants:MRUInverted", "--depth", "4", "--json"]) == 1
+    assert main(["prove", "checkers.search.mutants:MRUInverted", "--depth", "4", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     mru = next(a for a in data["fragment"] if a["invariant"] == "suspended-mru")
     assert (mru["rung"], mru["depth"], mru["claimed"]) == ("violated", 3, True)
@@ -164,11 +169,11 @@ def test_prove_cli(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_a_violated_rank_property_becomes_a_trace_with_the_wrong_eviction() -> None:
-    from checkers.bmc import rank_counterexample
-    from checkers.z3rank import prove_policy
+    from checkers.symbolic.bmc import rank_counterexample
+    from checkers.symbolic.z3rank import prove_policy
     from kvmodel.policy import resolve_policy
 
-    mutant = "checkers.mutants:MRUInverted"
+    mutant = "checkers.search.mutants:MRUInverted"
     [bad] = [p for p in prove_policy(resolve_policy(mutant)) if p.rung == "violated"]
     shown = rank_counterexample(mutant, bad.prop)
     assert shown is not None
@@ -200,7 +205,7 @@ def test_the_reclaim_rule_is_data_the_engine_runs() -> None:
     assert declared_reclaim(resolve_policy("lru")) is Reclaim.NONE
     assert declared_reclaim(resolve_policy("lachesis")) is Reclaim.DEAD  # observes in observe()
     # an on_op written as code has no declared rule, on the class or on the instance
-    assert declared_reclaim(resolve_policy("checkers.mutants:IdleTimeoutReclaim")) is None
+    assert declared_reclaim(resolve_policy("checkers.search.mutants:IdleTimeoutReclaim")) is None
     assert declared_reclaim(_IdleFree()) is None
     patched = KVTether()
     patched.on_op = lambda view, op: ()  # type: ignore[method-assign]
@@ -216,7 +221,7 @@ def test_the_reclaim_rule_is_data_the_engine_runs() -> None:
 
     with pytest.raises(PolicyDefinitionError, match="its on_op is code"):
 
-        class _RedeclaresInherited(checkers.mutants.IdleTimeoutReclaim):
+        class _RedeclaresInherited(checkers.search.mutants.IdleTimeoutReclaim):
             reclaim: ClassVar[Reclaim | None] = Reclaim.DEAD
 
     with pytest.raises(PolicyDefinitionError, match="does not override on_op"):
@@ -224,7 +229,7 @@ def test_the_reclaim_rule_is_data_the_engine_runs() -> None:
         class _NoRule(KVTether):
             reclaim: ClassVar[Reclaim | None] = None
 
-    idle = "checkers.mutants:IdleTimeoutReclaim"
+    idle = "checkers.search.mutants:IdleTimeoutReclaim"
     symbolic = prove(idle, ["pinned-never-evicted"], depth=3, cross_depth=0)
     assert [(a.rung, a.reason) for a in symbolic] == [
         ("unknown", "outside the fragment: its reclaim rule is code (on_op is overridden)")
@@ -263,7 +268,7 @@ def test_the_bypass_rule_is_data_the_engine_enforces() -> None:
     assert declared_bypass(KVTether()) == frozenset({BlockClass.TEMPORARY})
     assert declared_bypass(resolve_policy("lru")) == frozenset()
     assert declared_bypass(resolve_policy("lachesis")) == frozenset()
-    assert declared_bypass(resolve_policy("checkers.mutants:IndexesTemporary")) is None
+    assert declared_bypass(resolve_policy("checkers.search.mutants:IndexesTemporary")) is None
     assert declared_bypass(_LateBypass()) is None
     assert declared_bypass(_LateBypassDeclared()) == frozenset({BlockClass.TEMPORARY})
     # code: outside the fragment, whatever the first actions show (was `proved by 1-induction`)
@@ -274,7 +279,7 @@ def test_the_bypass_rule_is_data_the_engine_enforces() -> None:
     ]  # fmt: skip
     # a declaration the code breaks is refused by the engine when it is broken: the run stops
     # (a policy-protocol finding) instead of leaving the model the proof was about
-    from checkers.harness import engine_for
+    from checkers.invariants.replay import engine_for
 
     engine = engine_for(_LateBypassDeclared(), F.config)
     ops = F.ops([Action("infer", 0), Action("edit", 0), Action("infer", 0)])
@@ -307,7 +312,7 @@ def test_a_declaration_is_read_once_and_a_run_that_changes_it_is_refused() -> No
     assert "changed a declaration during the run" in run.violations[0].message
     assert run.violations[0].op == 12  # the op whose observe() changed the rule is refused
     # the engine applied the rule it read when it was built, never the changed one
-    from checkers.harness import engine_for
+    from checkers.invariants.replay import engine_for
 
     engine = engine_for(_Adaptive(), F.config)
     for op in ops[:12]:
@@ -318,7 +323,7 @@ def test_a_declaration_is_read_once_and_a_run_that_changes_it_is_refused() -> No
 
 @pytest.mark.parametrize("policy", SLICE)
 def test_the_symbolic_step_is_the_executable_step(policy: str) -> None:
-    from checkers.conformance import self_check
+    from checkers.symbolic.selfcheck import self_check
 
     r = self_check(policy, walks=6, steps=8)
     assert r.ok, r.render()
@@ -328,7 +333,7 @@ def test_the_symbolic_step_is_the_executable_step(policy: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ALL)
 def test_the_symbolic_step_is_the_executable_step_everywhere(policy: str) -> None:
-    from checkers.conformance import self_check
+    from checkers.symbolic.selfcheck import self_check
 
     r = self_check(policy, walks=60, steps=12)
     assert not r.mismatches, r.render()
@@ -337,8 +342,8 @@ def test_the_symbolic_step_is_the_executable_step_everywhere(policy: str) -> Non
 def test_the_self_check_catches_a_wrong_symbolic_reading() -> None:
     import attrs
 
-    from checkers.bmc import profile
-    from checkers.conformance import self_check
+    from checkers.symbolic.bmc import profile
+    from checkers.symbolic.selfcheck import self_check
     from policies.lru import LRU
 
     right = profile("kvtether")

@@ -11,15 +11,16 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 
-import checkers.engine_mutants
-import checkers.mutants
-from checkers.harness import check_ops, nondeterminism, shrink
+import checkers.search.engine_mutants
+import checkers.search.mutants
 from checkers.invariants import FINDINGS, INVARIANTS, STRUCTURAL
-from checkers.mutants import MUTANTS
-from checkers.nversion import contract_violation
-from checkers.report import check_policies, expected_verdicts
-from checkers.stateful import check_config, make_machine
-from checkers.strategies import agent_traces
+from checkers.invariants.nversion import contract_violation
+from checkers.invariants.replay import check_ops, nondeterminism
+from checkers.search.mutants import MUTANTS
+from checkers.search.report import check_policies, expected_verdicts
+from checkers.search.shrink import shrink
+from checkers.search.stateful import check_config, make_machine
+from checkers.search.strategies import agent_traces
 from kvmodel.cli import main
 from kvmodel.config import load_config
 from kvmodel.policy import BasePolicy, registered_policies, resolve_policy
@@ -32,7 +33,7 @@ BUILTIN = sorted(registered_policies())
 
 def test_expected_verdicts_cover_every_policy_and_mutant() -> None:
     assert set(BUILTIN) <= set(EXPECTED)
-    zoo = (checkers.mutants, checkers.engine_mutants)
+    zoo = (checkers.search.mutants, checkers.search.engine_mutants)
     mutants = {p for p in EXPECTED if p.split(":")[0] in {m.__name__ for m in zoo}}
     defined = {
         f"{module.__name__}:{name}"
@@ -154,12 +155,10 @@ def test_bundles_replay_through_the_cli_and_the_repro_test_fails(
 
 def test_check_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # a claimed invariant violated (a mutant) -> 1; a finding on an unclaimed one -> 0
-    assert (
-        main(["check", "checkers.mutants:MRUInverted", "--invariants", "suspended-mru", "--json"])
-        == 1
-    )
+    mutant = "checkers.search.mutants:MRUInverted"
+    assert main(["check", mutant, "--invariants", "suspended-mru", "--json"]) == 1
     d = json.loads(capsys.readouterr().out)
-    assert d["failures"] == {"checkers.mutants:MRUInverted": ["suspended-mru"]}
+    assert d["failures"] == {"checkers.search.mutants:MRUInverted": ["suspended-mru"]}
     inv = d["reports"][0]["invariants"]["suspended-mru"]
     assert inv["verdict"] == "violated"
     assert inv["claimed"]

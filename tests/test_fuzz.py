@@ -1,7 +1,8 @@
-"""Every input gets a clean verdict (kvmodel issue 20): the mutation fuzzer of checkers/fuzz.py
-over every input format, a Hypothesis search of hostile JSON values in every field, and one
-regression test per crash class the fuzzer found. Allowed outcomes: exit 0, a verdict (1 or
-3), or a located error (exit 2, a message, no output file) -- never a traceback, never a hang."""
+"""Every input gets a clean verdict (kvmodel issue 20): the mutation fuzzer of
+checkers/search/fuzz.py over every input format, a Hypothesis search of hostile JSON values in
+every field, and one regression test per crash class the fuzzer found. Allowed outcomes: exit 0, a
+verdict (1 or 3), or a located error (exit 2, a message, no output file) -- never a traceback,
+never a hang."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checkers.fuzz import (
+from checkers.search.fuzz import (
     FAILURE_KINDS,
     TARGETS,
     Outcome,
@@ -245,7 +246,7 @@ def test_a_hostile_agent_id_never_names_a_file_outside_the_session() -> None:
 def test_random_command_lines_get_a_clean_outcome(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from checkers.fuzz import argv_campaign
+    from checkers.search.fuzz import argv_campaign
 
     monkeypatch.chdir(tmp_path)
     c = argv_campaign(300, seed=0)
@@ -265,7 +266,7 @@ def test_random_command_lines_get_a_clean_outcome(
     ],
 )
 def test_command_line_crash_classes(argv: list[str]) -> None:
-    from checkers.fuzz import Target
+    from checkers.search.fuzz import Target
 
     o = run(Target("argv", (), lambda f, out: []), {}, argv=argv)
     _located(o)

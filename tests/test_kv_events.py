@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from checkers.kv_events import check_kv_events
+from checkers.conformance.kv_events import check_kv_events
 from kvmodel.cli import main
 
 

@@ -1,4 +1,4 @@
-"""Lockstep differential testing (checkers.lockstep) and its pytest plugin."""
+"""Lockstep differential testing (checkers.conformance.lockstep) and its pytest plugin."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from checkers.lockstep import EngineImplementation, differential, run_lockstep
-from checkers.pytest_plugin import TIERED_CONFIG as CFG
+from checkers.conformance.lockstep import EngineImplementation, differential, run_lockstep
+from checkers.conformance.pytest_plugin import TIERED_CONFIG as CFG
 from kvmodel.logical import Sequences
 from kvmodel.trace import Infer
 from kvmodel.workloads import RandomParams, random_trace
@@ -32,9 +32,9 @@ def test_the_reference_agrees_with_itself(policy: str) -> None:
 @pytest.mark.parametrize(
     ("mutant", "policy"),
     [
-        ("checkers.mutants:LateDeadReclaim", "kvtether"),
-        ("checkers.mutants:LeadInHBM", "lachesis-det"),
-        ("checkers.mutants:IndexesTemporary", "kvtether"),
+        ("checkers.search.mutants:LateDeadReclaim", "kvtether"),
+        ("checkers.search.mutants:LeadInHBM", "lachesis-det"),
+        ("checkers.search.mutants:IndexesTemporary", "kvtether"),
     ],
 )
 def test_mutants_diverge_on_a_small_shrunk_trace(mutant: str, policy: str) -> None:
@@ -87,13 +87,14 @@ def test_sequences_track_the_logical_state_like_the_engine() -> None:
 
 def test_pytest_plugin_fixture(tmp_path: Path) -> None:
     (tmp_path / "test_impl.py").write_text(
-        "from checkers.lockstep import EngineImplementation\n"
-        "from checkers.pytest_plugin import TIERED_CONFIG\n"
+        "from checkers.conformance.lockstep import EngineImplementation\n"
+        "from checkers.conformance.pytest_plugin import TIERED_CONFIG\n"
         "def test_good(kvmodel_lockstep):\n"
         "    kvmodel_lockstep(lambda c: EngineImplementation('kvtether', c), 'kvtether')\n"
         "def test_bad(kvmodel_lockstep):\n"
         "    kvmodel_lockstep(\n"
-        "        lambda c: EngineImplementation('checkers.mutants:LeadInHBM', c), 'lachesis-det',\n"
+        "        lambda c: EngineImplementation('checkers.search.mutants:LeadInHBM', c),\n"
+        "        'lachesis-det',\n"
         "        TIERED_CONFIG,\n"
         "    )\n"
     )
@@ -122,7 +123,7 @@ def test_an_implementation_that_cannot_be_built_gets_a_verdict_not_a_crash() -> 
 
 
 def test_the_fixture_default_is_one_tier_under_pressure() -> None:
-    from checkers.pytest_plugin import DEFAULT_CONFIG
+    from checkers.conformance.pytest_plugin import DEFAULT_CONFIG
 
     assert len(DEFAULT_CONFIG.tiers) == 1
     res = differential(

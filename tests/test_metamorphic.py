@@ -1,5 +1,5 @@
-"""Metamorphic relations of the engine (checkers/metamorphic.py): each holds for the reference
-engine on random traces, with and without memory pressure, and each is shown to fail on a
+"""Metamorphic relations of the engine (checkers/search/metamorphic.py): each holds for the
+reference engine on random traces, with and without memory pressure, and each is shown to fail on a
 broken engine or policy (spec/invariants.md §Self-checks of the engine)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import ClassVar
 
 import pytest
 
-from checkers.engine_mutants import EagerEdits, ForkWithoutPrefix
-from checkers.metamorphic import RELATIONS, Run, interleaving, runner
-from checkers.mutants import IdleTimeoutReclaim, SharedCursorLRU
-from checkers.nversion import ample_config
+from checkers.invariants.nversion import ample_config
+from checkers.search.engine_mutants import EagerEdits, ForkWithoutPrefix
+from checkers.search.metamorphic import RELATIONS, Run, interleaving, runner
+from checkers.search.mutants import IdleTimeoutReclaim, SharedCursorLRU
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, TierName
@@ -140,8 +140,8 @@ def test_interleaving_is_not_vacuous_under_pressure() -> None:
 
 
 def test_every_policy_that_compares_times_only_passes_retiming() -> None:
-    # the declaration checkers.reach relies on, tested for every built-in policy making it
-    from checkers.metamorphic import retiming
+    # the declaration checkers.symbolic.reach relies on, tested for every built-in policy making it
+    from checkers.search.metamorphic import retiming
     from kvmodel.policy import registered_policies, resolve_policy
 
     declared = [p for p in registered_policies() if resolve_policy(p).compares_times_only]

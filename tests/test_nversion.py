@@ -1,4 +1,4 @@
-"""The engine against an independent computation of the contract (checkers/nversion.py).
+"""The engine against an independent computation of the contract (checkers/invariants/nversion.py).
 
 The shadow shares no code with the engine's admission path; on memory too large to fill, the two
 must agree after every op, on every field (spec/invariants.md §Self-checks of the engine).
@@ -10,19 +10,12 @@ import attrs
 import numpy as np
 import pytest
 
-from checkers.engine_mutants import ENGINE_MUTANTS
-from checkers.harness import check_ops
 from checkers.invariants import INVARIANTS
-from checkers.nversion import (
-    KEEP,
-    SELF_CHECK_BLOCK_SIZES,
-    TETHER,
-    Shadow,
-    contract_violation,
-    diverge,
-    engine_self_check,
-)
-from checkers.swarm import draw_config
+from checkers.invariants.nversion import KEEP, TETHER, Shadow, contract_violation, diverge
+from checkers.invariants.replay import check_ops
+from checkers.search.engine_check import SELF_CHECK_BLOCK_SIZES, engine_self_check
+from checkers.search.engine_mutants import ENGINE_MUTANTS
+from checkers.search.swarm import draw_config
 from kvmodel._engine_view import EngineView
 from kvmodel._resident import ResidentBlock
 from kvmodel.engine import Engine

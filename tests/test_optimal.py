@@ -1,12 +1,12 @@
-"""Z3 Optimize bounds (checkers.optimal) cross-check the offline policy `belady`."""
+"""Z3 Optimize bounds (checkers.symbolic.optimal) cross-check the offline policy `belady`."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from checkers.fragment import Fragment, Harness
-from checkers.optimal import access_sets, min_writes
+from checkers.symbolic.fragment import Fragment, Harness
+from checkers.symbolic.optimal import access_sets, min_writes
 from kvmodel.ids import BlockKey
 from kvmodel.replay import replay
 
@@ -67,7 +67,7 @@ def test_no_sharing_means_every_access_is_a_write_with_one_slot(slots: int) -> N
 
 @pytest.mark.parametrize("hbm", [3, 6, 12])
 def test_opt_placement_reaches_the_solver_minimum_of_hbf_writes(hbm: int) -> None:
-    from checkers.optimal import lifetimes, min_hbf_writes
+    from checkers.symbolic.optimal import lifetimes, min_hbf_writes
     from kvmodel import EngineConfig, TierConfig
     from kvmodel.ids import TierName
     from kvmodel.workloads import RandomParams, random_trace
@@ -85,7 +85,7 @@ def test_opt_placement_reaches_the_solver_minimum_of_hbf_writes(hbm: int) -> Non
 
 
 def test_min_hbf_writes_by_hand() -> None:
-    from checkers.optimal import min_hbf_writes
+    from checkers.symbolic.optimal import min_hbf_writes
 
     # three overlapping lifetimes and one later one; one HBM slot: keep one of the three + the last
     assert min_hbf_writes([(0, 10), (1, 3), (2, 4), (11, 12)], 1) == 2

@@ -1,4 +1,4 @@
-"""Log conformance (checkers.oracle): no false alarms on the reference's own logs, every
+"""Log conformance (checkers.conformance.oracle): no false alarms on the reference's own logs, every
 perturbation caught, truncation reported as UNKNOWN."""
 
 from __future__ import annotations
@@ -10,8 +10,13 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from checkers.conformance.oracle import (
+    check_log,
+    check_log_invariants,
+    divergence_class,
+    self_consistent,
+)
 from checkers.invariants import INVARIANTS
-from checkers.oracle import check_log, check_log_invariants, divergence_class, self_consistent
 from kvmodel import EngineConfig, TierConfig
 from kvmodel.cli import main
 from kvmodel.ids import TierName

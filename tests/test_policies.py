@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scenario import config, log_of, msg, run, trace
 
-from checkers.harness import check_ops
 from checkers.invariants import INVARIANTS
+from checkers.invariants.replay import check_ops
 from kvmodel import EngineConfig, TierConfig
 from kvmodel.ids import TierName
 from kvmodel.policy import registered_policies, resolve_policy

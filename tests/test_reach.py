@@ -1,6 +1,7 @@
-"""The exhaustive search of the executable model over the wide fragment (checkers/reach.py):
-fixpoint proofs for the reference policies, shortest replayable violations, mutants the Z3
-fragment cannot see, honest "bounded" verdicts, and a sampled test of the state merge."""
+"""The exhaustive search of the executable model over the wide fragment
+(checkers/symbolic/reach.py): fixpoint proofs for the reference policies, shortest replayable
+violations, mutants the Z3 fragment cannot see, honest "bounded" verdicts, and a sampled test of
+the state merge."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import ClassVar
 
 import pytest
 
-from checkers.harness import check_ops
-from checkers.mutants import MUTANTS
-from checkers.reach import (
+from checkers.invariants.replay import check_ops
+from checkers.search.mutants import MUTANTS
+from checkers.symbolic.reach import (
     REACH_INVARIANTS,
     Step,
     Wide,
@@ -75,14 +76,14 @@ def test_violations_are_shortest_and_replay() -> None:
 #: mutants whose bug needs a 2-block chain, a temporary, an edit of a chain or a second tier --
 #: outside the Z3 fragment (one-block contexts, one tier)
 WIDE_ONLY = [
-    "checkers.mutants:RootFirstLRU",
-    "checkers.mutants:IndexesTemporary",
-    "checkers.mutants:NoBypassTetherLachesis",
-    "checkers.mutants:StaleHitAfterReplace",
-    "checkers.mutants:ReclaimsExpiredTetherLachesis",
-    "checkers.mutants:AllHBMFirstTetherLachesis",
-    "checkers.mutants:ForgetsHolder",
-    "checkers.mutants:WritesPerSegment",
+    "checkers.search.mutants:RootFirstLRU",
+    "checkers.search.mutants:IndexesTemporary",
+    "checkers.search.mutants:NoBypassTetherLachesis",
+    "checkers.search.mutants:StaleHitAfterReplace",
+    "checkers.search.mutants:ReclaimsExpiredTetherLachesis",
+    "checkers.search.mutants:AllHBMFirstTetherLachesis",
+    "checkers.search.mutants:ForgetsHolder",
+    "checkers.search.mutants:WritesPerSegment",
 ]
 
 
@@ -107,7 +108,7 @@ class IdlePlacement(KVTether):
 
 
 def test_a_policy_that_may_measure_time_is_never_proved() -> None:
-    idle = "checkers.mutants:IdleTimeoutReclaim"
+    idle = "checkers.search.mutants:IdleTimeoutReclaim"
     assert exact_merge(resolve_policy(idle)) is not None
     assert "compares_times_only" in (exact_merge(IdlePlacement()) or "")
     r = reach(idle, TINY)
@@ -128,8 +129,8 @@ def test_a_capped_search_is_bounded() -> None:
 
 
 def test_state_key_forgets_history_and_keeps_state() -> None:
-    from checkers.harness import engine_for
     from checkers.invariants import Monitor
+    from checkers.invariants.replay import engine_for
 
     def key(steps: list[Step]) -> tuple[object, ...]:
         e = engine_for(resolve_policy("kvtether"), TINY.config)
@@ -156,7 +157,7 @@ def test_merged_states_have_the_same_future(policy: str) -> None:
 
 
 def test_the_merge_check_catches_a_policy_that_measures_time() -> None:
-    _, bad = check_merges("checkers.mutants:IdleTimeoutReclaim", WIDER, walks=120, steps=12)
+    _, bad = check_merges("checkers.search.mutants:IdleTimeoutReclaim", WIDER, walks=120, steps=12)
     assert bad
 
 
@@ -186,7 +187,7 @@ def test_cli_prove_reach(capsys: pytest.CaptureFixture[str]) -> None:
     assert "no-zombie-kv" in text
     assert "violated  at depth 2" in text
     # a claimed invariant broken in the wide fragment: exit 1
-    mutant = "checkers.mutants:RootFirstLRU"
+    mutant = "checkers.search.mutants:RootFirstLRU"
     assert main(["prove", mutant, *quick]) == 1
     assert main(["prove", "kvtether", "--wide", "slots=3"]) == 2
 
@@ -198,9 +199,9 @@ FORK = Wide(contexts=1, forks=1, hbm=2, hbf=0, edits=0, temporary=False)
 @pytest.mark.parametrize(
     "mutant",
     [
-        "checkers.mutants:DropsForkPrefix",
-        "checkers.engine_mutants:ForkWithoutPrefixTether",
-        "checkers.mutants:EvictsInFlight",
+        "checkers.search.mutants:DropsForkPrefix",
+        "checkers.search.engine_mutants:ForkWithoutPrefixTether",
+        "checkers.search.mutants:EvictsInFlight",
     ],
     ids=lambda m: m.split(":")[1],
 )

@@ -7,12 +7,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from checkers.bmc import STRUCTURAL_IN_FRAGMENT
-from checkers.coverage import TRIGGERS
-from checkers.fragment import FRAGMENT_INVARIANTS
 from checkers.invariants import FINDINGS, INVARIANTS, STRUCTURAL
-from checkers.mutants import MUTANTS
-from checkers.z3rank import PROPERTY_OF_CLAIM
+from checkers.search.coverage import TRIGGERS
+from checkers.search.mutants import MUTANTS
+from checkers.symbolic.bmc import STRUCTURAL_IN_FRAGMENT
+from checkers.symbolic.fragment import FRAGMENT_INVARIANTS
+from checkers.symbolic.z3rank import PROPERTY_OF_CLAIM
 from kvmodel.policy import registered_policies, resolve_policy
 
 SPEC = (Path(__file__).parent.parent / "spec" / "invariants.md").read_text(encoding="utf-8")
@@ -48,7 +48,7 @@ def test_every_fragment_invariant_has_one_definition_or_is_printed_structural() 
     # the BMC step reads the eviction-order invariants from ORDER and the per-block ones from
     # BLOCK, the same predicates the Monitor evaluates; what is in neither is structural there
     from checkers.invariants import BLOCK, ORDER
-    from checkers.reach import REACH_INVARIANTS
+    from checkers.symbolic.reach import REACH_INVARIANTS
 
     assert set(ORDER) | set(BLOCK) <= set(INVARIANTS)
     assert not set(ORDER) & set(BLOCK)

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from checkers.coverage import SearchStats
-from checkers.harness import check_ops
 from checkers.invariants import INVARIANTS
-from checkers.stateful import search
-from checkers.swarm import BLOCK_SIZES, check_config, draw_config, swarm_configs
-from checkers.walk import WalkFind, explore, run_walk, walk_recipe
+from checkers.invariants.replay import check_ops
+from checkers.search.coverage import SearchStats
+from checkers.search.stateful import search
+from checkers.search.swarm import BLOCK_SIZES, check_config, draw_config, swarm_configs
+from checkers.search.walk import WalkFind, explore, run_walk, walk_recipe
 from kvmodel.cli import main
 from kvmodel.config import EngineConfig
 from kvmodel.policy import resolve_policy
@@ -86,7 +86,7 @@ def test_jobs_change_speed_not_finds() -> None:
     def finds(jobs: int) -> list[WalkFind]:
         out: list[WalkFind] = []
         explore(
-            "checkers.mutants:FreesSharedAtReturn", INVARIANTS, seed=1, walks=24, jobs=jobs,
+            "checkers.search.mutants:FreesSharedAtReturn", INVARIANTS, seed=1, walks=24, jobs=jobs,
             on_find=out.append,
         )  # fmt: skip
         return out
@@ -109,7 +109,7 @@ def test_walks_put_pressure_on_every_trigger() -> None:
 
 
 def test_a_swarm_find_carries_the_engine_it_fails_on() -> None:
-    mutant = "checkers.mutants:FreesSharedAtReturn"
+    mutant = "checkers.search.mutants:FreesSharedAtReturn"
     r = search(
         mutant, ["reclaim-dead-only"], max_examples=5, steps=10, seed=1, walks=24,
         hypothesis_shrink=False,
@@ -150,7 +150,7 @@ def test_check_cli_budget_walks_and_jobs(capsys: pytest.CaptureFixture[str]) -> 
 def test_replay_check_reports_a_nondeterministic_policy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from checkers.harness import config_to_toml
+    from checkers.search.bundle import config_to_toml
 
     trace = tmp_path / "t.jsonl"
     cfg = tmp_path / "c.toml"
@@ -159,7 +159,7 @@ def test_replay_check_reports_a_nondeterministic_policy(
     args = ["replay", str(trace), "--config", str(cfg), "--check", "accounting"]
     assert main([*args, "--policy", "lru"]) == 0
     capsys.readouterr()
-    assert main([*args, "--policy", "checkers.mutants:SharedCursorLRU"]) == 1
+    assert main([*args, "--policy", "checkers.search.mutants:SharedCursorLRU"]) == 1
     out = capsys.readouterr().out
     assert "VIOLATED nondeterministic at op 54: two replays of the same trace differ" in out
 

@@ -1,5 +1,5 @@
-"""vLLM v1's real BlockPool under test (checkers.vllm_pool): it agrees with `vllm-prefix` on
-every decision, and deliberately perturbed copies are flagged.
+"""vLLM v1's real BlockPool under test (checkers.conformance.vllm_pool): it agrees with
+`vllm-prefix` on every decision, and deliberately perturbed copies are flagged.
 
 The vLLM wheel is fetched at test time (never committed); where that is impossible the tests
 skip with the reason."""
@@ -10,10 +10,9 @@ from collections import Counter
 
 import pytest
 
-from checkers.kv_events import check_kv_events
-from checkers.lockstep import differential, run_lockstep
-from checkers.strategies import agent_traces
-from checkers.vllm_pool import (
+from checkers.conformance.kv_events import check_kv_events
+from checkers.conformance.lockstep import differential, run_lockstep
+from checkers.conformance.vllm_pool import (
     PERTURBATIONS,
     BlockPoolModules,
     VLLMBlockPool,
@@ -22,6 +21,7 @@ from checkers.vllm_pool import (
     load_block_pool,
     vllm_comparable,
 )
+from checkers.search.strategies import agent_traces
 from kvmodel import EngineConfig, TierConfig
 from kvmodel.errors import ConfigError
 from kvmodel.ids import TierName

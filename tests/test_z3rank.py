@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import pytest
 
-from checkers.z3rank import PROPERTIES, PROPERTY_OF_CLAIM, prove_policy, prove_rank
+from checkers.symbolic.z3rank import PROPERTIES, PROPERTY_OF_CLAIM, prove_policy, prove_rank
 from kvmodel.ids import BlockId, ContextId, TierName
 from kvmodel.lifecycle import BlockClass
 from kvmodel.messages import AgentKind
@@ -62,8 +62,8 @@ def _info(vals: dict[str, str]) -> BlockInfo:
         ("lru", "mru-within-suspended"),
         ("vllm-prefix", "class-priority"),
         ("lachesis-det", "mru-within-suspended"),
-        ("checkers.mutants:MRUInverted", "mru-within-suspended"),
-        ("checkers.mutants:LateDeadReclaim", "dead-before-live"),
+        ("checkers.search.mutants:MRUInverted", "mru-within-suspended"),
+        ("checkers.search.mutants:LateDeadReclaim", "dead-before-live"),
     ],
 )
 def test_violations_replay_in_the_executable_rank(policy: str, prop: str) -> None:

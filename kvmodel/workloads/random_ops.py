@@ -43,7 +43,7 @@ _OUT_KINDS = (MessageKind.REASONING, MessageKind.OUTPUT, MessageKind.TOOL_CALL)
 
 
 #: the relative weight of each op among the legal ones (the default generator's mix); a swarm
-#: search (:mod:`checkers.swarm`) draws its own vector with some ops switched off
+#: search (:mod:`checkers.search.swarm`) draws its own vector with some ops switched off
 OP_WEIGHTS: Mapping[str, float] = MappingProxyType(
     {
         "open": 1.0,

@@ -1,0 +1,337 @@
+"""An adapter kit: put a third-party prefix cache under the oracle in about fifty lines.
+
+A cache under test sees requests (token lists), not trace ops; the oracle reads observation
+records naming blocks by the spec's hash-chain keys (spec/invariants.md §Oracle). This module
+is what sits between, written once:
+
+* :class:`TokenSynth` -- deterministic synthetic tokens per message content (equal content keys,
+  equal tokens), so the cache's own prefix matching and hashing apply;
+* :class:`Request` and :func:`requests` -- each ``infer`` op as the cache sees it: its tokens,
+  the prompt length, and per block the spec's key (``None`` for a partial tail block);
+* :class:`Records` -- builders for one op's observation records;
+* :class:`PrefixCacheAdapter` -- an :class:`~checkers.conformance.lockstep.Implementation` for a
+  one-tier prefix cache: subclass it and write :meth:`~PrefixCacheAdapter.lookup`,
+  :meth:`~PrefixCacheAdapter.make_room` and :meth:`~PrefixCacheAdapter.insert`; it turns what
+  they answer into records (infer, hits, evictions with their groups, writes, the partial tail
+  freed, a rejection);
+* :func:`load_module` -- execute a module's source against stub modules for its imports (no
+  torch, no framework config), with an injected clock;
+* :func:`comparable` -- a trace restricted to what a plain prefix cache implements.
+
+``examples/radix_cache.py`` is a worked example: a small radix-tree cache that frees whole tree
+nodes, checked with ``allow=("extra-victims",)``. :mod:`checkers.conformance.vllm_pool` is built on
+the same kit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+
+from kvmodel.config import EngineConfig
+from kvmodel.errors import ConfigError
+from kvmodel.ids import BlockKey, TierName
+from kvmodel.logical import Sequences
+from kvmodel.trace import Infer, Op, Pin, Trace, Unpin
+
+__all__ = [
+    "Eviction",
+    "PrefixCacheAdapter",
+    "Records",
+    "Request",
+    "TokenSynth",
+    "comparable",
+    "load_module",
+    "request",
+    "stub_module",
+]
+
+
+class TokenSynth:
+    """Synthetic token ids per message content key: deterministic, equal keys give equal tokens,
+    distinct keys (almost surely) distinct ones."""
+
+    def __init__(self) -> None:
+        self._tokens: dict[str, list[int]] = {}
+
+    def __call__(self, content_key: str, n: int) -> list[int]:
+        toks = self._tokens.get(content_key)
+        if toks is None or len(toks) < n:
+            seed = int.from_bytes(hashlib.blake2b(content_key.encode(), digest_size=7).digest())
+            toks = [(seed + j) % (1 << 62) for j in range(n)]
+            self._tokens[content_key] = toks
+        return toks[:n]
+
+
+@attrs.frozen
+class Request:
+    """One ``infer`` op as a prefix cache sees it."""
+
+    index: int  #: the op's index in the trace
+    ctx: str
+    tokens: tuple[int, ...]  #: prompt and output, in order
+    prompt_tokens: int
+    #: per block of ``tokens`` (block size of the config): the spec's key; None for the
+    #: partial tail block
+    keys: tuple[BlockKey | None, ...]
+    block_size: int
+
+    @property
+    def output_tokens(self) -> int:
+        return len(self.tokens) - self.prompt_tokens
+
+    @property
+    def full_blocks(self) -> int:
+        return sum(1 for k in self.keys if k is not None)
+
+    @property
+    def prompt_blocks(self) -> int:
+        """Full blocks inside the prompt: the ones a lookup may find."""
+        return min(self.prompt_tokens // self.block_size, self.full_blocks)
+
+    def block_tokens(self, depth: int) -> tuple[int, ...]:
+        return self.tokens[depth * self.block_size : (depth + 1) * self.block_size]
+
+
+def request(seq: Sequences, synth: TokenSynth, index: int, op: Infer) -> Request:
+    """The request of ``op`` given the logical state ``seq`` before it."""
+    msgs = [*seq.messages(op.ctx), *op.output]
+    tokens = tuple(t for m in msgs for t in synth(m.content_key, m.tokens))
+    prompt = len(tokens) - sum(m.tokens for m in op.output)
+    keys = tuple(s.key for s in seq.blocks(op.ctx, op.output))
+    return Request(index, op.ctx, tokens, prompt, keys, seq.block_size)
+
+
+@attrs.frozen
+class Eviction:
+    """A block the cache evicted: its key, and the group of blocks freed with it (a tree node,
+    say: any JSON value; None for a block freed alone)."""
+
+    key: BlockKey | None
+    group: object = None
+
+
+class Records:
+    """Observation records of one op (spec T4: the fields the oracle reads)."""
+
+    def __init__(self, index: int, tier: TierName, t: float = 0.0) -> None:
+        self.index, self.tier, self.t = index, tier, t
+        self.out: list[dict[str, Any]] = []
+
+    def _add(self, kind: str, **fields: Any) -> None:
+        self.out.append({"t": self.t, "op": self.index, "kind": kind, **fields})
+
+    def infer(self, r: Request, hit_blocks: int) -> None:
+        hit = min(hit_blocks * r.block_size, r.prompt_tokens)
+        self._add(
+            "infer", ctx=r.ctx, prompt_tokens=r.prompt_tokens, hit_tokens=hit,
+            miss_tokens=r.prompt_tokens - hit, output_tokens=r.output_tokens, own_blocks=0,
+        )  # fmt: skip
+
+    def hit(self, r: Request, depth: int) -> None:
+        self._add("hit", ctx=r.ctx, key=r.keys[depth], tier=self.tier, depth=depth)
+
+    def evict(self, r: Request, e: Eviction) -> None:
+        rec: dict[str, Any] = {"ctx": r.ctx, "key": e.key, "tier": self.tier}
+        if e.group is not None:
+            rec["group"] = e.group
+        self._add("evict", **rec)
+
+    def alloc(self, r: Request, depth: int) -> None:
+        self._add(
+            "alloc", ctx=r.ctx, key=r.keys[depth], tier=self.tier, depth=depth, rewrite=False
+        )
+
+    def free_partial(self, r: Request, depth: int) -> None:
+        self._add("free", key=None, tier=self.tier, depth=depth, reason="partial")
+
+    def reject(self, r: Request, needed: int, available: int) -> None:
+        self._add("reject", ctx=r.ctx, reason="no room", needed=needed, available=available)
+
+
+class PrefixCacheAdapter:
+    """A one-tier prefix cache as a lockstep :class:`~checkers.conformance.lockstep.Implementation`.
+
+    Per ``infer`` op, :meth:`apply` builds the :class:`Request` and asks the three hooks:
+
+    1. :meth:`lookup` -- how many leading full prompt blocks are cached (keep them from
+       eviction until :meth:`insert`);
+    2. :meth:`make_room` -- make room for ``need`` new blocks: the victims, in the order taken
+       (with their groups), or None to refuse the request (nothing evicted);
+    3. :meth:`insert` -- store the request's full blocks and release the request (or, when
+       it was refused, :meth:`refuse` -- release what :meth:`lookup` kept).
+
+    The adapter writes the records: the hits, the evictions, a write per new block, the partial
+    tail block freed, or the rejection. Every other op only updates the logical state.
+    """
+
+    def __init__(self, config: EngineConfig) -> None:
+        if len(config.tiers) != 1:
+            raise ConfigError("a prefix cache adapter is one tier: give a single [[tiers]] entry")
+        self.config = config
+        self.block_size = config.block_size
+        self.capacity = config.tiers[0].blocks
+        self.tier = config.tiers[0].name
+        self.seq = Sequences(config.block_size)
+        self.synth = TokenSynth()
+
+    # ------------------------------------------------------------------ the hooks
+
+    def lookup(self, r: Request) -> int:
+        raise NotImplementedError
+
+    def make_room(self, r: Request, hits: int, need: int) -> Sequence[Eviction] | None:
+        raise NotImplementedError
+
+    def insert(self, r: Request, hits: int) -> None:
+        raise NotImplementedError
+
+    def refuse(self, r: Request, hits: int) -> None:
+        """The request was refused (:meth:`make_room` returned None): release what
+        :meth:`lookup` kept for it. Nothing by default."""
+
+    # ------------------------------------------------------------------ driving
+
+    def apply(self, index: int, op: Op) -> list[dict[str, Any]]:
+        if not isinstance(op, Infer):
+            self.seq.apply(op)
+            return []
+        try:
+            return self._infer(request(self.seq, self.synth, index, op), op.t)
+        finally:
+            self.seq.apply(op)
+
+    def _infer(self, r: Request, t: float) -> list[dict[str, Any]]:
+        rec = Records(r.index, self.tier, t)
+        hits = self.lookup(r)
+        rec.infer(r, hits)
+        for d in range(hits):
+            rec.hit(r, d)
+        need = len(r.keys) - hits
+        victims = self.make_room(r, hits, need)
+        if victims is None:
+            rec.reject(r, need, self.available(r, hits))
+            self.refuse(r, hits)
+            return rec.out
+        for e in victims:
+            rec.evict(r, e)
+        for d in range(hits, len(r.keys)):
+            rec.alloc(r, d)
+        self.insert(r, hits)
+        if r.keys and r.keys[-1] is None:
+            rec.free_partial(r, len(r.keys) - 1)
+        return rec.out
+
+    def available(self, r: Request, hits: int) -> int:
+        """For a rejection record: the blocks the cache could have given (override to report
+        it; the oracle does not compare it)."""
+        return 0
+
+
+def comparable(trace: Trace) -> Trace:
+    """``trace`` within what a plain prefix cache implements: no pins (it has none), and every
+    output message's content fresh (decoding writes new blocks even when identical content is
+    cached, where the model recomputes into the cached slot, B6.3)."""
+    ops: list[Op] = []
+    for op in trace.ops:
+        if isinstance(op, Pin | Unpin):
+            continue
+        if isinstance(op, Infer) and any(m.hash is not None for m in op.output):
+            op = attrs.evolve(op, output=tuple(attrs.evolve(m, hash=None) for m in op.output))
+        ops.append(op)
+    return Trace(trace.header, tuple(ops))
+
+
+# ---------------------------------------------------------------- loading third-party source
+
+
+def _use_clock(mod: types.ModuleType, fake: types.SimpleNamespace) -> None:
+    """Point a loaded module's ``time`` (``import time``) and its imported clock functions
+    (``from time import monotonic``) at ``fake``."""
+    import time as real
+
+    for name, value in list(mod.__dict__.items()):
+        if value is real:
+            mod.__dict__[name] = fake
+        else:
+            for fn in ("time", "monotonic", "perf_counter", "time_ns", "monotonic_ns"):
+                if value is getattr(real, fn):
+                    mod.__dict__[name] = getattr(fake, fn)
+
+
+def stub_module(name: str, **members: Any) -> types.ModuleType:
+    """A module (and package) with ``members``, whose other attributes are inert placeholder
+    classes: what a framework import the code under test never really uses needs."""
+    mod = types.ModuleType(name)
+    mod.__path__ = []  # a package, so submodules can be imported from it
+    mod.__dict__.update(members)
+
+    def missing(attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return type(attr, (), {"__module__": name})
+
+    mod.__getattr__ = missing  # type: ignore[method-assign]
+    return mod
+
+
+@contextmanager
+def _installed(prefixes: Sequence[str], extra: Mapping[str, types.ModuleType]) -> Iterator[None]:
+    """``extra`` in ``sys.modules`` for the duration, every module under ``prefixes`` that was
+    there before put back after."""
+
+    def ours(k: str) -> bool:
+        return any(k == p or k.startswith(p + ".") for p in prefixes)
+
+    saved = {k: v for k, v in sys.modules.items() if ours(k)}
+    for k in saved:
+        del sys.modules[k]
+    sys.modules.update(extra)
+    try:
+        yield
+    finally:
+        for k in [k for k in sys.modules if ours(k)]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+
+
+def load_module(
+    sources: Sequence[tuple[str, str, str]],
+    stubs: Mapping[str, types.ModuleType],
+    *,
+    clock: Callable[[], float] | None = None,
+) -> dict[str, types.ModuleType]:
+    """Execute ``(module name, file name, source)`` in order against ``stubs`` (each module sees
+    the ones before it and the stubs as imports); the modules by name. ``clock``: every module's
+    ``time`` is a stand-in whose ``time``, ``monotonic`` and ``perf_counter`` (and ``_ns``
+    forms) read it, so a cache that stamps recency with the wall clock is deterministic.
+    A failure is a :class:`ConfigError` naming the file."""
+    prefixes = sorted({n.split(".")[0] for n in [*stubs, *(s[0] for s in sources)]})
+    loaded: dict[str, types.ModuleType] = {}
+    extra = dict(stubs)
+    if clock is not None:
+        tick = clock
+        fake = types.SimpleNamespace(
+            time=tick, monotonic=tick, perf_counter=tick,
+            time_ns=lambda: int(tick() * 1e9), monotonic_ns=lambda: int(tick() * 1e9),
+            perf_counter_ns=lambda: int(tick() * 1e9),
+        )  # fmt: skip
+    with _installed(prefixes, extra):
+        for modname, file, text in sources:
+            mod = types.ModuleType(modname)
+            mod.__file__ = file
+            sys.modules[modname] = mod
+            try:
+                exec(compile(text, file, "exec"), mod.__dict__)
+            except Exception as e:
+                raise ConfigError(f"loading {file} with stub modules failed: {e!r}") from e
+            if clock is not None:
+                _use_clock(mod, fake)
+            loaded[modname] = mod
+    return loaded

@@ -1,0 +1,459 @@
+"""Log conformance: is an implementation's observation log one the reference allows?
+
+The implementation logs what it did on a trace in the observation-log schema
+(spec/trace-format.md T4, minimum in spec/invariants.md §Oracle; blocks are compared by
+hash-chain ``key``, slot ids are its own). Two modes:
+
+* **policy mode** (:func:`check_log`, :class:`Conformance`): the reference replays the trace under
+  the named rank policy and compares, op by op, the decisions -- blocks reused, writes (with
+  tier), bypasses, reclaims, rejections, the number of evictions -- and the evictions themselves,
+  **nondeterminism-aware**: at each eviction the policy's rule admits every candidate tied with
+  the best on the rank key (all terms but the final id tie-break); the implementation's victim
+  must lie in that set, and the reference then *follows* it, so one legal tie-break does not
+  make every later record differ.
+* **invariants-only mode** (:func:`check_log_invariants`, in
+  :mod:`checkers.conformance.oracle_invariants`; re-exported here): no policy is assumed. The
+  reference engine is driven by the log itself (a puppet policy places, evicts and reclaims exactly
+  as the log says) and the invariant monitor judges the run it reconstructs, as a history checker
+  judges a database against an isolation level rather than against one execution.
+
+Verdicts: ``OK``; ``ILLEGAL`` with the first divergent op, what the reference allowed and what
+the implementation did, the resident state just before, and (policy mode) a shortened trace
+prefix that still diverges; ``UNKNOWN`` when the log cannot decide (it ends before the trace
+does, or names ops the trace does not have).
+
+:class:`Conformance` is incremental (one op and its records at a time), so the same code checks
+a finished log and drives lockstep differential testing (:mod:`checkers.conformance.lockstep`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import ClassVar
+
+import attrs
+
+from checkers.conformance.oracle_invariants import check_log_invariants
+from checkers.conformance.oracle_log import (
+    Divergence,
+    OracleVerdict,
+    Puppet,
+    Record,
+    decisions,
+    divergence_class,
+    last_complete,
+    load_log,
+    own_keys,
+    records_by_op,
+    resident_state,
+    self_consistent,
+)
+from checkers.search.shrink import shrink
+from kvmodel.config import EngineConfig
+from kvmodel.engine import Engine
+from kvmodel.errors import ConfigError, PolicyError, TraceError
+from kvmodel.ids import BlockId, ContextId
+from kvmodel.observations import observation_to_json
+from kvmodel.policy import BasePolicy, Placement, Policy, declared_rank, rank_key, resolve_policy
+from kvmodel.trace import Infer, Op, Trace, dumps_op
+from kvmodel.view import BlockInfo, ModelView, NewBlock
+
+__all__ = [
+    "VARIANTS",
+    "Conformance",
+    "Divergence",
+    "OracleVerdict",
+    "check_log",
+    "check_log_invariants",
+    "divergence_class",
+    "load_log",
+    "rank_policy",
+    "self_consistent",
+]
+
+
+#: opt-in admissible variants (spec/invariants.md §Oracle): behaviours real engines have that a
+#: rank does not fix, each accepted only when asked for
+VARIANTS: Mapping[str, str] = {
+    "extra-victims": "an inference that must evict may evict more than it needs (a whole tree "
+    "node, say), each extra victim admissible in turn under the rank after the op",
+    "refused-lookup-refreshes": "a refused inference's lookup refreshes the recency of the "
+    "blocks it found (its hit records), as a cache that stamps nodes on match does",
+}
+
+
+def _victims(records: Iterable[Record]) -> list[tuple[str, object]]:
+    """An op's evict records as (key, group) in log order (``group``: absent, or a label of
+    the victims the implementation freed together)."""
+    return [(str(r.get("key")), r.get("group")) for r in records if r["kind"] == "evict"]
+
+
+class _Follow(BasePolicy):
+    """The reference policy, steered at evictions by the implementation's admissible choices."""
+
+    name: ClassVar[str] = "oracle-follow"
+
+    def __init__(self, inner: BasePolicy) -> None:
+        self.inner = inner
+        #: the implementation's victims still to follow: (key, group); a group (the ``group``
+        #: field of its evict records, e.g. a tree node freed at once) may go in any order
+        self.wanted: list[tuple[str, object]] = []
+        self.illegal: tuple[str, tuple[str, ...], str] | None = None
+        #: ``keep_going``: for one op, the implementation's own decisions, adopted (a puppet)
+        self.adopt: Puppet | None = None
+
+    @property
+    def claims(self) -> frozenset[str]:  # type: ignore[override]
+        return self.inner.claims
+
+    def place(self, view: ModelView, block: NewBlock) -> Placement:
+        if self.adopt is not None:
+            return self.adopt.place(view, block)
+        return self.inner.place(view, block)
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        if self.adopt is not None:
+            return self.adopt.on_op(view, op)
+        return self.inner.on_op(view, op)
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        if self.adopt is not None:
+            return self.adopt.eviction_order(view, candidates)
+        return self._follow_order(view, candidates)
+
+    def _follow_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterator[BlockId]:
+        """The implementation's next victims while each is admissible, then the rank order.
+
+        A heap of cached rank keys (as :meth:`BasePolicy.eviction_order`): O(n) to build, and
+        per victim O((ties + 1) log n) -- the tied run is popped, searched, and pushed back.
+        """
+        rank = self.inner.rank
+        cache = self._rank_cache()
+        heap: list[tuple[tuple[float, ...], BlockId, BlockInfo]] = []
+        for b in candidates:
+            hit = cache.get(b.id)
+            if hit is None or hit[0] is not b:
+                hit = (b, rank_key(rank, b))
+                cache[b.id] = hit
+            heap.append((hit[1], b.id, b))
+        heapq.heapify(heap)
+        while self.wanted and self.illegal is None:
+            while heap and not view.evictable(heap[0][1]):
+                heapq.heappop(heap)
+            if not heap:
+                break
+            best = heap[0][0][:-1]
+            tied = []
+            while heap and heap[0][0][:-1] == best:
+                entry = heapq.heappop(heap)
+                if view.evictable(entry[1]):
+                    tied.append(entry)
+            pick = self._pick(tied, "eviction outside the admissible set")
+            if pick is None:
+                break
+            for e in tied:
+                if e is not pick:
+                    heapq.heappush(heap, e)
+            yield pick[1]
+        while heap:
+            yield heapq.heappop(heap)[1]
+
+    def _pick(
+        self, tied: Sequence[tuple[tuple[float, ...], BlockId, BlockInfo]], why: str
+    ) -> tuple[tuple[float, ...], BlockId, BlockInfo] | None:
+        """The tied candidate that is the implementation's next victim (any member of the next
+        victim's group), taken off :attr:`wanted`; ``None`` (and :attr:`illegal`) if none is."""
+        key, group = self.wanted[0]
+        allowed = {k for k, g in self.wanted if g == group} if group is not None else {key}
+        pick = next((e for e in tied if e[2].key in allowed), None)
+        if pick is None:
+            self.illegal = (
+                why,
+                tuple(f"evict {e[2].key} ({e[2].state.value})" for e in tied),
+                f"evict {' or '.join(sorted(allowed))}",
+            )
+            return None
+        self.wanted.remove(next(w for w in self.wanted if w[0] == pick[2].key))
+        return pick
+
+    def extra_victims(self, view: ModelView) -> Iterator[BlockId]:
+        """After the op: the implementation's victims beyond what the reference needed, each
+        admissible in turn (tied with the best evictable candidate on the rank, its group's
+        order free) -- yielded one at a time, the caller evicting each before asking again."""
+        rank = self.inner.rank
+        while self.wanted and self.illegal is None:
+            cands = [view.block(b) for b in view.resident() if view.evictable(b)]
+            if not cands:
+                key, _ = self.wanted[0]
+                self.illegal = ("eviction beyond need of a block not evictable", (), f"evict {key}")
+                return
+            keyed = sorted((rank_key(rank, b), b.id, b) for b in cands)
+            best = keyed[0][0][:-1]
+            tied = [e for e in keyed if e[0][:-1] == best]
+            pick = self._pick(tied, "eviction beyond need outside the admissible set")
+            if pick is None:
+                return
+            yield pick[1]
+
+
+def rank_policy(policy: str | Policy) -> BasePolicy:
+    """``policy`` if the oracle can judge against it: a policy given by a declarative rank."""
+    inner = resolve_policy(policy)
+    if declared_rank(inner) is None or not isinstance(inner, BasePolicy):
+        raise ConfigError(
+            f"policy {inner.name!r} has no declarative rank: the oracle needs one "
+            "to know which victims its rule admits"
+        )
+    return inner
+
+
+class Conformance:
+    """The reference, one op at a time, judging what an implementation did on that op.
+
+    ``step(i, op, records)`` applies op ``i`` (ops must come in order) with the
+    implementation's records for it and returns ``None`` while they conform, else the verdict.
+    """
+
+    def __init__(
+        self, policy: str | Policy, config: EngineConfig, *, allow: Iterable[str] = ()
+    ) -> None:
+        self.policy, self.config = policy, config
+        self.allow = frozenset(allow)
+        if bad := sorted(self.allow - set(VARIANTS)):
+            raise ConfigError(
+                f"unknown admissible variant {bad[0]!r}; known: {', '.join(VARIANTS)}"
+            )
+        self.follow = _Follow(rank_policy(policy))
+        self.engine = Engine(config, self.follow)
+        self.ops = 0
+        #: each op, the victims it followed, whether it was adopted, and the implementation's
+        #: records for it
+        self._seen: list[tuple[Op, list[tuple[str, object]], bool, Sequence[Record]]] = []
+
+    def _rebuilt(self, i: int) -> Conformance:
+        """A reference that has applied ops ``0..i-1`` as this one did, rebuilt on demand (only
+        a divergence needs it, and snapshotting every op would cost O(resident) per op)."""
+        again = Conformance(self.policy, self.config, allow=self.allow)
+        for j, (op, victims, adopted, records) in enumerate(self._seen[:i]):
+            # an adopted op's victims are the puppet's to take, not the follower's
+            again.follow.wanted = [] if adopted else list(victims)
+            again.follow.adopt = Puppet({j: records}) if adopted else None
+            seen = len(again.engine.log)
+            again.engine.apply(op)
+            again.follow.adopt = None
+            again._after(op, seen, records)
+            again._seen.append((op, victims, adopted, records))
+        again.ops = i
+        return again
+
+    def _after(self, op: Op, seen: int, records: Sequence[Record]) -> None:
+        """What the opt-in variants add after an op (``seen``: the log's length before it)."""
+        self._evict_extra(op, seen)
+        if "refused-lookup-refreshes" in self.allow and any(
+            o.kind == "reject" for o in self.engine.log.since(seen)
+        ):
+            where = {self.engine.blocks[b].spec.key: b for b in self.engine.blocks}
+            for r in records:
+                if r["kind"] == "hit" and (b := where.get(r.get("key"))) is not None:
+                    self.engine.touch_now(b)
+
+    def _evict_extra(self, op: Op, seen: int) -> None:
+        """With the ``extra-victims`` variant: evict, in turn, the victims the implementation
+        took beyond the reference's need -- if the reference needed to evict at all in this op
+        (evicting while there is room is never admissible)."""
+        if not self.follow.wanted or "extra-victims" not in self.allow:
+            return
+        if not any(o.kind == "evict" for o in self.engine.log.since(seen)):
+            return
+        ctx = op.ctx if isinstance(op, Infer) else None
+        for bid in self.follow.extra_victims(self.engine.view):
+            self.engine.evict_now(bid, ctx if ctx is not None else ContextId(""))
+
+    def _state_before(self, i: int) -> tuple[str, ...]:
+        return resident_state(self._rebuilt(i).engine)
+
+    def adopt(self, i: int, op: Op, records: Sequence[Record]) -> str | None:
+        """After a divergence at op ``i`` (the last op stepped): redo it with the
+        implementation's own decisions (writes and tiers, victims, reclaims, as its records say)
+        so that checking can go on from the state the implementation is in. ``None`` when the
+        reference could follow it there; else why not (its records are not what its own state
+        allows here, or the model refuses them)."""
+        again = self._rebuilt(i)
+        own = own_keys(again.engine, op)
+        puppet = Puppet({i: records})
+        again.follow.adopt = puppet
+        seen = len(again.engine.log)
+        try:
+            again.engine.apply(op)
+        except PolicyError as e:
+            return f"the implementation's decisions at op {i} are refused by the model ({e})"
+        finally:
+            again.follow.adopt = None
+        ref = [observation_to_json(o) for o in again.engine.log.since(seen)]
+        wanted = [r for r in records if r["kind"] == "evict"]
+        evicted = [r for r in ref if r["kind"] == "evict"]
+        if (
+            puppet.missing is not None
+            or decisions(ref, own) != decisions(records, own)
+            or len(evicted) != len(wanted)
+        ):
+            why = (
+                puppet.missing or "its reuse, writes or rejections differ from what the state gives"
+            )
+            return f"cannot follow the implementation past op {i}: {why}"
+        again._seen.append((op, _victims(records), True, records))
+        again.ops = i + 1
+        self.follow, self.engine, self._seen, self.ops = (
+            again.follow,
+            again.engine,
+            again._seen,
+            again.ops,
+        )
+        return None
+
+    def step(
+        self, i: int, op: Op, records: Sequence[Record], *, last: bool = False
+    ) -> OracleVerdict | None:
+        """``last``: the implementation's log may end inside this op (a cut-short log)."""
+        own = own_keys(self.engine, op)
+        wanted = _victims(records)
+        self.follow.wanted = list(wanted)
+        self._seen.append((op, wanted, False, records))
+        seen = len(self.engine.log)
+        self.engine.apply(op)
+        self._after(op, seen, records)
+        self.ops += 1
+        if self.follow.illegal is not None:
+            why, allowed, did = self.follow.illegal
+            return OracleVerdict("ILLEGAL", i, why, allowed, (did,), self._state_before(i))
+        ref = [observation_to_json(o) for o in self.engine.log.since(seen)]
+        mine, theirs = decisions(ref, own), decisions(records, own)
+        n_evicted = sum(r["kind"] == "evict" for r in ref)
+        if last and (mine != theirs or n_evicted != len(wanted)):
+            return OracleVerdict("UNKNOWN", i, "the log ends before the trace does")
+        if mine != theirs:
+            return OracleVerdict(
+                "ILLEGAL", i, "decisions differ", tuple(mine), tuple(theirs), self._state_before(i)
+            )
+        if n_evicted != len(wanted):
+            return OracleVerdict(
+                "ILLEGAL",
+                i,
+                f"the reference evicts {n_evicted} block(s) here, the implementation {len(wanted)}",
+                tuple(f"evict {r['key']}" for r in ref if r["kind"] == "evict"),
+                tuple(f"evict {k}" for k, _ in wanted),
+                self._state_before(i),
+            )
+        return None
+
+
+def _verdict(
+    trace: Trace,
+    by_op: Mapping[int, Sequence[Record]],
+    policy: str | Policy,
+    config: EngineConfig,
+    *,
+    complete: bool = False,
+    keep_going: bool = False,
+    allow: Iterable[str] = (),
+) -> OracleVerdict:
+    n_ops = len(trace.ops)
+    if any(op >= n_ops or op < 0 for op in by_op):
+        return OracleVerdict("UNKNOWN", reason="the log names ops the trace does not have")
+    last_logged = last_complete(by_op, n_ops, complete)
+    conf = Conformance(policy, config, allow=allow)
+    first: OracleVerdict | None = None
+    found: list[Divergence] = []
+    for i, op in enumerate(trace.ops):
+        records = by_op.get(i, ())
+        v = conf.step(i, op, records, last=i >= last_logged)
+        if v is None:
+            continue
+        if not keep_going or v.verdict != "ILLEGAL":
+            if first is not None:  # an UNKNOWN tail after adopted divergences
+                return _with(first, found, stopped=f"op {i}: {v.reason}")
+            return v
+        first = first or v
+        found.append(
+            Divergence(
+                i, divergence_class(v.reason, v.expected, v.got), v.reason, v.expected, v.got
+            )
+        )
+        why = conf.adopt(i, op, records)
+        if why is not None:
+            return _with(first, found, stopped=why)
+    return _with(first, found) if first is not None else OracleVerdict("OK")
+
+
+def _with(first: OracleVerdict, found: Sequence[Divergence], stopped: str = "") -> OracleVerdict:
+    classes: dict[str, int] = {}
+    for d in found:
+        classes[d.cls] = classes.get(d.cls, 0) + 1
+    return attrs.evolve(first, divergences=tuple(found), classes=classes, stopped=stopped)
+
+
+def check_log(
+    trace: Trace,
+    log: Sequence[Record],
+    policy: str | Policy,
+    config: EngineConfig,
+    *,
+    shorten: bool = True,
+    budget: int = 300,
+    complete: bool = False,
+    keep_going: bool = False,
+    allow: Iterable[str] = (),
+) -> OracleVerdict:
+    """Policy mode. On ILLEGAL, ``shorten`` also delta-debugs the trace prefix up to the
+    divergent op (dropping ops together with their log records, ``budget`` replays at most)
+    to a shorter trace whose restricted log still diverges at its last op. ``complete``: the
+    log covers every op of the trace (as an ``end`` record says), so its last op is judged
+    too. ``keep_going``: after a divergence, adopt the implementation's decisions and go on;
+    the verdict lists every divergence with a class (the first one is shortened). ``allow``:
+    opt-in admissible :data:`VARIANTS`."""
+    allow = tuple(allow)
+    by_op = records_by_op(log)
+    verdict = _verdict(
+        trace, by_op, policy, config, complete=complete, keep_going=keep_going, allow=allow
+    )
+    if verdict.verdict != "ILLEGAL" or verdict.op is None or not shorten:
+        return verdict
+    at = verdict.op
+    keep = list(range(at))  # op `at` itself always stays: it is the divergence
+
+    def restricted(kept: Sequence[int]) -> tuple[Trace, dict[int, list[Record]]]:
+        idx = [*kept, at]
+        sub = Trace(trace.header, tuple(trace.ops[j] for j in idx))
+        recs: dict[int, list[Record]] = {
+            n: [{**r, "op": n} for r in by_op.get(j, ())] for n, j in enumerate(idx)
+        }
+        return sub, {n: r for n, r in recs.items() if r}
+
+    cls = divergence_class(verdict.reason, verdict.expected, verdict.got)
+
+    def diverges(kept: Sequence[int]) -> bool:
+        sub, recs = restricted(kept)
+        if not self_consistent(recs):  # a witness must not evict what it never wrote
+            return False
+        try:
+            v = _verdict(sub, recs, policy, config, complete=True, allow=allow)
+        except TraceError:  # e.g. an `open` dropped while its context is still used
+            return False
+        return (
+            v.verdict == "ILLEGAL"
+            and v.op == len(kept)
+            and divergence_class(v.reason, v.expected, v.got) == cls
+        )
+
+    if not diverges(keep):  # a divergence that needs the ops after it cannot be cut
+        return verdict
+    short, _ = shrink(keep, lambda ops: diverges(list(ops)), budget=budget)
+    sub, recs = restricted(short)
+    return attrs.evolve(
+        verdict,
+        shortened_trace=tuple(dumps_op(o) for o in sub.ops),
+        shortened_log=tuple(dict(r) for n in sorted(recs) for r in recs[n]),
+    )
+
+

@@ -1,0 +1,389 @@
+"""The :class:`Monitor`: applies the selected invariants to one engine run, beside the contract
+model (:class:`checkers.invariants.nversion.Shadow`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from checkers.invariants.nversion import Shadow, compare
+from checkers.invariants.predicates import (
+    BLOCK,
+    CONCRETE,
+    BlockAt,
+    evict_live_before_dead,
+    evict_mru,
+    evict_priority,
+    log_bypass,
+    log_pinned,
+    log_reclaim_dead,
+    place_deterministic,
+    reachable,
+)
+from checkers.invariants.registry import FINDINGS, INVARIANTS
+from checkers.invariants.structural import (
+    Violation,
+    check_accounting,
+    check_chains,
+    check_prefix_closed,
+)
+from kvmodel.engine import Engine
+from kvmodel.errors import PolicyError, TraceError
+from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
+from kvmodel.lifecycle import BlockClass, MsgState
+from kvmodel.observations import (
+    AllocObs,
+    EvictObs,
+    FreeObs,
+    HitObs,
+    InferObs,
+    Observation,
+)
+from kvmodel.policy import Placement
+from kvmodel.trace import Close, EndSession, Infer, Op, Return
+from kvmodel.view import NewBlock
+
+__all__ = [
+    "COMPARE_EVERY",
+    "FULL_COMPARE_OPS",
+    "Monitor",
+]
+
+#: the Monitor compares the engine with the contract model after every one of a run's first
+#: ``FULL_COMPARE_OPS`` ops, then after every ``COMPARE_EVERY``-th (the comparison reads every
+#: resident block; the model follows every op and judges every eviction whatever the sampling)
+FULL_COMPARE_OPS = 48
+COMPARE_EVERY = 4
+
+
+# ----------------------------------------------------------------------------- the monitor
+
+
+@attrs.define
+class _Pending:
+    """What the monitor remembers across one op."""
+
+    dead: set[BlockId] = attrs.field(factory=set)
+    closing: bool = False
+    expected: list[BlockKey] | None = None
+    ctx: ContextId | None = None
+
+
+class Monitor:
+    """Checks the selected invariants on one engine run; installs itself as the engine's probe.
+
+    Drive it with ``before_op(op)``, apply the op, then ``after_op(op)`` (or ``policy_error``
+    if the engine refused a policy decision); ``violations`` accumulates results.
+    """
+
+    def __init__(
+        self, engine: Engine, invariants: Iterable[str], *, endurance_years: float = 5.0
+    ) -> None:
+        invariants = [n for n in invariants if n not in FINDINGS]  # recorded whatever is asked
+        unknown = sorted(set(invariants) - set(INVARIANTS))
+        if unknown:
+            raise ValueError(f"unknown invariant {unknown[0]!r}; known: {', '.join(INVARIANTS)}")
+        self.engine = engine
+        self.active = frozenset(invariants)
+        self.endurance_years = endurance_years
+        self.violations: list[Violation] = []
+        self.op_index = -1
+        self._seen = 0
+        self._states: dict[tuple[ContextId, int], MsgState] = {}
+        self._temp_indexed: set[BlockId] = set()
+        self._pending = _Pending()
+        self._writes: dict[str, int] = dict.fromkeys(engine.memory.names, 0)
+        #: the contract model, following the engine's log (None once it could not follow)
+        self._shadow: Shadow | None = Shadow(engine.block_size)
+        self._diverged = False
+        self._evict_tiers: list[tuple[TierName, ...]] = []
+        engine.probe = self
+
+    # -- plumbing
+
+    def _add(
+        self, name: str, message: str, block: BlockId | None = None, ctx: ContextId | None = None
+    ) -> None:
+        if name in self.active:
+            self.violations.append(Violation(name, message, block, ctx, self.op_index))
+
+    def first(self, name: str) -> Violation | None:
+        return next((v for v in self.violations if v.invariant == name), None)
+
+    # -- engine probe
+
+    def before_evict(self, engine: Engine, victim: BlockId, tiers: tuple[TierName, ...]) -> None:
+        """Remember which tiers the allocation could evict from; the eviction itself is judged
+        after the op, on the contract model's view of that moment (no engine state is read)."""
+        self._evict_tiers.append(tiers)
+
+    def _evictions(self) -> None:
+        if self._shadow is None:
+            return
+        wanted = (
+            ("no-live-eviction-before-dead-reclaim", evict_live_before_dead),
+            ("state-priority-eviction", evict_priority),
+            ("suspended-mru", evict_mru),
+        )
+        for ev in self._shadow.evictions:
+            victim = ev.victim.id
+            if ev.in_flight:
+                self._add("no-eviction-in-flight", f"evicted in-flight block {victim}", victim)
+            for name, check in wanted:
+                if name in self.active and (msg := check(ev.victim, ev.candidates)) is not None:
+                    self._add(name, msg, victim)
+
+    def _contract(self, op: Op, records: Sequence[Observation]) -> None:
+        """Follow the op in the contract model and compare (spec §Self-checks of the engine)."""
+        tiers, self._evict_tiers = self._evict_tiers, []  # this op's, whether followed or not
+        if self._shadow is None:
+            return
+        try:
+            self._shadow.apply(op, records, tiers)
+            if self._diverged:
+                return
+            if self._shadow.problems:
+                msg = f"the log breaks the contract: {self._shadow.problems[0]}"
+            elif self.op_index < FULL_COMPARE_OPS or self.op_index % COMPARE_EVERY == 0:
+                d = compare(self.op_index, self.engine, self._shadow, records)
+                msg = "" if d is None else f"the engine disagrees with the contract on {d}"
+            else:
+                msg = ""
+        except Exception as err:
+            self._shadow = None
+            msg = f"the contract model cannot follow the log: {type(err).__name__}: {err}"
+        if msg:
+            self._diverged = True
+            self.violations.append(Violation("engine-contract", msg, op=self.op_index))
+
+    def after_place(
+        self, engine: Engine, block: NewBlock, placement: Placement, slot: BlockId
+    ) -> None:
+        if "deterministic-placement" in self.active and block.key is not None:
+            msg = place_deterministic(engine, block, slot)
+            if msg is not None:
+                self._add("deterministic-placement", msg, slot, block.ctx)
+
+    # -- around ops
+
+    def before_op(self, op: Op) -> None:
+        e = self.engine
+        self.op_index = e.op_index + 1
+        p = _Pending(dead=set(e.dead))
+        match op:
+            case Close() | Return():
+                p.closing = True
+            case EndSession():
+                p.closing = True
+            case Infer():
+                c = e.contexts.get(op.ctx)
+                if c is not None and c.is_open:
+                    p.closing = c.one_shot
+                    if "no-stale-hit" in self.active and self._shadow is not None:
+                        # the prompt's keys recomputed from the trace by B2-B3 (the contract
+                        # model's own packing), not read from the engine's context
+                        p.expected = self._shadow.prompt_keys(op.ctx)
+                        p.ctx = c.id
+        self._pending = p
+
+    def apply(self, op: Op) -> bool:
+        """Apply one op to the engine with the checks around it. False when the run cannot go
+        on: the engine refused a policy decision, or crashed (both recorded as violations). Bad
+        input (:class:`~kvmodel.errors.TraceError`) propagates."""
+        self.before_op(op)
+        try:
+            self.engine.apply(op)
+        except TraceError:
+            raise
+        except PolicyError as e:
+            self.policy_error(e)
+            return False
+        except Exception as e:  # an engine that crashes is a finding, not a checker crash
+            self.internal_error(e)
+            return False
+        try:
+            self.after_op(op)
+        except Exception as e:  # a state the checks cannot read: reported with the trace
+            self.internal_error(e, where="the monitor could not read the engine's state")
+            return False
+        return True
+
+    def policy_error(self, err: PolicyError) -> None:
+        name = {
+            "evict-in-flight": "no-eviction-in-flight",
+            "evict-pinned": "pinned-never-evicted",
+            "bad-free": "accounting",  # freeing what is not resident: a double free
+        }.get(err.kind)
+        if name is not None and name in self.active:
+            self._add(name, f"the engine refused the policy's choice: {err}")
+        else:  # never lost: a refusal ends the run, so it is reported whatever is monitored
+            self.violations.append(Violation("policy-protocol", str(err), op=self.op_index))
+
+    def internal_error(self, err: Exception, where: str = "the engine crashed") -> None:
+        """The engine crashed (an ``InternalError`` or worse), or left a state the checks cannot
+        read: a bug in the engine under test (or in a check), never a crash of the checker."""
+        self.violations.append(
+            Violation(
+                "engine-internal", f"{where}: {type(err).__name__}: {err}", op=self.op_index
+            )
+        )
+
+    def after_op(self, op: Op) -> None:
+        e = self.engine
+        records = e.log.since(self._seen)
+        self._seen = len(e.log)
+        self._contract(op, records)
+        self._evictions()
+        a = self.active
+        for r in records:
+            if isinstance(r, AllocObs):
+                self._writes[r.tier] += 1
+        if "accounting" in a:
+            for v in check_accounting(e):
+                self._add("accounting", v.message, v.block)
+            for tier, n in self._writes.items():
+                if e.memory.writes[TierName(tier)] != n:
+                    self._add(
+                        "accounting",
+                        f"tier {tier}: {e.memory.writes[TierName(tier)]} "
+                        f"writes counted, {n} alloc records",
+                    )
+        if "chains" in a:
+            for v in check_chains(e):
+                self._add("chains", v.message, v.block, v.ctx)
+        if "legal-transitions" in a:
+            now = e.message_states()
+            for k, s in now.items():
+                old = self._states.get(k)
+                if old is not s and not reachable(old, s):
+                    self._add(
+                        "legal-transitions",
+                        f"message #{k[1]} of {k[0]}: {old.value if old else 'absent'} -> {s.value}",
+                        ctx=k[0],
+                    )
+            self._states = now
+        if "pinned-never-evicted" in a:
+            for msg, b in log_pinned(records):
+                self._add("pinned-never-evicted", msg, b)
+        if "reclaim-dead-only" in a:
+            for msg, b in log_reclaim_dead(records):
+                self._add("reclaim-dead-only", msg, b)
+        if "temporary-bypass" in a:
+            self._temporary(records)
+        if "no-stale-hit" in a:
+            self._stale(records)
+        if "prefix-closed-residency" in a:
+            for v in check_prefix_closed(e):
+                self._add("prefix-closed-residency", v.message, v.block)
+        if "no-zombie-kv" in a or ("free-at-boundary" in a and self._pending.closing):
+            self._block_states()
+
+    def _block_states(self) -> None:
+        """no-zombie-kv and free-at-boundary: their :data:`BLOCK` predicates over every resident
+        block, its class read from the engine's view."""
+        e, p = self.engine, self._pending
+        zombie, killed = [], []
+        # Both predicates need a Dead block. Reading every resident block's class through the
+        # view each op doubled the cost of a checked replay, so the blocks judged are those that
+        # can be Dead: in the engine's dead set, or held by no context (a holder list the engine
+        # forgot to update shows here, as the ForgetsHolder mutant does). The predicate, on the
+        # class the view computes, is still what decides.
+        maybe_dead = set(e.dead) | {bid for bid, b in e.blocks.items() if not b.holders}
+        for bid in sorted(maybe_dead):
+            terms = BlockAt(
+                resident=True,
+                state=e.view.block(bid).state,
+                was_dead=bid in p.dead,
+                closing=p.closing,
+            )
+            if BLOCK["no-zombie-kv"](terms, CONCRETE):
+                zombie.append(bid)
+            if BLOCK["free-at-boundary"](terms, CONCRETE):
+                killed.append(bid)
+        if zombie:
+            zombie.sort()
+            self._add(
+                "no-zombie-kv", f"{len(zombie)} dead blocks resident (e.g. {zombie[0]})", zombie[0]
+            )
+        if killed:
+            killed.sort()
+            self._add(
+                "free-at-boundary",
+                f"{len(killed)} blocks killed by this op stay resident (e.g. {killed[0]})",
+                killed[0],
+            )
+
+    def _temporary(self, records: Sequence[Observation]) -> None:
+        for msg, b in log_bypass(records):
+            self._add("temporary-bypass", msg, b)
+        for r in records:
+            if isinstance(r, HitObs) and r.block in self._temp_indexed:
+                self._add(
+                    "temporary-bypass", f"temporary block {r.block} served as a hit", r.block, r.ctx
+                )
+        for r in records:
+            if isinstance(r, AllocObs) and r.state is BlockClass.TEMPORARY and not r.rewrite:
+                self._temp_indexed.add(r.block)
+            elif isinstance(r, EvictObs | FreeObs):
+                self._temp_indexed.discard(r.block)
+
+    def _stale(self, records: Sequence[Observation]) -> None:
+        p = self._pending
+        if p.expected is None:
+            return
+        exp = p.expected
+        infer = next((r for r in records if isinstance(r, InferObs)), None)
+        if infer is None:
+            return
+        own = infer.own_blocks
+        if own > len(exp):
+            self._add(
+                "no-stale-hit",
+                f"{own} blocks kept but the prompt has only {len(exp)} full blocks",
+                ctx=p.ctx,
+            )
+            return
+        c = self.engine.contexts.get(infer.ctx)
+        if c is not None and c.is_open:
+            kept = [s.key for s in c.materialized[:own]]
+            if kept != exp[:own]:
+                # the first depth that differs, or the shorter length when one is a prefix
+                d = next(
+                    (i for i, (x, y) in enumerate(zip(kept, exp, strict=False)) if x != y),
+                    min(len(kept), own),
+                )
+                self._add(
+                    "no-stale-hit",
+                    f"kept block at depth {d} does not match the prompt (invalidated KV served)",
+                    ctx=p.ctx,
+                )
+        depth = own
+        for r in records:
+            if isinstance(r, HitObs):
+                if r.depth != depth or r.depth >= len(exp) or r.key != exp[r.depth]:
+                    self._add(
+                        "no-stale-hit",
+                        f"hit at depth {r.depth} does not match the prompt's chain",
+                        r.block,
+                        r.ctx,
+                    )
+                depth += 1
+
+    def at_end(self) -> None:
+        if "endurance-budget" not in self.active:
+            return
+        e = self.engine
+        st = e.stats
+        seconds = (st.t_last or 0.0) - (st.t_first or 0.0)
+        for t in e.memory.tiers:
+            years = e.memory.device_years(t.name, seconds)
+            if years is not None and years < self.endurance_years:
+                self._add(
+                    "endurance-budget",
+                    f"tier {t.name}: {years:.3g} device-years < {self.endurance_years:g}",
+                )
+
+    def summary(self) -> dict[str, Any]:
+        return {"violations": [attrs.asdict(v) for v in self.violations]}

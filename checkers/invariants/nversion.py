@@ -1,0 +1,860 @@
+"""A second, independent computation of what the contract fixes without memory pressure.
+
+N-version programming for the reference model (spec/invariants.md §Self-checks of the engine):
+:class:`Shadow` reads a trace and computes, straight from spec primitives.md, blocks.md and
+lifecycle.md, everything that does not depend on an eviction decision -- each context's logical
+sequence, phase, chain and valid count; each inference's prompt, hit, miss and own tokens, hits
+and writes; the resident and Dead blocks; each block's class, holders, suspension time and last
+access. :func:`diverge` runs the engine beside it, op by op, on memory too large to fill, and
+returns the first field on which the two disagree.
+
+It shares no code with the engine's admission path or its lifecycle bookkeeping: its own packing
+(whole sequences, re-packed at every inference), every message state stored explicitly (the
+engine stores a per-context phase, L4), pin ends found by scanning (the engine keeps a heap), its
+own chains, holders and classes. Shared are the input types (trace ops, messages), the enum names
+and B3's hash function (:func:`kvmodel.blocks.chain_key`, the definition of a key, applied to
+the shadow's own packing). It is a test oracle: its work per op is proportional to the whole
+state, never use it on a long trace.
+
+Two modes. *Predicting* (``Rules``), on memory that cannot fill: the shadow makes the policy's
+decisions too -- ``KEEP`` (no bypass, no reclaim: LRU, vLLM-style, HBM-first, ...) or ``TETHER``
+(Temporary blocks bypass the index, every Dead block is reclaimed after every op: KVTether).
+*Following* (``rules=None``), any policy and any memory: every decision (victims, bypasses,
+reclaims, rejections) is read from the engine's log and checked for what the contract fixes
+about it, and everything else is computed and compared as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import attrs
+
+from checkers.invariants.structural import Violation
+from kvmodel.blocks import ROOT_KEY, Segment, chain_key
+from kvmodel.config import EngineConfig
+from kvmodel.engine import Engine
+from kvmodel.errors import TraceError
+from kvmodel.ids import BlockId, BlockKey, ContentKey, ContextId, TierName
+from kvmodel.lifecycle import BlockClass, MsgState
+from kvmodel.memory import TierConfig
+from kvmodel.messages import Message, MessageKind
+from kvmodel.observations import (
+    AllocObs,
+    BypassObs,
+    EvictObs,
+    FreeObs,
+    FreeReason,
+    HitObs,
+    InferObs,
+    Observation,
+    RejectObs,
+)
+from kvmodel.policy import Policy
+from kvmodel.trace import (
+    Append,
+    Close,
+    EndSession,
+    Fork,
+    Infer,
+    Op,
+    Open,
+    Pin,
+    Remove,
+    Replace,
+    Return,
+    TurnEnd,
+    Unpin,
+)
+
+__all__ = [
+    "KEEP",
+    "TETHER",
+    "BlockFigures",
+    "Divergence",
+    "Eviction",
+    "EvictionTerms",
+    "InferFigures",
+    "Rules",
+    "Shadow",
+    "ample_config",
+    "compare",
+    "contract_violation",
+    "diverge",
+]
+
+_COMMIT_FREES = (FreeReason.PARTIAL, FreeReason.BYPASS)
+# L5.2: the class of a block is the highest over its holders
+_ACROSS = {
+    BlockClass.EXPIRED: 1,
+    BlockClass.TEMPORARY: 2,
+    BlockClass.SUSPENDED: 3,
+    BlockClass.ACTIVE: 4,
+    BlockClass.PINNED: 5,
+}
+_AS_CLASS = {
+    MsgState.PINNED: BlockClass.PINNED,
+    MsgState.ACTIVE: BlockClass.ACTIVE,
+    MsgState.SUSPENDED: BlockClass.SUSPENDED,
+}
+
+
+@attrs.frozen
+class Rules:
+    """What the policy does when memory never runs out."""
+
+    bypass: bool  # a block whose class in its writer is Temporary is written, never indexed
+    reclaim: bool  # every Dead block is freed after every op
+
+
+KEEP = Rules(bypass=False, reclaim=False)
+TETHER = Rules(bypass=True, reclaim=True)
+
+
+@attrs.define
+class _Msg:
+    uid: int
+    id: str
+    content: str
+    tokens: int
+    kind: MessageKind
+
+
+@attrs.define
+class _Ctx:
+    id: ContextId
+    session: str
+    one_shot: bool
+    open: bool = True
+    runnable: bool = True  # L4: runnable from creation and every run until infer_end
+    seq: list[_Msg] = attrs.Factory(list)
+    state: dict[int, MsgState] = attrs.Factory(dict)  # every instance ever admitted
+    deadline: dict[int, float | None] = attrs.Factory(dict)  # pinned instances: when the pin ends
+    chain: list[tuple[BlockKey, tuple[int, ...]]] = attrs.Factory(list)  # (key, covered uids)
+    valid: int = 0
+    next_uid: int = 0
+    suspended_at: float | None = None
+    last_infer: float | None = None
+
+    def starts(self) -> list[int]:
+        out, pos = [], 0
+        for m in self.seq:
+            out.append(pos)
+            pos += m.tokens
+        return out
+
+    def tokens(self) -> int:
+        return sum(m.tokens for m in self.seq)
+
+
+@attrs.frozen
+class InferFigures:
+    prompt_tokens: int
+    hit_tokens: int
+    miss_tokens: int
+    output_tokens: int
+    own_blocks: int
+    hits: int
+    writes: int
+
+
+@attrs.frozen
+class BlockFigures:
+    depth: int
+    state: BlockClass
+    holders: tuple[str, ...]
+    suspend_time: float | None
+    last_access: float
+
+
+@attrs.frozen
+class EvictionTerms:
+    """What the eviction-order invariants read of a block (its slot, class, suspension)."""
+
+    id: BlockId
+    state: BlockClass
+    suspend_time: float | None
+
+
+@attrs.frozen
+class Eviction:
+    """One eviction as the contract sees it: the victim, the other evictable blocks in the
+    tiers the allocation could evict from (M4.1), and whether the victim was in flight (M4.2)."""
+
+    victim: EvictionTerms
+    candidates: tuple[EvictionTerms, ...]
+    in_flight: bool
+
+
+@attrs.frozen
+class Divergence:
+    """The first disagreement between the engine and the shadow: after op ``op`` (0-based),
+    ``what`` differs; ``engine`` and ``shadow`` are the two values."""
+
+    op: int
+    what: str
+    engine: object
+    shadow: object
+
+    def __str__(self) -> str:
+        return f"op {self.op}: {self.what}: engine {self.engine!r}, contract {self.shadow!r}"
+
+
+class Shadow:
+    """The contract's figures for one trace, op by op (valid traces only: no error checking)."""
+
+    def __init__(self, block_size: int, rules: Rules = KEEP) -> None:
+        self.bs = block_size
+        self.rules = rules
+        self.ctxs: dict[ContextId, _Ctx] = {}
+        self.sessions: dict[str, list[ContextId]] = {}
+        self.key_depth: dict[BlockKey, int] = {}
+        self._keys: dict[tuple[BlockKey, tuple[tuple[str, int, int], ...]], BlockKey] = {}
+        self.resident: set[BlockKey] = set()  # indexed full blocks (partial/bypassed ones leave)
+        self.touch: dict[BlockKey, float] = {}
+        self.now = 0.0
+        self.last_infer: InferFigures | None = None
+        #: following the engine (``apply(op, records)``): where its records break the contract
+        self.problems: list[str] = []
+        #: following: the op's evictions, with the candidates and classes the contract gives
+        self.evictions: list[Eviction] = []
+        self.tier: dict[BlockKey, str] = {}
+        self.slot: dict[BlockKey, BlockId] = {}
+
+    # -------------------------------------------------------------- ops
+
+    def apply(
+        self,
+        op: Op,
+        records: Sequence[Observation] | None = None,
+        evict_tiers: Sequence[Sequence[str]] = (),
+    ) -> None:
+        """Apply ``op``. With ``records`` (the engine's observation records of it) every policy
+        decision -- victims, bypasses, reclaims, rejections -- is taken from them, and what the
+        contract fixes about each record (which block is written next, its key and depth,
+        whether it is a rewrite, the class it is logged with, that a victim is resident and not
+        in flight) is checked; mismatches go to :attr:`problems`. Without, the decisions are
+        predicted from :attr:`rules` (memory that cannot fill). ``evict_tiers``: for each eviction
+        of the op in turn, the tiers its allocation could evict from (what the engine's probe
+        saw; default the victim's tier); each eviction as the contract sees it goes to
+        :attr:`evictions`."""
+        self.now = op.t
+        self.last_infer = None
+        self.problems = []
+        self.evictions = []
+        todo = list(records) if records is not None else None
+        self._end_pins(op.t)
+        match op:
+            case Open():
+                self._new(op.ctx, op.session, op.one_shot)
+            case Fork():
+                self._fork(op)
+            case Append():
+                c = self.ctxs[op.ctx]
+                self._run(c)
+                for msg in op.messages:
+                    self._admit(c, msg, temporary=op.temporary)
+            case Replace():
+                c = self.ctxs[op.ctx]
+                self._run(c)
+                old = c.seq[op.index]
+                c.state[old.uid] = MsgState.EXPIRED
+                c.deadline.pop(old.uid, None)
+                new = self._msg(c, op.message)
+                c.state[new.uid] = MsgState.TEMPORARY if c.one_shot else MsgState.ACTIVE
+                self._invalidate(c, op.index)
+                c.seq[op.index] = new
+            case Remove():
+                c = self.ctxs[op.ctx]
+                self._invalidate(c, op.index)
+                for m in c.seq[op.index : op.index + op.count]:
+                    c.state[m.uid] = MsgState.EXPIRED
+                    c.deadline.pop(m.uid, None)
+                del c.seq[op.index : op.index + op.count]
+            case Pin():
+                c = self.ctxs[op.ctx]
+                end = None if op.ttl is None else op.t + op.ttl
+                for m in c.seq[_span(c, op.start, op.stop)]:
+                    if c.state[m.uid] is MsgState.TEMPORARY:
+                        continue  # L3.4
+                    if c.state[m.uid] is MsgState.PINNED:
+                        had = c.deadline.get(m.uid)
+                        end_now = None if had is None or end is None else max(had, end)
+                    else:
+                        end_now = end
+                    c.state[m.uid] = MsgState.PINNED
+                    c.deadline[m.uid] = end_now
+            case Unpin():
+                c = self.ctxs[op.ctx]
+                for m in c.seq[_span(c, op.start, op.stop)]:
+                    self._unpin(c, m.uid)
+            case Infer():
+                self._infer(op, todo, list(evict_tiers))
+            case TurnEnd():
+                c = self.ctxs[op.ctx]
+                reasoning = [i for i, m in enumerate(c.seq) if m.kind is MessageKind.REASONING]
+                if reasoning:
+                    self._invalidate(c, reasoning[0])
+                    for i in reasoning:
+                        c.state[c.seq[i].uid] = MsgState.EXPIRED
+                        c.deadline.pop(c.seq[i].uid, None)
+                    c.seq = [m for m in c.seq if m.kind is not MessageKind.REASONING]
+            case Return():
+                into = self.ctxs[op.into]
+                self._run(into)
+                self._admit(into, op.result, temporary=False)
+                self._close(self.ctxs[op.ctx])
+            case Close():
+                self._close(self.ctxs[op.ctx])
+            case EndSession():
+                for cid in self.sessions[op.session]:
+                    if self.ctxs[cid].open:
+                        self._close(self.ctxs[cid])
+        if todo is not None:
+            self._follow_reclaims(todo)
+        elif self.rules.reclaim:
+            self.resident &= self.held()
+
+    def _new(self, ctx: ContextId, session: str, one_shot: bool) -> _Ctx:
+        c = _Ctx(ctx, session, one_shot)
+        self.ctxs[ctx] = c
+        self.sessions.setdefault(session, []).append(ctx)
+        return c
+
+    def _fork(self, op: Fork) -> None:
+        src = self.ctxs[op.src]
+        upto = len(src.seq) if op.upto is None else op.upto
+        c = self._new(op.ctx, src.session, src.one_shot)
+        c.next_uid = src.next_uid
+        c.seq = list(src.seq[:upto])
+        for m in c.seq:  # L6: live messages take the branch's phase, pins are not inherited
+            temporary = src.state[m.uid] is MsgState.TEMPORARY
+            c.state[m.uid] = MsgState.TEMPORARY if temporary else MsgState.ACTIVE
+        shared = sum(m.tokens for m in c.seq)
+        keep = min(src.valid, shared // self.bs)  # P5
+        c.chain = list(src.chain[:keep])
+        c.valid = keep
+
+    def _msg(self, c: _Ctx, m: Message) -> _Msg:
+        out = _Msg(c.next_uid, m.id, m.hash if m.hash is not None else m.id, m.tokens, m.kind)
+        c.next_uid += 1
+        return out
+
+    def _admit(self, c: _Ctx, m: Message, *, temporary: bool) -> None:
+        msg = self._msg(c, m)
+        c.state[msg.uid] = MsgState.TEMPORARY if temporary or c.one_shot else MsgState.ACTIVE
+        c.seq.append(msg)
+
+    def _run(self, c: _Ctx) -> None:
+        c.runnable = True
+        for m in c.seq:
+            if c.state[m.uid] is MsgState.SUSPENDED:
+                c.state[m.uid] = MsgState.ACTIVE
+
+    def _unpin(self, c: _Ctx, uid: int) -> None:
+        if c.state[uid] is MsgState.PINNED:
+            c.state[uid] = MsgState.ACTIVE if c.runnable else MsgState.SUSPENDED
+        c.deadline.pop(uid, None)
+
+    def _end_pins(self, t: float) -> None:
+        for c in self.ctxs.values():
+            if c.open:
+                for uid, end in list(c.deadline.items()):
+                    if end is not None and end <= t:
+                        self._unpin(c, uid)
+
+    def _invalidate(self, c: _Ctx, index: int) -> None:
+        """B5: every block from the edit's token offset on is invalid."""
+        if index < len(c.seq):
+            c.valid = min(c.valid, c.starts()[index] // self.bs)
+
+    def _close(self, c: _Ctx) -> None:
+        for m in c.seq:
+            c.state[m.uid] = MsgState.EXPIRED
+        c.seq, c.chain, c.valid, c.deadline, c.open = [], [], 0, {}, False
+
+    # -------------------------------------------------------------- the inference boundary
+
+    def pack(self, seq: Sequence[_Msg]) -> list[tuple[BlockKey | None, tuple[int, ...]]]:
+        """B2-B3 from block 0: (key, or None for the partial tail; covered uids) per block. The
+        packing is the shadow's own; the key is the spec's hash over it (B3's one definition)."""
+        out: list[tuple[BlockKey | None, tuple[int, ...]]] = []
+        parent = ROOT_KEY
+        i, offset, total = 0, 0, sum(m.tokens for m in seq)  # message i, token offset in it
+        while total:
+            take = min(self.bs, total)
+            total -= take
+            segs: list[Segment] = []
+            uids: list[int] = []
+            while take:
+                m = seq[i]
+                n = min(take, m.tokens - offset)
+                segs.append(Segment(ContentKey(m.content), offset, offset + n))
+                uids.append(m.uid)
+                take -= n
+                offset += n
+                if offset == m.tokens:
+                    i, offset = i + 1, 0
+            if sum(g.stop - g.start for g in segs) < self.bs:
+                out.append((None, tuple(uids)))
+                break
+            memo = (parent, tuple((g.key, g.start, g.stop) for g in segs))
+            key = self._keys.get(memo)
+            if key is None:
+                key = self._keys[memo] = chain_key(parent, segs)
+            self.key_depth[key] = len(out)
+            out.append((key, tuple(uids)))
+            parent = key
+        return out
+
+    def _infer(
+        self, op: Infer, todo: list[Observation] | None, evict_tiers: list[Sequence[str]]
+    ) -> None:
+        c = self.ctxs[op.ctx]
+        bs = self.bs
+        for m in c.seq:  # infer_start
+            if c.state[m.uid] is MsgState.SUSPENDED:
+                c.state[m.uid] = MsgState.ACTIVE
+        c.runnable = True
+        prompt = c.tokens()
+        temps = [i for i, m in enumerate(c.seq) if c.state[m.uid] is MsgState.TEMPORARY]
+        cut = c.starts()[temps[0]] // bs if temps else None
+        for msg in op.output:
+            self._admit(c, msg, temporary=False)
+        v = c.valid
+        c.chain = c.chain[:v]  # the invalid tail goes first (P7.2), committed or not
+        blocks = self.pack(c.seq)[v:]
+        hits = 0
+        for d, (hit, _) in enumerate(blocks, start=v):
+            if hit is None or d >= prompt // bs or hit not in self.resident:
+                break
+            hits += 1
+        misses = blocks[hits:]
+        placed: list[tuple[BlockKey | None, tuple[int, ...], bool]] = []  # key, uids, attach?
+        if todo is None:
+            for key, uids in misses:
+                if key is not None and key in self.resident:  # recomputed in place (B6.3)
+                    self.touch[key] = op.t
+                    placed.append((key, uids, True))
+                elif key is None or (
+                    self.rules.bypass and self._within(c, uids) is BlockClass.TEMPORARY
+                ):
+                    placed.append((key, uids, False))
+                else:
+                    self._index(key, op.t)
+                    placed.append((key, uids, True))
+            committed = True
+        else:
+            committed = self._follow_infer(c, op, todo, blocks, hits, v, placed, evict_tiers)
+        if committed:
+            for kept_key, _ in c.chain:  # the kept prefix is used by this inference (PP3)
+                self.touch[kept_key] = op.t
+            tail = [(k, u) for k, u in blocks[:hits] if k is not None]
+            for key, uids, attach in placed:
+                if not attach or key is None:
+                    break
+                tail.append((key, uids))
+            for key, _ in tail:
+                self.touch[key] = op.t
+            c.chain += tail
+            if cut is not None:
+                del c.chain[cut:]
+            c.valid = len(c.chain)
+            c.last_infer = op.t
+        self.last_infer = InferFigures(
+            prompt,
+            (v + hits) * bs,
+            prompt - (v + hits) * bs,
+            sum(m.tokens for m in op.output),
+            v,
+            hits,
+            len(placed),
+        )
+        # infer_end: live unpinned messages wait; temporaries expire and leave (P7.6, P8)
+        c.runnable = False
+        for m in c.seq:
+            if c.state[m.uid] is MsgState.ACTIVE:
+                c.state[m.uid] = MsgState.SUSPENDED
+        c.suspended_at = op.t + op.duration
+        gone = [i for i, m in enumerate(c.seq) if c.state[m.uid] is MsgState.TEMPORARY]
+        if gone:
+            self._invalidate(c, gone[0])
+            for i in gone:
+                c.state[c.seq[i].uid] = MsgState.EXPIRED
+            c.seq = [m for i, m in enumerate(c.seq) if i not in set(gone)]
+        if c.one_shot:
+            self._close(c)
+
+    def _index(self, key: BlockKey, t: float) -> None:
+        self.resident.add(key)
+        self.touch[key] = t
+
+    def _drop(self, key: BlockKey) -> None:
+        """A block leaves memory; every chain holding it is cut there (M4.3)."""
+        self.resident.discard(key)
+        d = self.key_depth[key]
+        for h in self.ctxs.values():
+            if h.open and len(h.chain) > d and h.chain[d][0] == key:
+                del h.chain[d:]
+                h.valid = min(h.valid, d)
+
+    def _eviction(self, victim: BlockKey, tiers: Sequence[str], flight: set[BlockKey]) -> Eviction:
+        holders, pins = self._holders()
+        cands = []
+        for key in sorted(self.resident):
+            if key == victim or key in flight or self.tier[key] not in tiers:
+                continue
+            info = self.evictable(key, holders, pins)
+            if info.state is not BlockClass.PINNED:
+                cands.append(info)
+        return Eviction(self.evictable(victim, holders, pins), tuple(cands), victim in flight)
+
+    def evictable(
+        self,
+        key: BlockKey,
+        holders: dict[BlockKey, list[_Ctx]] | None = None,
+        pins: dict[ContextId, int] | None = None,
+    ) -> EvictionTerms:
+        f = self.figures(key, holders, pins)
+        return EvictionTerms(self.slot[key], f.state, f.suspend_time)
+
+    def _follow_infer(
+        self,
+        c: _Ctx,
+        op: Infer,
+        todo: list[Observation],
+        blocks: Sequence[tuple[BlockKey | None, tuple[int, ...]]],
+        hits: int,
+        v: int,
+        placed: list[tuple[BlockKey | None, tuple[int, ...], bool]],
+        evict_tiers: list[Sequence[str]],
+    ) -> bool:
+        """Consume the inference's records (up to the reclaims); True if it was committed."""
+        bad = self.problems.append
+        if not todo or not isinstance(todo[0], InferObs):
+            bad("no infer record")
+            return False
+        todo.pop(0)
+        logged: list[BlockKey] = []
+        while todo and isinstance(hit := todo[0], HitObs):
+            logged.append(hit.key)
+            todo.pop(0)
+        if logged != [k for k, _ in blocks[:hits]]:
+            bad(f"hit records name {logged}, the contract's hits are {blocks[:hits]}")
+        misses = blocks[hits:]
+        flight = {k for k, _ in c.chain} | {k for k, _ in blocks[:hits] if k is not None}
+        rejected = False
+        while todo and not (isinstance(todo[0], FreeObs) and todo[0].reason == FreeReason.RECLAIM):
+            r = todo.pop(0)
+            if isinstance(r, EvictObs):
+                if r.key not in self.resident:
+                    bad(f"evicted block {r.block} ({r.key}), which is not resident")
+                    continue
+                tiers = evict_tiers.pop(0) if evict_tiers else (r.tier,)
+                self.evictions.append(self._eviction(r.key, tiers, flight))
+                if (cls := self.class_of(r.key)) is not r.state:
+                    bad(f"evict of block {r.block} logged as {r.state.value}; it is {cls.value}")
+                self._drop(r.key)
+            elif isinstance(r, AllocObs):
+                if len(placed) == len(misses):
+                    bad(f"alloc of block {r.block} beyond the {len(misses)} blocks to write")
+                    continue
+                key, uids = misses[len(placed)]
+                depth = v + hits + len(placed)
+                rewrite = key is not None and key in self.resident
+                if (r.key, r.depth, r.rewrite) != (key, depth, rewrite):
+                    bad(
+                        f"alloc (key, depth, rewrite) = {(r.key, r.depth, r.rewrite)}; the next "
+                        f"block to write is {(key, depth, rewrite)}"
+                    )
+                if not rewrite and (cls := self._within(c, uids)) is not r.state:
+                    bad(f"alloc of block {r.block} logged as {r.state.value}; it is {cls.value}")
+                if key is not None:
+                    flight.add(key)
+                    if not rewrite:
+                        self._index(key, op.t)
+                        self.tier[key], self.slot[key] = r.tier, r.block
+                    self.touch[key] = op.t
+                placed.append((key, uids, key is not None))
+            elif isinstance(r, BypassObs):
+                if not placed or placed[-1][0] != r.key:
+                    bad(f"bypass of block {r.block}, not the block just written")
+                    continue
+                key, uids, _ = placed[-1]
+                placed[-1] = (key, uids, False)
+                if key is not None:
+                    self.resident.discard(key)  # written for this inference, never indexed
+            elif isinstance(r, RejectObs):
+                rejected = True
+            elif isinstance(r, FreeObs) and r.reason == FreeReason.REJECT:
+                if r.key is not None:
+                    self.resident.discard(r.key)
+            elif not (isinstance(r, FreeObs) and r.reason in _COMMIT_FREES):
+                bad(f"unexpected record in an inference: {r.kind}")
+        if rejected:
+            return False
+        if len(placed) != len(misses):
+            bad(f"{len(placed)} of {len(misses)} blocks written and no rejection")
+            return False
+        return True
+
+    def _follow_reclaims(self, todo: list[Observation]) -> None:
+        for r in todo:
+            if not (isinstance(r, FreeObs) and r.reason == FreeReason.RECLAIM):
+                self.problems.append(f"unexpected record after the op: {r.kind}")
+            elif r.key is None or r.key not in self.resident:
+                self.problems.append(f"reclaimed block {r.block}, which is not resident")
+            else:
+                if (cls := self.class_of(r.key)) is not r.state:
+                    self.problems.append(
+                        f"reclaim of block {r.block} logged as {r.state.value}; it is {cls.value}"
+                    )
+                self._drop(r.key)
+
+    # -------------------------------------------------------------- what an observer sees
+
+    def _within(self, c: _Ctx, uids: Iterable[int]) -> BlockClass:
+        states = [c.state[u] for u in uids]
+        if MsgState.EXPIRED in states:
+            return BlockClass.EXPIRED
+        if MsgState.TEMPORARY in states:
+            return BlockClass.TEMPORARY
+        return max((_AS_CLASS[s] for s in states), key=_ACROSS.__getitem__)
+
+    def block_class_in(self, c: _Ctx, depth: int, pin_depth: int | None = None) -> BlockClass:
+        """L5.1 (with the L5.3 pinned prefix). ``pin_depth``: :meth:`pin_depth` of ``c`` if
+        the caller has it."""
+        if depth >= c.valid:
+            return BlockClass.EXPIRED
+        cls = self._within(c, c.chain[depth][1])
+        if pin_depth is None:
+            pin_depth = self.pin_depth(c)
+        if depth <= pin_depth and cls in _ACROSS and _ACROSS[cls] >= 3:
+            return BlockClass.PINNED
+        return cls
+
+    def pin_depth(self, c: _Ctx) -> int:
+        """The deepest block covering a Pinned message of ``c`` (-1: none)."""
+        starts = c.starts()
+        return max(
+            (
+                (starts[i] + m.tokens - 1) // self.bs
+                for i, m in enumerate(c.seq)
+                if c.state[m.uid] is MsgState.PINNED
+            ),
+            default=-1,
+        )
+
+    def class_of(self, key: BlockKey) -> BlockClass:
+        """L5.2 over the open contexts holding ``key`` now; Dead if none."""
+        return self.figures(key).state
+
+    def prompt_keys(self, ctx: ContextId) -> list[BlockKey]:
+        """The keys of the full blocks of the context's logical sequence now (B2-B3)."""
+        return [k for k, _ in self.pack(self.ctxs[ctx].seq) if k is not None]
+
+    def held(self) -> set[BlockKey]:
+        return {k for c in self.ctxs.values() if c.open for k, _ in c.chain}
+
+    def dead(self) -> set[BlockKey]:
+        return self.resident - self.held()
+
+    def figures(
+        self,
+        key: BlockKey,
+        holders: dict[BlockKey, list[_Ctx]] | None = None,
+        pins: dict[ContextId, int] | None = None,
+    ) -> BlockFigures:
+        """A resident block's figures (L5.2, PP3) now. ``holders`` and ``pins`` (from
+        :meth:`_holders`) save recomputing them for every block."""
+        d = self.key_depth[key]
+        if holders is None or pins is None:
+            holders, pins = self._holders()
+        hs = holders.get(key, [])
+        classes = [self.block_class_in(h, d, pins[h.id]) for h in hs]
+        state = max(classes, key=_ACROSS.__getitem__) if classes else BlockClass.DEAD
+        waits = [
+            h.suspended_at
+            for h, cls in zip(hs, classes, strict=True)
+            if cls is BlockClass.SUSPENDED and h.suspended_at is not None
+        ]
+        return BlockFigures(
+            d,
+            state,
+            tuple(sorted(h.id for h in hs)),
+            min(waits) if waits else None,
+            self.touch[key],
+        )
+
+    def _holders(self) -> tuple[dict[BlockKey, list[_Ctx]], dict[ContextId, int]]:
+        holders: dict[BlockKey, list[_Ctx]] = {}
+        pins: dict[ContextId, int] = {}
+        for c in self.ctxs.values():
+            if c.open:
+                pins[c.id] = self.pin_depth(c)
+                for k, _ in c.chain:
+                    holders.setdefault(k, []).append(c)
+        return holders, pins
+
+    def blocks(self) -> dict[BlockKey, BlockFigures]:
+        """Every resident block's figures."""
+        holders, pins = self._holders()
+        return {k: self.figures(k, holders, pins) for k in self.resident}
+
+
+def _span(c: _Ctx, start: int | None, stop: int | None) -> slice:
+    return slice(0 if start is None else start, len(c.seq) if stop is None else stop)
+
+
+# ------------------------------------------------------------------ running both
+
+
+def ample_config(ops: Sequence[Op], block_size: int) -> EngineConfig:
+    """One tier larger than every block the trace can write: no eviction, no rejection."""
+    written = 0
+    s = Shadow(block_size)
+    for op in ops:
+        s.apply(op)
+        if s.last_infer is not None:
+            written += s.last_infer.writes
+    return EngineConfig(block_size, (TierConfig(TierName("hbm"), written + 1),))
+
+
+def diverge(
+    ops: Sequence[Op],
+    policy: Callable[[], Policy],
+    rules: Rules | None,
+    *,
+    block_size: int = 4,
+    engine_class: type[Engine] | None = None,
+    config: EngineConfig | None = None,
+) -> Divergence | None:
+    """Run the engine (``engine_class``, default the policy's own or the reference) beside the
+    shadow; the first divergence, or ``None`` if they agree after every op.
+
+    ``rules``: the shadow predicts every decision (memory that cannot fill: ``config`` defaults
+    to :func:`ample_config`). ``None``: the shadow follows the engine's decisions from its log
+    and checks everything else -- any policy, any ``config`` (default ample)."""
+    pol = policy()
+    cls: type[Engine] = (
+        engine_class if engine_class is not None else getattr(pol, "engine_class", Engine)
+    )
+    cfg = config if config is not None else ample_config(ops, block_size)
+    engine = cls(cfg, pol)
+    shadow = Shadow(cfg.block_size, rules or KEEP)
+    for k, op in enumerate(ops):
+        seen = len(engine.log)
+        try:
+            engine.apply(op)
+        except TraceError:
+            raise  # not a valid trace (or the engine says so): no contract question
+        except Exception as err:
+            return Divergence(k, "the engine raised", repr(err), "no error")
+        records = engine.log.since(seen)
+        shadow.apply(op, records if rules is None else None)
+        if shadow.problems:
+            return Divergence(k, "the log", shadow.problems[0], "what the contract allows")
+        found = compare(k, engine, shadow, records)
+        if found is not None:
+            return found
+    return None
+
+
+def compare(k: int, e: Engine, s: Shadow, records: Sequence[object]) -> Divergence | None:
+    """After op ``k``: the first field on which the engine (its view and the op's ``records``)
+    and the shadow differ."""
+
+    def differ(what: str, ev: object, sv: object) -> Divergence | None:
+        return None if ev == sv else Divergence(k, what, ev, sv)
+
+    infer = next((r for r in records if isinstance(r, InferObs)), None)
+    fig = s.last_infer
+    if (infer is None) != (fig is None):
+        return Divergence(k, "an infer record", infer, fig)
+    if infer is not None and fig is not None:
+        got = InferFigures(
+            infer.prompt_tokens,
+            infer.hit_tokens,
+            infer.miss_tokens,
+            infer.output_tokens,
+            infer.own_blocks,
+            sum(isinstance(r, HitObs) for r in records),
+            sum(isinstance(r, AllocObs) for r in records),
+        )
+        if (d := differ(f"inference figures of {infer.ctx}", got, fig)) is not None:
+            return d
+    view = e.view
+    for cid, c in s.ctxs.items():
+        info = view.context(cid)
+        shape = (info.is_open, info.messages, info.tokens, info.materialized_blocks)
+        want = (c.open, len(c.seq), c.tokens(), len(c.chain))
+        if d := differ(f"context {cid} (open, messages, tokens, chain)", shape, want):
+            return d
+        if not c.open:
+            continue
+        timing = (info.valid_blocks, info.phase, info.suspended_at, info.last_infer)
+        phase = MsgState.ACTIVE if c.runnable else MsgState.SUSPENDED
+        want_t = (c.valid, phase, c.suspended_at, c.last_infer)
+        if d := differ(f"context {cid} (valid, phase, suspended at, last infer)", timing, want_t):
+            return d
+        chain = [view.block(b).key for b in view.chain(cid)]
+        if d := differ(f"chain of {cid}", chain, [key for key, _ in c.chain]):
+            return d
+    mine = s.blocks()
+    theirs: dict[BlockKey, BlockFigures] = {}
+    for bid in view.resident():
+        b = view.block(BlockId(bid))
+        if b.key is None:
+            return Divergence(k, f"block {bid} at depth {b.depth}", "resident", "no full block")
+        theirs[b.key] = BlockFigures(
+            b.depth, b.state, tuple(b.holders), b.suspend_time, b.last_access
+        )
+    if (d := differ("resident blocks (by key)", sorted(theirs), sorted(mine))) is not None:
+        return d
+    dead = sorted(dk for b in view.dead() if (dk := view.block(BlockId(b)).key) is not None)
+    if (d := differ("dead blocks (by key)", dead, sorted(s.dead()))) is not None:
+        return d
+    for key in sorted(mine):
+        if (d := differ(f"block {key}", theirs[key], mine[key])) is not None:
+            return d
+    return None
+
+
+# ------------------------------------------------------------------ the self-check
+
+
+def _reference_policies() -> tuple[tuple[str, Callable[[], Policy], Rules], ...]:
+    from policies.kvtether import KVTether
+    from policies.lru import LRU
+
+    return (("lru", LRU, KEEP), ("kvtether", KVTether, TETHER))
+
+
+def contract_violation(
+    ops: Sequence[Op], engine_class: type[Engine] = Engine, *, block_size: int = 4
+) -> Violation | None:
+    """``engine-contract``: ``engine_class`` on ample memory, under LRU (no bypass, no reclaim)
+    and under KVTether (bypass, eager reclaim), disagrees with :class:`Shadow`. ``None`` when it
+    agrees or the trace is not valid (the reference engine raises a ``TraceError`` on it)."""
+    from kvmodel.logical import Sequences
+
+    check = Sequences(block_size)
+    try:
+        for op in ops:
+            check.apply(op)
+    except TraceError:
+        return None
+    for name, policy, rules in _reference_policies():
+        try:
+            d = diverge(ops, policy, rules, block_size=block_size, engine_class=engine_class)
+        except TraceError as err:  # a valid trace the engine under test refuses
+            d = Divergence(len(ops), "the engine refused a valid trace", str(err), "no error")
+        if d is not None:
+            return Violation(
+                "engine-contract",
+                f"the engine under {name} on ample memory (block size {block_size}) disagrees "
+                f"with the contract at op {d.op} on {d.what}: engine {d.engine!r}, contract "
+                f"{d.shadow!r}",
+                op=d.op,
+            )
+    return None

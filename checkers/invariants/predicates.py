@@ -1,0 +1,287 @@
+"""The invariants as plain functions at the moments they are checked: *eviction* (over the
+candidates of one eviction), *placement* (one placement decision) and *log* (the records of one
+op); the *state* ones are in :mod:`checkers.invariants.structural`. One definition, read by the
+Monitor and (as solver terms, through :class:`Logic`) by the rank proofs and the BMC."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Protocol
+
+import attrs
+
+from kvmodel.engine import Engine
+from kvmodel.ids import BlockId
+from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, TRANSITIONS, BlockClass, Event, MsgState
+from kvmodel.messages import AgentKind
+from kvmodel.observations import (
+    AllocObs,
+    BypassObs,
+    EvictObs,
+    FreeObs,
+    FreeReason,
+    Observation,
+)
+from kvmodel.view import NewBlock
+
+__all__ = [
+    "BLOCK",
+    "CONCRETE",
+    "ORDER",
+    "BlockAt",
+    "BlockTerms",
+    "EvictionTerms",
+    "Logic",
+    "evict_live_before_dead",
+    "evict_mru",
+    "evict_priority",
+    "log_bypass",
+    "log_pinned",
+    "log_reclaim_dead",
+    "place_deterministic",
+    "reachable",
+]
+
+_LIVE_OR_TEMP = frozenset({BlockClass.TEMPORARY, BlockClass.SUSPENDED, BlockClass.ACTIVE})
+_RECLAIMABLE = frozenset({BlockClass.DEAD, BlockClass.EXPIRED})
+
+
+@functools.cache  # a fixed table: 30 answers, asked on every op
+def reachable(before: MsgState | None, after: MsgState) -> bool:
+    """``after`` follows from ``before`` by a path of L3 rows (one op may raise several events)."""
+    seen: set[MsgState | None] = {before}
+    todo: list[MsgState | None] = [before]
+    while todo:
+        s = todo.pop()
+        for e in Event:
+            nxt = TRANSITIONS.get((s, e))
+            if nxt is after:
+                return True
+            if nxt is not None and nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return False
+
+
+# ----------------------------------------------------------------------------- eviction-time
+
+
+class EvictionTerms(Protocol):
+    """What an eviction-order invariant reads of a block: :class:`~kvmodel.view.BlockInfo` and
+    the contract model's :class:`checkers.invariants.nversion.EvictionTerms` both have it."""
+
+    @property
+    def id(self) -> BlockId: ...
+
+    @property
+    def state(self) -> BlockClass: ...
+
+    @property
+    def suspend_time(self) -> float | None: ...
+
+
+@attrs.frozen
+class Logic:
+    """How an eviction-order predicate is evaluated: on concrete values (:data:`CONCRETE`, the
+    Monitor) or as solver terms (``checkers.symbolic.z3util.Z3_LOGIC``: z3rank's rank proofs and
+    the BMC step). One definition, three readers (kvmodel issue 13)."""
+
+    is_: Callable[[Any, BlockClass], Any]  # a state term is the class
+    any_: Callable[..., Any]
+    all_: Callable[..., Any]
+    later: Callable[[Any, Any], Any]  # suspension x after y (None: -inf, never after)
+    not_: Callable[[Any], Any]
+
+
+def _later(x: float | None, y: float | None) -> bool:
+    return x is not None and (y is None or x > y)
+
+
+CONCRETE = Logic(
+    lambda s, c: s is c, lambda *xs: any(xs), lambda *xs: all(xs), _later, lambda x: not x
+)
+
+_D, _E, _S = BlockClass.DEAD, BlockClass.EXPIRED, BlockClass.SUSPENDED
+_LIVE_ORDERED = (BlockClass.TEMPORARY, BlockClass.SUSPENDED, BlockClass.ACTIVE)
+#: every (lower, higher) pair of classes by BLOCK_CLASS_PRIORITY (computed once, not per check)
+_PRIORITY_PAIRS = tuple(
+    (x, y)
+    for x in BlockClass
+    for y in BlockClass
+    if BLOCK_CLASS_PRIORITY[x] < BLOCK_CLASS_PRIORITY[y]
+)
+
+#: The eviction-order invariants, each as one predicate ``first_goes_first(a, b, logic)``: with
+#: ``a`` and ``b`` both evictable, evicting ``b`` while ``a`` is a candidate violates the
+#: invariant. ``a`` and ``b`` have ``state`` and ``suspend_time`` terms (spec/invariants.md,
+#: Lifecycle-aware table; z3rank proves a rank never orders such a pair the wrong way).
+ORDER: Mapping[str, Callable[[Any, Any, Logic], Any]] = MappingProxyType(
+    {
+        "no-live-eviction-before-dead-reclaim": lambda a, b, lg: lg.all_(
+            lg.any_(lg.is_(a.state, _D), lg.is_(a.state, _E)),
+            lg.any_(*(lg.is_(b.state, x) for x in _LIVE_ORDERED)),
+        ),
+        "state-priority-eviction": lambda a, b, lg: lg.any_(
+            *(lg.all_(lg.is_(a.state, x), lg.is_(b.state, y)) for x, y in _PRIORITY_PAIRS)
+        ),
+        "suspended-mru": lambda a, b, lg: lg.all_(
+            lg.is_(a.state, _S), lg.is_(b.state, _S), lg.later(a.suspend_time, b.suspend_time)
+        ),
+    }
+)
+
+
+class BlockTerms(Protocol):
+    """What a per-block invariant reads of one block at one op: the Monitor builds it from the
+    engine's view and the op's records (:class:`BlockAt`), the BMC step from its symbolic
+    state (``checkers.symbolic.transition``)."""
+
+    @property
+    def resident(self) -> Any: ...  # resident after the op
+
+    @property
+    def state(self) -> Any: ...  # its class after the op
+
+    @property
+    def was_dead(self) -> Any: ...  # resident and Dead before the op
+
+    @property
+    def closing(self) -> Any: ...  # the op closes contexts (close, return, end, one-shot)
+
+    @property
+    def removed(self) -> Any: ...  # the op evicted it, or a policy reclaimed it
+
+    @property
+    def removed_state(self) -> Any: ...  # its class when removed
+
+
+@attrs.frozen
+class BlockAt:
+    """Concrete :class:`BlockTerms` (the Monitor's)."""
+
+    resident: bool = False
+    state: BlockClass | None = None
+    was_dead: bool = False
+    closing: bool = False
+    removed: bool = False
+    removed_state: BlockClass | None = None
+
+
+#: The per-block invariants, each as one predicate ``violated(block, logic)`` over
+#: :class:`BlockTerms`: the Monitor evaluates it on concrete values, the BMC step on Z3 terms
+#: (one definition, two readers; spec/invariants.md tables).
+BLOCK: Mapping[str, Callable[[Any, Logic], Any]] = MappingProxyType(
+    {
+        "no-zombie-kv": lambda b, lg: lg.all_(b.resident, lg.is_(b.state, _D)),
+        "free-at-boundary": lambda b, lg: lg.all_(
+            b.closing, b.resident, lg.is_(b.state, _D), lg.not_(b.was_dead)
+        ),
+        "pinned-never-evicted": lambda b, lg: lg.all_(
+            b.removed, lg.is_(b.removed_state, BlockClass.PINNED)
+        ),
+    }
+)
+
+
+def _passed_over(
+    name: str, victim: EvictionTerms, cands: Iterable[EvictionTerms]
+) -> EvictionTerms | None:
+    return next((c for c in cands if ORDER[name](c, victim, CONCRETE)), None)
+
+
+def evict_live_before_dead(victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> str | None:
+    c = _passed_over("no-live-eviction-before-dead-reclaim", victim, cands)
+    if c is None:
+        return None
+    return (
+        f"evicted {victim.state.value} block {victim.id} while "
+        f"{c.state.value} block {c.id} was evictable"
+    )
+
+
+def evict_priority(victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> str | None:
+    c = _passed_over("state-priority-eviction", victim, cands)
+    if c is None:
+        return None
+    return f"evicted {victim.state.value} block {victim.id} before {c.state.value} block {c.id}"
+
+
+def evict_mru(victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> str | None:
+    c = _passed_over("suspended-mru", victim, cands)
+    if c is None:
+        return None
+    mine = -1e300 if victim.suspend_time is None else victim.suspend_time
+    return (
+        f"evicted block {victim.id} suspended at {mine:g} before block {c.id} "
+        f"suspended later, at {c.suspend_time:g}"
+    )
+
+
+# ----------------------------------------------------------------------------- placement-time
+
+
+def place_deterministic(engine: Engine, block: NewBlock, slot: BlockId) -> str | None:
+    """Lachesis's classes (spec §lachesis-det): long -> HBF first, short -> HBM first."""
+    from policies.lachesis import SegmentClass, classify
+
+    if block.agent is AgentKind.WORKER and getattr(engine.policy, "predicts_workers", False):
+        return None  # the predictive path decides workers
+    cls = classify(block)[0]
+    names = engine.memory.names
+    pref = names if cls is SegmentClass.SHORT else names[::-1]
+    got = engine.memory.tier_of(slot)
+    if got != pref[0] and engine.memory.free_count(pref[0]) > 0:
+        return (
+            f"{cls.value}-lived block of {block.ctx} (depth {block.depth}) went to {got} "
+            f"while {pref[0]} had a free block"
+        )
+    return None
+
+
+# ----------------------------------------------------------------------------- log-time
+
+
+def log_pinned(records: Iterable[Observation]) -> list[tuple[str, BlockId]]:
+    pinned = BLOCK["pinned-never-evicted"]
+    return [
+        (f"{r.kind} of pinned block {r.block}", r.block)
+        for r in records
+        if isinstance(r, EvictObs | FreeObs)
+        and pinned(
+            BlockAt(
+                removed=isinstance(r, EvictObs) or r.reason == FreeReason.RECLAIM,
+                removed_state=r.state,
+            ),
+            CONCRETE,
+        )
+    ]
+
+
+def log_reclaim_dead(records: Iterable[Observation]) -> list[tuple[str, BlockId]]:
+    return [
+        (f"reclaimed {r.state.value} block {r.block}", r.block)
+        for r in records
+        if isinstance(r, FreeObs)
+        and r.reason == FreeReason.RECLAIM
+        and r.state is not BlockClass.DEAD
+    ]
+
+
+def log_bypass(records: Sequence[Observation]) -> list[tuple[str, BlockId]]:
+    bypassed = {r.block for r in records if isinstance(r, BypassObs)}
+    freed = {r.block for r in records if isinstance(r, FreeObs) and r.reason == FreeReason.BYPASS}
+    out = []
+    for r in records:
+        if (
+            isinstance(r, AllocObs)
+            and r.state is BlockClass.TEMPORARY
+            and r.key is not None
+            and not r.rewrite
+            and (r.block not in bypassed or r.block not in freed)
+        ):
+            out.append((f"temporary block {r.block} written without bypass", r.block))
+    return out
+
+

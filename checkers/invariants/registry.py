@@ -1,0 +1,53 @@
+"""The invariant registry: every invariant's name and one line, in report order (formulas:
+spec/invariants.md), the structural claims and the findings that are not invariants."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from kvmodel.policy import STRUCTURAL_CLAIMS
+
+__all__ = [
+    "FINDINGS",
+    "INVARIANTS",
+    "STRUCTURAL",
+]
+
+#: name -> one line; the order is the report order. Formulas: spec/invariants.md.
+INVARIANTS: Mapping[str, str] = MappingProxyType(
+    {
+        "accounting": "per tier free + used = capacity; writes = alloc records",
+        "chains": "every open context's chain is resident, indexed and linked",
+        "legal-transitions": "every message state change follows the transition table",
+        "no-eviction-in-flight": "no block of the inference being admitted is evicted",
+        "pinned-never-evicted": "no Pinned block is evicted or reclaimed",
+        "no-stale-hit": "kept and hit blocks match the prompt's own hash chain",
+        "prefix-closed-residency": "every resident block's parent is resident",
+        "no-zombie-kv": "no dead block is resident at a quiescent point",
+        "no-live-eviction-before-dead-reclaim": "no live eviction while dead/expired KV remains",
+        "state-priority-eviction": "evict Dead < Expired < Temporary < Suspended < Active",
+        "suspended-mru": "within Suspended, the most recently suspended goes first",
+        "reclaim-dead-only": "a policy's reclaim frees only dead blocks",
+        "temporary-bypass": "Temporary KV is bypassed, never indexed, never hit",
+        "free-at-boundary": "KV a closing op kills is freed by that op",
+        "deterministic-placement": "segment classes pick the first tier (Lachesis)",
+        "endurance-budget": "projected device-years of every worn tier >= the bound",
+    }
+)
+
+#: Claimed by every policy: a violation here is a bug in the engine (or a refused decision).
+STRUCTURAL = STRUCTURAL_CLAIMS
+
+#: Findings about a run that are not invariants (spec/invariants.md §Pseudo-invariants): no
+#: policy claims or disclaims them, every run records them, and each is always a failure.
+FINDINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "policy-protocol": "the engine refused a policy decision, or the policy's code raised",
+        "engine-internal": "the engine under test crashed",
+        "nondeterministic": "two replays of one trace gave different observation logs",
+        "engine-contract": "on ample memory the engine disagrees with an independent computation "
+        "of the contract (checkers.invariants.nversion)",
+    }
+)
+

@@ -1,0 +1,109 @@
+"""Checked replay: apply ops to an engine under the invariant :class:`Monitor` (the one monitor
+replay, the searches and the oracle share), and the nondeterminism check of two replays."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from checkers.invariants.monitor import Monitor
+from checkers.invariants.structural import Violation
+from kvmodel.config import EngineConfig
+from kvmodel.engine import Engine
+from kvmodel.errors import TraceError
+from kvmodel.observations import observation_to_json
+from kvmodel.policy import Policy, resolve_policy
+from kvmodel.trace import Op, Trace, TraceHeader
+
+__all__ = ["CheckRun", "check_ops", "engine_for", "nondeterminism"]
+
+
+def engine_for(policy: Policy, config: EngineConfig) -> Engine:
+    """The engine a policy runs on. A policy may bring an ``engine_class`` (the mutant zoo plants
+    engine bugs this way); everything else runs on the reference :class:`Engine`."""
+    cls: type[Engine] = getattr(policy, "engine_class", Engine)
+    return cls(config, policy)
+
+
+@attrs.frozen
+class CheckRun:
+    """The outcome of checking one op sequence."""
+
+    violations: tuple[Violation, ...]
+    engine: Engine
+    applied: int  # ops applied before the run stopped
+    trace_error: TraceError | None = None
+
+    def first(self, invariant: str) -> Violation | None:
+        return next((v for v in self.violations if v.invariant == invariant), None)
+
+
+def check_ops(
+    ops: Sequence[Op],
+    policy: str | Policy,
+    config: EngineConfig,
+    invariants: Iterable[str],
+    *,
+    stop_at: str | None = None,
+    endurance_years: float = 5.0,
+) -> CheckRun:
+    """Apply ``ops`` with a :class:`Monitor`; stop at the first violation of ``stop_at`` (if
+    given), at a refused policy decision, or at an op the model rejects as bad input."""
+    pol = resolve_policy(policy)
+    engine = engine_for(pol, config)
+    mon = Monitor(engine, invariants, endurance_years=endurance_years)
+    prepare = getattr(pol, "prepare", None)
+    if callable(prepare):
+        try:
+            prepare(Trace(TraceHeader(), tuple(ops)), config)
+        except TraceError as e:
+            return CheckRun((), engine, 0, e)
+    applied = 0
+    for op in ops:
+        try:
+            went_on = mon.apply(op)
+        except TraceError as e:
+            return CheckRun(tuple(mon.violations), engine, applied, e)
+        applied += 1
+        if not went_on:
+            return CheckRun(tuple(mon.violations), engine, applied)
+        if stop_at is not None and mon.first(stop_at) is not None:
+            return CheckRun(tuple(mon.violations), engine, applied)
+    mon.at_end()
+    return CheckRun(tuple(mon.violations), engine, applied)
+
+
+def nondeterminism(
+    ops: Sequence[Op], policy: str, config: EngineConfig, *, runs: int = 3
+) -> Violation | None:
+    """Replay ``ops`` ``runs`` times, each with a fresh policy and engine; a
+    ``nondeterministic`` finding at the first op whose records differ between two replays (a
+    policy that breaks ties by ``id()``, set order or a clock), else None."""
+    logs = []
+    for _ in range(runs):
+        run = check_ops(ops, policy, config, [])
+        logs.append([observation_to_json(o) for o in run.engine.log])
+    first = logs[0]
+    for other in logs[1:]:
+        if other != first:
+            k = next(
+                (i for i, (a, b) in enumerate(zip(first, other, strict=False)) if a != b),
+                min(len(first), len(other)),
+            )
+            rec = first[k] if k < len(first) else other[k]
+            return Violation(
+                "nondeterministic",
+                f"two replays of the same trace differ at record {k} (op {rec.get('op')}): "
+                f"{_brief(first, k)} vs {_brief(other, k)}",
+                op=int(rec.get("op", 0)),
+            )
+    return None
+
+
+def _brief(log: Sequence[dict[str, Any]], k: int) -> str:
+    if k >= len(log):
+        return "no record"
+    r = log[k]
+    return " ".join(str(r[f]) for f in ("kind", "block", "tier") if f in r)

@@ -1,0 +1,145 @@
+"""What a search exercised, so that a quiet run is never mistaken for a clean one.
+
+Every finished run (a machine example, a random walk, a lockstep trace) is summarised by
+:func:`run_coverage` from its observation log: evictions by block class, rejections, spills to a
+lower tier, reclaims, temporaries, bypasses, worn tiers, dead blocks left resident. A
+:class:`SearchStats` adds the runs up, prints the coverage line, and names the invariants whose
+trigger never happened (no eviction at all: the eviction-order invariants were not put to the
+test).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+from kvmodel.config import EngineConfig
+from kvmodel.engine import Engine
+from kvmodel.lifecycle import BlockClass
+from kvmodel.observations import AllocObs, BypassObs, EvictObs, FreeObs, FreeReason, RejectObs
+from kvmodel.trace import OP_NAMES, Op, op_name
+
+__all__ = ["TARGETS", "TRIGGERS", "SearchStats", "run_coverage"]
+
+#: an invariant -> the coverage counter without which it was never put to the test
+TRIGGERS: dict[str, str] = {
+    "no-eviction-in-flight": "evictions",
+    "no-live-eviction-before-dead-reclaim": "evictions",
+    "state-priority-eviction": "evictions",
+    "suspended-mru": "evict:suspended",
+    "temporary-bypass": "temporaries",
+    "endurance-budget": "worn tiers",
+    "reclaim-dead-only": "reclaims",
+}
+
+#: the counters a machine example maximises (Hypothesis ``target``): pressure
+TARGETS = ("evictions", "rejections", "spills", "dead resident")
+
+
+def run_coverage(engine: Engine, seconds_bound: float = 5.0) -> Counter[str]:
+    """What one finished run exercised, from its observation log and memory."""
+    cov: Counter[str] = Counter()
+    first_tier = engine.memory.names[0] if engine.memory.names else None
+    for r in engine.log:
+        if isinstance(r, EvictObs):
+            cov["evictions"] += 1
+            cov[f"evict:{r.state.value}"] += 1
+        elif isinstance(r, RejectObs):
+            cov["rejections"] += 1
+        elif isinstance(r, BypassObs):
+            cov["bypasses"] += 1
+        elif isinstance(r, AllocObs):
+            cov["spills"] += r.tier != first_tier
+            cov["temporaries"] += r.state is BlockClass.TEMPORARY
+        elif isinstance(r, FreeObs) and r.reason == FreeReason.RECLAIM:
+            cov["reclaims"] += 1
+    st = engine.stats
+    seconds = (st.t_last or 0.0) - (st.t_first or 0.0)
+    for t in engine.memory.tiers:
+        years = engine.memory.device_years(t.name, seconds)
+        if years is not None and years < seconds_bound:
+            cov["worn tiers"] += 1
+    cov["dead resident"] = len(engine.dead)
+    cov["tiers>1"] = len(engine.memory.tiers) > 1
+    return cov
+
+
+@attrs.define
+class SearchStats:
+    #: Hypothesis machine (or trace-strategy) examples and the rules they fired
+    examples: int = 0
+    steps: int = 0
+    rules: Counter[str] = attrs.field(factory=Counter)
+    #: random walks (:mod:`checkers.search.walk`)
+    walks: int = 0
+    #: trace ops applied, by kind, over every run of either search
+    ops: Counter[str] = attrs.field(factory=Counter)
+    #: which rules the machine has (empty for a trace-level search)
+    rule_names: tuple[str, ...] = ()
+    #: the longest run's ops and engine: replayed for the determinism check
+    sample: list[Op] = attrs.field(factory=list)
+    sample_config: EngineConfig | None = None
+    #: what the runs exercised, summed (see :func:`run_coverage`)
+    coverage: Counter[str] = attrs.field(factory=Counter)
+    #: invariant -> seconds from the search's start to its first violation (before shrinking)
+    found_after: dict[str, float] = attrs.field(factory=dict)
+    #: random traces on which the engine was compared with the contract (engine-contract)
+    contract_traces: int = 0
+
+    def keep_sample(self, ops: Sequence[Op], config: EngineConfig) -> None:
+        if len(ops) > len(self.sample):
+            self.sample = list(ops)
+            self.sample_config = config
+
+    def count_ops(self, ops: Iterable[Op]) -> None:
+        self.ops.update(op_name(op) for op in ops)
+
+    def add(self, cov: Counter[str]) -> None:
+        self.coverage.update(cov)
+        self.coverage["runs"] += 1
+
+    def observe(self, engine: Engine) -> Counter[str]:
+        """Add one finished run; return its own counts (the machine targets them)."""
+        cov = run_coverage(engine)
+        self.add(cov)
+        return cov
+
+    def merge(self, other: SearchStats) -> None:
+        self.examples += other.examples
+        self.steps += other.steps
+        self.walks += other.walks
+        self.rules.update(other.rules)
+        self.ops.update(other.ops)
+        self.coverage.update(other.coverage)
+        if other.sample_config is not None:
+            self.keep_sample(other.sample, other.sample_config)
+
+    def coverage_line(self) -> str:
+        keys = ("evictions", "rejections", "spills", "reclaims", "temporaries", "bypasses")
+        parts = [f"{k} {self.coverage[k]}" for k in keys]
+        by_class = ", ".join(
+            f"{k.split(':')[1]} {n}" for k, n in sorted(self.coverage.items()) if k[:6] == "evict:"
+        )
+        parts[0] += f" ({by_class})" if by_class else ""
+        parts += [f"forks {self.ops['fork']}", f"pins {self.ops['pin']}"]
+        parts.append(f"worn tiers {self.coverage['worn tiers']}")
+        parts.append(f"multi-tier runs {self.coverage['tiers>1']}/{self.coverage['runs']}")
+        return "coverage: " + ", ".join(parts)
+
+    def unexercised(self, invariants: Iterable[str]) -> list[str]:
+        """Warnings: checked invariants whose trigger never happened in any run (a quiet
+        result there is not evidence)."""
+        out = []
+        for inv in invariants:
+            need = TRIGGERS.get(inv)
+            if need is not None and not self.coverage[need]:
+                out.append(f"{inv} never exercised: no {need.replace('evict:', 'eviction of ')}")
+        return out
+
+    def never_fired(self) -> list[str]:
+        """Machine rules that never fired and trace ops never applied (``op:NAME``)."""
+        rules = sorted(set(self.rule_names) - {r for r, n in self.rules.items() if n})
+        ops = sorted(set(OP_NAMES) - {o for o, n in self.ops.items() if n})
+        return rules + [f"op:{o}" for o in ops]

@@ -1,0 +1,191 @@
+"""``kvmodel check``: search every (policy, invariant), write counterexample bundles, report.
+
+The verdict of a (policy, invariant) pair is ``holds`` (no counterexample within the search
+budget -- a search result, not a proof), or ``violated`` with the length of the shortest trace
+found. ``claimed`` says whether the policy claims the invariant: a violated claim is a failure, a
+violated non-claim is a *finding* (LRU leaves zombie KV: that is the point of the table).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from checkers.invariants import FINDINGS, INVARIANTS, STRUCTURAL
+from checkers.search.bundle import write_bundle
+from checkers.search.stateful import CONTRACT_TRACES, PROFILES, WALKS, SearchResult, search
+from kvmodel.config import EngineConfig
+from kvmodel.policy import resolve_policy
+
+__all__ = [
+    "EXPECTED_VERDICTS",
+    "PolicyReport",
+    "check_policies",
+    "expected_verdicts",
+    "render_table",
+]
+
+EXPECTED_VERDICTS = Path(__file__).with_name("expected_verdicts.toml")
+
+
+@attrs.frozen
+class PolicyReport:
+    policy: str
+    claims: frozenset[str]
+    result: SearchResult
+    bundles: Mapping[str, Path]
+
+    def verdict(self, invariant: str) -> str:
+        return "violated" if invariant in self.result.found else "holds"
+
+    def failures(self) -> list[str]:
+        """Claimed invariants that were violated, and findings (a refused decision, an
+        exception, a crash, nondeterminism: always failures)."""
+        return sorted(set(self.result.found) & (self.claims | set(FINDINGS)))
+
+    def to_json(self) -> dict[str, Any]:
+        inv: dict[str, Any] = {}
+        for name in self.result.invariants:
+            c = self.result.found.get(name)
+            inv[name] = {
+                "verdict": "violated" if c else "holds",
+                "claimed": name in self.claims,
+                "length": len(c.ops) if c else None,
+                "hypothesis_length": c.hypothesis_ops if c else None,
+                "one_minimal": c.one_minimal if c else None,
+                "violation": c.violation.message if c else None,
+                "bundle": str(self.bundles[name]) if name in self.bundles else None,
+            }
+        findings: dict[str, Any] = {}
+        for name in FINDINGS:
+            c = self.result.found.get(name)
+            findings[name] = {
+                "verdict": "found" if c else "none",
+                "length": len(c.ops) if c else None,
+                "violation": c.violation.message if c else None,
+                "bundle": str(self.bundles[name]) if name in self.bundles else None,
+            }
+        st = self.result.stats
+        return {
+            "policy": self.policy,
+            "invariants": inv,
+            "findings": findings,
+            "stats": {
+                "examples": st.examples,
+                "steps": st.steps,
+                "walks": st.walks,
+                "contract_traces": st.contract_traces,
+                "rules": dict(sorted(st.rules.items())),
+                "never_fired": st.never_fired(),
+                "coverage": dict(sorted(st.coverage.items())),
+                "unexercised": st.unexercised(self.result.invariants),
+            },
+        }
+
+
+def check_policies(
+    policies: Sequence[str],
+    invariants: Iterable[str] | None = None,
+    *,
+    profile: str = "ci",
+    max_examples: int | None = None,
+    steps: int | None = None,
+    seed: int = 0,
+    out: Path | None = None,
+    config: EngineConfig | None = None,
+    hypothesis_shrink: bool = True,
+    walks: int | None = None,
+    budget: float | None = None,
+    jobs: int = 1,
+    scheduler: str | None = None,
+    done: Callable[[str], None] | None = None,
+) -> list[PolicyReport]:
+    """Search each policy (see :func:`checkers.search.stateful.search`). ``config=None`` is a swarm
+    search; ``walks`` defaults to the profile's; ``budget`` (seconds per policy, counted from
+    its search's start, shrinking not included) lets the random walks go on until it is spent;
+    ``jobs`` processes, or rounds of ``jobs`` chunks on the Dask scheduler at ``scheduler``.
+    ``done(policy)`` is called as each policy's search finishes (progress)."""
+    examples, n_steps = PROFILES[profile]
+    names = tuple(invariants) if invariants is not None else tuple(INVARIANTS)
+    reports = []
+    for p in policies:
+        # structural invariants are claimed by every policy: they are the engine's own
+        claims = frozenset(getattr(resolve_policy(p), "claims", ())) | STRUCTURAL
+        r = search(
+            p,
+            names,
+            config=config,
+            max_examples=max_examples or examples,
+            steps=steps or n_steps,
+            seed=seed,
+            # Hypothesis's targeted shrinking for what fails the check (claims, findings);
+            # delta debugging alone for the rest (they are 1-minimal all the same)
+            hypothesis_shrink=(claims | set(FINDINGS)) if hypothesis_shrink else False,
+            walks=WALKS[profile] if walks is None else walks,
+            walk_seconds=budget,
+            jobs=jobs,
+            contract_traces=CONTRACT_TRACES[profile],
+            scheduler=scheduler,
+        )
+        bundles: dict[str, Path] = {}
+        if out is not None:
+            for inv, c in r.found.items():
+                d = out / p.replace(":", "_").replace("/", "_") / inv
+                bundles[inv] = write_bundle(
+                    d, c.ops, p, c.config, inv, c.violation, one_minimal=c.one_minimal
+                )
+        reports.append(PolicyReport(p, claims, r, bundles))
+        if done is not None:
+            done(p)
+    return reports
+
+
+def render_table(reports: Sequence[PolicyReport]) -> str:
+    """policy x invariant: ``ok`` holds (claimed), ``·`` holds (not claimed), ``Vn`` violated
+    with an n-op counterexample (``!`` marks a violated claim)."""
+    names = [*(reports[0].result.invariants if reports else ()), *FINDINGS]
+    short = {n: f"I{i + 1}" for i, n in enumerate(names) if n not in FINDINGS}
+    short |= {n: f"F{i + 1}" for i, n in enumerate(FINDINGS)}
+    w = max([len(r.policy) for r in reports] + [6]) + 1
+    lines = ["".join([f"{'policy':<{w}}", *(f"{short[n]:>6}" for n in names)])]
+    for r in reports:
+        cells = []
+        for n in names:
+            c = r.result.found.get(n)
+            claimed = n in r.claims or n in FINDINGS
+            if c is None:
+                cells.append("ok" if claimed else "·")
+            else:
+                cells.append(f"{'!' if claimed else ''}V{len(c.ops)}")
+        lines.append("".join([f"{r.policy:<{w}}", *(f"{c:>6}" for c in cells)]))
+    lines.append("")
+    lines += [f"  {short[n]:>4}  {n}" for n in names]
+    lines.append(
+        "  ok = holds (claimed), · = holds (not claimed), Vn = violated by an n-op "
+        "trace, !Vn = a claimed invariant violated; F columns are findings that every "
+        "policy must avoid"
+    )
+    return "\n".join(lines)
+
+
+def expected_verdicts(path: Path = EXPECTED_VERDICTS) -> dict[str, dict[str, str]]:
+    """policy (name or import path) -> invariant -> "holds" | "violated" (the data the tests
+    drive the checker to): the built-in policies from ``path``, every mutant from
+    :data:`checkers.search.mutants.MUTANTS` (violated: the invariant it breaks)."""
+    from checkers.search.mutants import MUTANTS
+
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    out: dict[str, dict[str, str]] = {}
+    for name, v in data.get("policies", {}).items():
+        table = out.setdefault(name, {})
+        for inv in v.get("holds", []):
+            table[inv] = "holds"
+        for inv in v.get("violated", []):
+            table[inv] = "violated"
+    for mutant, inv in MUTANTS.items():
+        out.setdefault(mutant, {})[inv] = "violated"
+    return out

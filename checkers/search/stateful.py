@@ -1,0 +1,609 @@
+"""A Hypothesis stateful machine over the harness primitives, generic over the policy.
+
+The machine is thin (STYLE §9): each rule asks the :class:`~checkers.search.builder.HarnessBuilder`
+for the ops of one agent action and applies them through the :class:`~checkers.invariants.Monitor`;
+there is one ``@invariant`` per checked invariant, and its body only reads the monitor. Tiers are
+small (a dozen blocks) so that pressure, evictions and rejections are common.
+
+:func:`search` is what ``kvmodel check`` runs for one policy: an *exploration* run records the
+first violation of every invariant without stopping; then each violated invariant gets a
+*targeted* run that fails on it, so Hypothesis shrinks the counterexample; finally delta
+debugging over the trace (replay as the test) shortens it further, to 1-minimality.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any
+
+import attrs
+from hypothesis import HealthCheck, Phase, Verbosity, settings, target
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+from hypothesis.errors import Flaky
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from checkers.invariants import FINDINGS, INVARIANTS, Monitor
+from checkers.invariants.replay import check_ops, engine_for, nondeterminism
+from checkers.invariants.structural import Violation
+from checkers.search.builder import HarnessBuilder
+from checkers.search.coverage import TARGETS, SearchStats
+from checkers.search.shrink import shrink
+from checkers.search.swarm import check_config, swarm_configs
+from kvmodel.config import EngineConfig
+from kvmodel.engine import Engine
+from kvmodel.policy import resolve_policy
+from kvmodel.trace import Op, Trace, op_name
+
+__all__ = [
+    "CONTRACT_TRACES",
+    "PROFILES",
+    "WALKS",
+    "Counterexample",
+    "SearchResult",
+    "SearchStats",
+    "check_config",
+    "make_machine",
+    "run_machine",
+    "search",
+    "search_settings",
+]
+
+#: Settings profiles: (max_examples, steps per example).
+PROFILES: dict[str, tuple[int, int]] = {"dev": (30, 25), "ci": (100, 30), "thorough": (600, 60)}
+#: random walks per profile (after the machine; ``--budget`` adds more)
+WALKS: dict[str, int] = {"dev": 50, "ci": 200, "thorough": 2000}
+#: random traces on which the policy's engine is compared with the contract (engine-contract)
+CONTRACT_TRACES: dict[str, int] = {"dev": 4, "ci": 12, "thorough": 100}
+
+
+@attrs.frozen
+class Counterexample:
+    invariant: str
+    ops: tuple[Op, ...]
+    violation: Violation
+    hypothesis_ops: int  # length after Hypothesis's shrinking (before delta debugging)
+    one_minimal: bool
+    #: the engine the trace fails on (a swarm search draws one per example)
+    config: EngineConfig = attrs.field(factory=lambda: check_config())
+    #: which search found it first: "machine" (Hypothesis) or "walk" (random walk)
+    found_by: str = "machine"
+
+
+#: what a search records of a first violation: the invariant, the ops up to it, the violation
+#: and the engine configuration it happened on
+Record = Callable[[str, Sequence[Op], Violation, EngineConfig], None]
+
+
+@attrs.frozen
+class SearchResult:
+    policy: str
+    invariants: tuple[str, ...]
+    found: dict[str, Counterexample]
+    stats: SearchStats
+
+
+tokens = st.integers(1, 16)
+picks = st.integers(0, 7)
+ttls = st.one_of(st.none(), st.sampled_from([0.5, 2.0, 10.0]))
+durations = st.sampled_from([0.0, 0.5, 2.0])
+#: after new input, usually run the context (the harness's next request); True is drawn first
+go_on = st.sampled_from([True, False])
+#: destructive actions happen in about a quarter of the draws of their rule
+rarely = st.sampled_from([False, False, True])
+
+RULES = (
+    "start_session",
+    "user",
+    "observe",
+    "infer",
+    "turn_end",
+    "spawn",
+    "ret",
+    "compact",
+    "fork",
+    "replace",
+    "remove",
+    "pin",
+    "unpin",
+    "close",
+    "end_session",
+    "wait",
+)
+
+
+def make_machine(
+    policy: str,
+    invariants: Iterable[str],
+    *,
+    config: EngineConfig | None,
+    fail_on: frozenset[str] = frozenset(),
+    record: Record | None = None,
+    stats: SearchStats | None = None,
+) -> type[RuleBasedStateMachine]:
+    """A machine class for ``policy``; it fails on the invariants in ``fail_on`` and reports
+    every first violation of any monitored invariant to ``record``. ``config=None`` is a swarm
+    search: each example draws its engine from :func:`checkers.search.swarm.swarm_configs`. Every
+    example targets pressure (Hypothesis ``target``: evictions, rejections, spills, dead
+    blocks resident), so the search climbs towards the states where policies differ."""
+    monitored = tuple(invariants)
+    st_ = stats if stats is not None else SearchStats(rule_names=RULES)
+    configs = st.just(config) if config is not None else swarm_configs()
+
+    class Machine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self._setup(config or check_config())
+            self.b = HarnessBuilder()
+            self.halted = False
+            self.reported: set[str] = set()
+            st_.examples += 1
+
+        def _setup(self, cfg: EngineConfig) -> None:
+            self.config = cfg
+            self.engine = engine_for(resolve_policy(policy), cfg)
+            self.monitor = Monitor(self.engine, monitored)
+
+        @initialize(cfg=configs)
+        def engine_config(self, cfg: EngineConfig) -> None:
+            """The example's engine: drawn first, before any op."""
+            self._setup(cfg)
+
+        def _ensure_session(self) -> None:
+            """Every action needs an agent: start one if none is running (Hypothesis's swarm
+            testing often disables ``start_session`` for a whole example)."""
+            if not self.b.ctxs and not self.halted:
+                self._apply(self.b.start_session(0, pin=True, ttl=None))
+
+        def _run(self, name: str, ops: list[Op]) -> None:
+            st_.rules[name] += 1
+            st_.steps += 1
+            self._apply(ops)
+
+        def _apply(self, ops: list[Op]) -> None:
+            for op in ops:
+                if not self.monitor.apply(op):
+                    self.halted = True
+                    break
+                st_.ops[op_name(op)] += 1
+            if record is not None:
+                for v in self.monitor.violations:
+                    if v.invariant not in self.reported:
+                        self.reported.add(v.invariant)
+                        n = (v.op + 1) if v.op is not None else len(self.b.ops)
+                        record(v.invariant, list(self.b.ops[:n]), v, self.config)
+
+        @precondition(lambda self: not self.halted)
+        @rule(variant=st.integers(0, 5), pin=st.booleans(), ttl=ttls)
+        def start_session(self, variant: int, pin: bool, ttl: float | None) -> None:
+            self._run("start_session", self.b.start_session(variant, pin, ttl))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks, n=tokens, temporary=st.booleans(), go=go_on)
+        def user(self, pick: int, n: int, temporary: bool, go: bool) -> None:
+            self._ensure_session()
+            self._run("user", self.b.user(pick, n, temporary))
+            if go:
+                self._apply(self.b.infer_last(4, False, 0.5))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks, n=tokens, temporary=st.booleans(), go=go_on)
+        def observe(self, pick: int, n: int, temporary: bool, go: bool) -> None:
+            self._ensure_session()
+            self._run("observe", self.b.observe(pick, n, temporary))
+            if go:
+                self._apply(self.b.infer_last(4, False, 0.5))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks, reasoning=st.integers(0, 12), answer=st.booleans(), d=durations)
+        def infer(self, pick: int, reasoning: int, answer: bool, d: float) -> None:
+            self._ensure_session()
+            self._run("infer", self.b.infer(pick, reasoning, answer, d))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks)
+        def turn_end(self, pick: int) -> None:
+            self._ensure_session()
+            self._run("turn_end", self.b.turn_end(pick))
+
+        @precondition(lambda self: not self.halted)
+        @rule(
+            pick=picks,
+            reviewer=st.booleans(),
+            tools=st.integers(0, 4),
+            n=tokens,
+            go=go_on,
+            fanout=st.integers(1, 3),
+        )
+        def spawn(
+            self, pick: int, reviewer: bool, tools: int, n: int, go: bool, fanout: int
+        ) -> None:
+            """Spawn ``fanout`` sub-agents at once (a lead fanning out work)."""
+            self._ensure_session()
+            for i in range(fanout):
+                self._run("spawn", self.b.spawn(pick, reviewer, tools + i, n))
+                if go:  # each sub-agent starts working at once
+                    self._apply(self.b.infer_last(4, False, 0.5))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks, go=go_on)
+        def ret(self, pick: int, go: bool) -> None:
+            self._ensure_session()
+            self._run("ret", self.b.ret(pick))
+            if go:
+                self._apply(self.b.infer_last(4, False, 0.5))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks, d=durations)
+        def compact(self, pick: int, d: float) -> None:
+            self._ensure_session()
+            self._run("compact", self.b.compact(pick, d))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks, upto=st.integers(0, 8))
+        def fork(self, pick: int, upto: int) -> None:
+            self._ensure_session()
+            self._run("fork", self.b.fork(pick, upto))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks, index=st.integers(0, 8), n=tokens, go=go_on)
+        def replace(self, pick: int, index: int, n: int, go: bool) -> None:
+            """An edit in the middle (e.g. an old observation shortened), usually followed by
+            the context's next inference."""
+            self._ensure_session()
+            self._run("replace", self.b.replace(pick, index, n))
+            if go:
+                self._apply(self.b.infer_last(4, False, 0.5))
+
+        @precondition(lambda self: not self.halted)
+        @rule(confirm=rarely, pick=picks, index=st.integers(0, 8), count=st.integers(0, 3))
+        def remove(self, confirm: bool, pick: int, index: int, count: int) -> None:
+            self._ensure_session()
+            if not confirm:
+                return
+            self._run("remove", self.b.remove(pick, index, count))
+
+        @precondition(lambda self: not self.halted)
+        @rule(pick=picks, a=st.integers(0, 8), b=st.integers(0, 8), ttl=ttls)
+        def pin(self, pick: int, a: int, b: int, ttl: float | None) -> None:
+            self._ensure_session()
+            self._run("pin", self.b.pin(pick, a, b, ttl))
+
+        @precondition(lambda self: not self.halted)
+        @rule(confirm=rarely, pick=picks)
+        def unpin(self, confirm: bool, pick: int) -> None:
+            self._ensure_session()
+            if not confirm:
+                return
+            self._run("unpin", self.b.unpin(pick))
+
+        @precondition(lambda self: not self.halted)
+        @rule(confirm=rarely, pick=picks)
+        def close(self, confirm: bool, pick: int) -> None:
+            self._ensure_session()
+            if not confirm:
+                return
+            self._run("close", self.b.close(pick))
+
+        @precondition(lambda self: not self.halted)
+        @rule(confirm=rarely, pick=picks)
+        def end_session(self, confirm: bool, pick: int) -> None:
+            if not confirm:
+                return
+            self._run("end_session", self.b.end_session(pick))
+
+        def teardown(self) -> None:
+            st_.keep_sample(self.b.ops, self.config)
+            cov = st_.observe(self.engine)
+            for label in TARGETS:
+                target(float(cov[label]), label=label)
+            if self.halted:
+                return
+            # end-of-run invariants (endurance-budget) are judged once the run is over
+            self.monitor.at_end()
+            self._apply([])
+            for name in fail_on:
+                v = self.monitor.first(name)
+                if v is not None:
+                    raise AssertionError(f"{policy} violates {name}: {v.message}")
+
+        @rule(dt=st.sampled_from([0.5, 1.0, 5.0, 60.0]))
+        def wait(self, dt: float) -> None:
+            """Always enabled (so a halted run can still make progress); time passes."""
+            if not self.halted:
+                self._run("wait", self.b.advance(dt))
+
+    def make_check(name: str) -> Callable[[Any], None]:
+        def check(self: Any) -> None:
+            v = self.monitor.first(name)
+            if v is not None and name in fail_on:
+                raise AssertionError(f"{policy} violates {name}: {v.message}")
+
+        check.__name__ = f"inv_{name.replace('-', '_')}"
+        return invariant()(check)
+
+    for name in (*monitored, *FINDINGS):
+        setattr(Machine, f"inv_{name.replace('-', '_')}", make_check(name))
+    Machine.__name__ = f"Machine_{policy.replace('-', '_').replace(':', '_').replace('.', '_')}"
+    return Machine
+
+
+def search_settings(max_examples: int, steps: int) -> settings:
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=steps,
+        deadline=None,
+        database=None,
+        verbosity=Verbosity.quiet,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate, Phase.target, Phase.shrink],
+        report_multiple_bugs=False,
+    )
+
+
+def run_machine(machine: type[RuleBasedStateMachine], s: settings, seed: int) -> bool:
+    """Run the machine as a Hypothesis test; True if it failed (a counterexample was found)."""
+    from hypothesis.stateful import get_state_machine_test
+
+    # get_state_machine_test is run_state_machine_as_test without the call, so a seed applies.
+    # Older Hypothesis releases leave it unannotated: a typed alias keeps mypy --strict quiet on
+    # both (an ignore comment would be "unused" on the annotated ones)
+    make_test: Callable[..., Callable[[], None]] = get_state_machine_test
+    test = hypothesis_seed(seed)(make_test(machine, settings=s))
+    try:
+        test()
+    except (AssertionError, Flaky):  # Flaky: the policy behaved differently on a rerun
+        return True
+    return False
+
+
+def _search_traces(
+    policy: str,
+    invariants: Sequence[str],
+    cfg: EngineConfig | None,
+    max_examples: int,
+    steps: int,
+    seed: int,
+    record: Record,
+    stats: SearchStats,
+    *,
+    fail: bool = False,
+) -> bool:
+    """Trace-level search (for offline policies): draw whole traces, check each by replay."""
+    from hypothesis import given
+
+    from checkers.search.strategies import agent_traces
+
+    @search_settings(max_examples, steps)
+    @given(agent_traces(max_actions=steps), st.just(cfg) if cfg is not None else swarm_configs())
+    def run(trace: Trace, c: EngineConfig) -> None:
+        stats.examples += 1
+        stats.steps += len(trace.ops)
+        stats.count_ops(trace.ops)
+        stats.keep_sample(trace.ops, c)
+        result = check_ops(trace.ops, policy, c, invariants)
+        cov = stats.observe(result.engine)
+        for label in TARGETS:
+            target(float(cov[label]), label=label)
+        for v in result.violations:
+            # the whole trace, not a prefix: an offline policy's plan depends on the future
+            record(v.invariant, trace.ops, v, c)
+        if fail and result.violations:
+            raise AssertionError(result.violations[0].message)
+
+    try:
+        hypothesis_seed(seed)(run)()
+    except (AssertionError, Flaky):  # Flaky: the policy behaved differently on a rerun
+        return True
+    return False
+
+
+@attrs.frozen
+class _First:
+    ops: list[Op]
+    violation: Violation
+    config: EngineConfig
+    found_by: str
+
+
+def search(
+    policy: str,
+    invariants: Iterable[str],
+    *,
+    config: EngineConfig | None = None,
+    max_examples: int = 60,
+    steps: int = 30,
+    seed: int = 0,
+    shrink_budget: int = 1500,
+    hypothesis_shrink: bool | Collection[str] = True,
+    walks: int = 0,
+    walk_seconds: float | None = None,
+    jobs: int = 1,
+    contract_traces: int = 0,
+    scheduler: str | None = None,
+) -> SearchResult:
+    """Search for counterexamples to each invariant under ``policy`` (see the module docstring).
+
+    ``config=None`` is a swarm search (each example and walk draws its engine); a config fixes
+    it. After the machine, ``walks`` random walks (:mod:`checkers.search.walk`) run, and more until
+    ``walk_seconds`` have passed since the search began, on ``jobs`` processes (or in rounds of
+    ``jobs`` chunks on the Dask scheduler at ``scheduler``).
+    ``hypothesis_shrink=False`` skips the
+    targeted Hypothesis runs and delta-debugs the failing prefix directly: several times
+    faster, usually a little longer result; a collection of names runs them for those
+    invariants only (``kvmodel check``: the claimed ones and the findings).
+    ``contract_traces`` random traces check the policy's engine against the contract on ample
+    memory (the ``engine-contract`` finding,
+    :func:`checkers.search.engine_check.engine_self_check`).
+    """
+    from checkers.search import walk
+
+    names = tuple(invariants)
+    offline = callable(getattr(resolve_policy(policy), "prepare", None))
+    stats = SearchStats(rule_names=() if offline else RULES)
+    first: dict[str, _First] = {}
+
+    t0 = time.monotonic()
+
+    def explore(inv: str, ops: Sequence[Op], v: Violation, c: EngineConfig) -> None:
+        if inv not in first:
+            first[inv] = _First(list(ops), v, c, "machine")
+            stats.found_after[inv] = time.monotonic() - t0
+
+    def on_find(f: walk.WalkFind) -> None:
+        if f.invariant not in first:
+            first[f.invariant] = _First(list(f.ops), f.violation, f.config, "walk")
+            stats.found_after[f.invariant] = time.monotonic() - t0
+
+    if offline:
+        # an offline policy must see the whole trace first: search over traces, not steps
+        _search_traces(policy, names, config, max_examples, steps, seed, explore, stats)
+    else:
+        machine = make_machine(policy, names, config=config, record=explore, stats=stats)
+        run_machine(machine, search_settings(max_examples, steps), seed)
+    if walks or walk_seconds:
+        walk.explore(
+            policy,
+            names,
+            seed=seed,
+            walks=walks,
+            # the budget counts from the search's start: the machine's time is spent from it
+            seconds=None
+            if walk_seconds is None
+            else max(0.0, walk_seconds - (time.monotonic() - t0)),
+            jobs=jobs,
+            config=config,
+            stats=stats,
+            on_find=on_find,
+            scheduler=scheduler,
+        )
+
+    if "nondeterministic" not in first and stats.sample and stats.sample_config is not None:
+        v = nondeterminism(stats.sample, policy, stats.sample_config)
+        if v is not None:
+            first["nondeterministic"] = _First(
+                list(stats.sample), v, stats.sample_config, "machine"
+            )
+
+    found: dict[str, Counterexample] = {}
+    for inv in [n for n in (*names, *FINDINGS) if n in first]:
+        f = first[inv]
+        cfg = f.config
+        if inv == "nondeterministic":
+            found[inv] = _shrink_nondeterminism(policy, f, shrink_budget)
+            continue
+        last: list[tuple[list[Op], EngineConfig]] = []
+
+        def keep(
+            name: str,
+            ops: Sequence[Op],
+            v: Violation,
+            c: EngineConfig,
+            inv: str = inv,
+            last: list[tuple[list[Op], EngineConfig]] = last,
+        ) -> None:
+            if name == inv:
+                last.append((list(ops), c))
+
+        ops = f.ops
+        monitored = [inv] if inv in INVARIANTS else []
+        use_hypothesis = (
+            hypothesis_shrink if isinstance(hypothesis_shrink, bool) else inv in hypothesis_shrink
+        )
+        if not use_hypothesis or f.found_by == "walk":
+            pass  # delta debugging alone, from the failing prefix
+        elif offline:
+            if (
+                _search_traces(
+                    policy, [inv], config, max_examples, steps, seed, keep, SearchStats(), fail=True
+                )
+                and last
+            ):
+                ops, cfg = last[-1]
+        else:
+            # the targeted run monitors only its invariant: cheaper examples, faster shrinking
+            targeted = make_machine(
+                policy,
+                [inv],
+                config=config,
+                fail_on=frozenset({inv}),
+                record=keep,
+                stats=SearchStats(),
+            )
+            if run_machine(targeted, search_settings(max_examples, steps), seed) and last:
+                ops, cfg = last[-1]  # Hypothesis replays the shrunk example last
+        h_len = len(ops)
+
+        def fails(
+            cand: Sequence[Op],
+            inv: str = inv,
+            monitored: list[str] = monitored,
+            cfg: EngineConfig = cfg,
+        ) -> bool:
+            run = check_ops(cand, policy, cfg, monitored, stop_at=inv)
+            return run.trace_error is None and run.first(inv) is not None
+
+        # a counterexample must replay, the same way every time: otherwise the policy (or
+        # engine) is nondeterministic or keeps state across runs -- a finding, never a crash
+        odd = nondeterminism(ops, policy, cfg)
+        if odd is None and fails(ops):
+            small, minimal = shrink(ops, fails, budget=shrink_budget)
+            final = check_ops(small, policy, cfg, monitored, stop_at=inv).first(inv)
+            if final is not None:
+                found[inv] = Counterexample(
+                    inv, tuple(small), final, h_len, minimal, cfg, f.found_by
+                )
+                continue
+        v = odd or Violation(
+            "nondeterministic",
+            f"the {inv} violation seen in the search does not replay from its trace "
+            "(state kept across runs?)",
+        )
+        found.setdefault(
+            "nondeterministic",
+            _shrink_nondeterminism(policy, _First(ops, v, cfg, f.found_by), shrink_budget),
+        )
+    if contract_traces and "engine-contract" not in found:
+        from checkers.search.engine_check import engine_self_check
+
+        engine_class = getattr(resolve_policy(policy), "engine_class", Engine)
+        t_check = time.monotonic()
+        sc = engine_self_check(engine_class, traces=contract_traces, seed=seed)
+        if sc is not None:
+            stats.found_after["engine-contract"] = t_check - t0
+            found["engine-contract"] = Counterexample(
+                "engine-contract",
+                sc.ops,
+                sc.violation,
+                sc.original_length,
+                sc.one_minimal,
+                sc.config,
+                "self-check",
+            )
+        stats.contract_traces += contract_traces
+    return SearchResult(policy, names, found, stats)
+
+
+def _shrink_nondeterminism(policy: str, f: _First, budget: int) -> Counterexample:
+    """Shorten a trace whose replays differ, keeping them different (when they do)."""
+    cfg = f.config
+
+    def differs(cand: Sequence[Op]) -> bool:
+        return nondeterminism(cand, policy, cfg) is not None
+
+    if not differs(f.ops):
+        return Counterexample(
+            "nondeterministic", tuple(f.ops), f.violation, len(f.ops), False, cfg, f.found_by
+        )
+    small, minimal = shrink(f.ops, differs, budget=budget)
+    final = nondeterminism(small, policy, cfg) or f.violation
+    return Counterexample(
+        "nondeterministic", tuple(small), final, len(f.ops), minimal, cfg, f.found_by
+    )
