@@ -10,9 +10,9 @@ import time
 
 import attrs
 
-from kvmodel.compare import compare
 from kvmodel.config import default_config
-from kvmodel.presets import SPLITS
+from kvmodel.studies.compare import compare
+from kvmodel.studies.presets import SPLITS
 from kvmodel.workloads import PRESETS, generate_agentic
 
 

@@ -20,7 +20,7 @@ from checkers.conformance.vllm_pool import (
 )
 from kvmodel import EngineConfig, TierConfig
 from kvmodel.ids import TierName
-from kvmodel.observations import observation_to_json
+from kvmodel.io.observations import observation_to_json
 from kvmodel.policy import STRUCTURAL_CLAIMS
 from kvmodel.replay import replay
 from kvmodel.workloads import AgenticParams, generate_agentic

@@ -19,8 +19,8 @@ import time
 
 from kvmodel import EngineConfig, Message, MessageKind, Role, TierConfig, replay
 from kvmodel.ids import ContextId, MessageId, SessionId, TierName
+from kvmodel.io.trace import Append, Infer, Op, Open
 from kvmodel.messages import AgentKind
-from kvmodel.trace import Append, Infer, Op, Open
 from kvmodel.workloads import RandomParams, random_trace
 
 

@@ -43,9 +43,9 @@ from checkers.conformance.vllm_pool import (
 )
 from kvmodel import EngineConfig, Message, MessageKind, Role, TierConfig, replay
 from kvmodel.ids import ContextId, MessageId, SessionId, TierName
+from kvmodel.io.trace import Append, Infer, Op, Open, Trace, TraceHeader
 from kvmodel.messages import AgentKind
 from kvmodel.replay import fewer_collections
-from kvmodel.trace import Append, Infer, Op, Open, Trace, TraceHeader
 
 BLOCK = 16
 

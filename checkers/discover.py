@@ -37,11 +37,11 @@ import attrs
 import numpy as np
 
 from kvmodel.config import EngineConfig, default_config
-from kvmodel.metrics import compute_metrics
-from kvmodel.observations import AllocObs, EvictObs, FreeObs
+from kvmodel.io.observations import AllocObs, EvictObs, FreeObs
+from kvmodel.io.trace import Trace
 from kvmodel.replay import replay
-from kvmodel.sweep import run_tasks
-from kvmodel.trace import Trace
+from kvmodel.studies.metrics import compute_metrics
+from kvmodel.studies.sweep import run_tasks
 from kvmodel.workloads import PRESETS, generate_agentic
 from policies.space import Candidate, neighbours
 
@@ -112,7 +112,7 @@ class ImportedCell:
         return f"{Path(self.path).name[:32]}/{self.hbm:g}+{self.hbf:g}"
 
     def trace(self) -> Trace:
-        from kvmodel.importers import import_openai
+        from kvmodel.io.importers import import_openai
 
         return import_openai([self.path])[0]
 

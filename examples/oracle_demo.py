@@ -16,8 +16,8 @@ from checkers.conformance.vllm_pool import vllm_comparable
 from checkers.search.strategies import agent_traces
 from kvmodel import EngineConfig, TierConfig
 from kvmodel.ids import TierName
+from kvmodel.io.trace import Infer, Op
 from kvmodel.logical import Sequences
-from kvmodel.trace import Infer, Op
 
 
 class TinyPrefixCache:

@@ -16,12 +16,12 @@ from kvmodel.errors import (
     PolicyNotFoundError,
     TraceError,
 )
+from kvmodel.io.trace import Trace, dump_trace, load_trace, parse_trace_lines
 from kvmodel.lifecycle import BlockClass, Event, MsgState
 from kvmodel.memory import ModelShape, TierConfig
 from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
 from kvmodel.policy import BasePolicy, Placement, Policy, RankTerm, Reclaim, resolve_policy
 from kvmodel.replay import ReplayResult, Summary, replay
-from kvmodel.trace import Trace, dump_trace, load_trace, parse_trace_lines
 from kvmodel.view import BlockInfo, ContextInfo, ModelView, NewBlock, TierInfo
 
 __version__ = "0.1.0"

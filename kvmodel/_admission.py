@@ -14,8 +14,7 @@ from kvmodel.blocks import BlockSpec
 from kvmodel.contexts import Context
 from kvmodel.errors import KVModelError, PolicyError, TraceError, policy_raised
 from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
-from kvmodel.lifecycle import BlockClass, Event
-from kvmodel.observations import (
+from kvmodel.io.observations import (
     AllocObs,
     BypassObs,
     EvictObs,
@@ -24,8 +23,9 @@ from kvmodel.observations import (
     InferObs,
     RejectObs,
 )
+from kvmodel.io.trace import Infer
+from kvmodel.lifecycle import BlockClass, Event
 from kvmodel.policy import Placement
-from kvmodel.trace import Infer
 from kvmodel.view import NewBlock
 
 if TYPE_CHECKING:

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kvmodel.ids import BlockId, ContextId
+from kvmodel.io.trace import EndSession, Fork, Op, Return
 from kvmodel.lifecycle import BlockClass, aggregate_across_contexts
-from kvmodel.trace import EndSession, Fork, Op, Return
 from kvmodel.view import BlockInfo, ContextInfo, TierInfo
 
 if TYPE_CHECKING:

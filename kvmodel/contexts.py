@@ -21,9 +21,9 @@ from collections.abc import Iterator, Sequence
 from kvmodel.blocks import ROOT_KEY, BlockSpec, pack
 from kvmodel.errors import InternalError, TraceError
 from kvmodel.ids import BlockKey, ContextId, MessageId, SessionId
+from kvmodel.io.trace import MAX_CONTEXT_TOKENS
 from kvmodel.lifecycle import BlockClass, Event, MsgState, aggregate_within_context, transition
 from kvmodel.messages import AgentKind, Message, MessageKind, SpawnRecord
-from kvmodel.trace import MAX_CONTEXT_TOKENS
 
 __all__ = ["Context"]
 

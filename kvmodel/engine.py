@@ -34,28 +34,12 @@ from kvmodel.config import EngineConfig
 from kvmodel.contexts import Context
 from kvmodel.errors import InternalError, KVModelError, PolicyError, TraceError, policy_raised
 from kvmodel.ids import BlockId, BlockKey, ContextId, SessionId, TierName
-from kvmodel.lifecycle import (
-    BlockClass,
-    Event,
-    MsgState,
-    aggregate_across_contexts,
-)
-from kvmodel.messages import AgentKind
-from kvmodel.observations import (
+from kvmodel.io.observations import (
     FreeObs,
     FreeReason,
     ObservationLog,
 )
-from kvmodel.policy import (
-    BasePolicy,
-    Placement,
-    Policy,
-    Reclaim,
-    declared_bypass,
-    declared_rank,
-    declared_reclaim,
-)
-from kvmodel.trace import (
+from kvmodel.io.trace import (
     Append,
     Close,
     EndSession,
@@ -69,6 +53,22 @@ from kvmodel.trace import (
     Return,
     TurnEnd,
     Unpin,
+)
+from kvmodel.lifecycle import (
+    BlockClass,
+    Event,
+    MsgState,
+    aggregate_across_contexts,
+)
+from kvmodel.messages import AgentKind
+from kvmodel.policy import (
+    BasePolicy,
+    Placement,
+    Policy,
+    Reclaim,
+    declared_bypass,
+    declared_rank,
+    declared_reclaim,
 )
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 

@@ -18,10 +18,10 @@ from kvmodel.blocks import ROOT_KEY, BlockSpec, pack
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.ids import ContextId, TierName
+from kvmodel.io.trace import Op
 from kvmodel.memory import TierConfig
 from kvmodel.messages import Message
 from kvmodel.policy import BasePolicy
-from kvmodel.trace import Op
 
 __all__ = ["Sequences"]
 

@@ -31,8 +31,8 @@ import attrs
 
 from kvmodel.errors import PolicyDefinitionError, PolicyNotFoundError
 from kvmodel.ids import BlockId, TierName
+from kvmodel.io.trace import Op
 from kvmodel.lifecycle import BlockClass
-from kvmodel.trace import Op
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 
 __all__ = [

@@ -29,8 +29,8 @@ def bar(total: int, what: str, *, on: bool) -> Iterator[Callable[[str], None]]:
     if not on or total <= 0:
         yield lambda _name: None
         return
-    # imported by name, as the optional Dask is in kvmodel.sweep: rich is a dependency, but the
-    # type check of the model must not hinge on it being installed where mypy runs
+    # imported by name, as the optional Dask is in kvmodel.studies.sweep: rich is a dependency, but
+    # the type check of the model must not hinge on it being installed where mypy runs
     console: Any = importlib.import_module("rich.console")
     rp: Any = importlib.import_module("rich.progress")
     columns = (

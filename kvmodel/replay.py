@@ -15,8 +15,8 @@ from kvmodel.config import EngineConfig, default_config
 from kvmodel.engine import Engine
 from kvmodel.errors import TraceError
 from kvmodel.ids import TierName
+from kvmodel.io.trace import Op, Trace, TraceHeader, op_name
 from kvmodel.policy import Policy, resolve_policy
-from kvmodel.trace import Op, Trace, TraceHeader, op_name
 
 __all__ = [
     "GC_GEN0_DURING_REPLAY",

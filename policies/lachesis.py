@@ -30,10 +30,10 @@ from typing import ClassVar
 import attrs
 
 from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
+from kvmodel.io.trace import Op, Open
 from kvmodel.lifecycle import BlockClass
 from kvmodel.messages import AgentKind
 from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, Placement, RankTerm, Reclaim
-from kvmodel.trace import Op, Open
 from kvmodel.view import ModelView, NewBlock
 from policies.spawn_predictor import SpawnPredictor
 

@@ -23,11 +23,11 @@ from typing import ClassVar
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
+from kvmodel.io.observations import AllocObs, FreeObs
+from kvmodel.io.trace import Infer, Trace
 from kvmodel.lifecycle import BlockClass
 from kvmodel.memory import TierConfig
-from kvmodel.observations import AllocObs, FreeObs
 from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, Placement, Reclaim
-from kvmodel.trace import Infer, Trace
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 
 __all__ = ["Belady", "OptPlacement", "max_k_intervals", "roomy_config"]

@@ -20,9 +20,9 @@ from typing import ClassVar
 import numpy as np
 
 from kvmodel.ids import BlockId, ContextId
+from kvmodel.io.trace import Append, Close, EndSession, Infer, Op, Replace, Return
 from kvmodel.messages import AgentKind
 from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, Reclaim
-from kvmodel.trace import Append, Close, EndSession, Infer, Op, Replace, Return
 from kvmodel.view import BlockInfo, ModelView
 
 __all__ = ["MORI", "TTL", "WaitTracker"]

@@ -23,8 +23,8 @@ import numpy as np
 
 from kvmodel.errors import ConfigError
 from kvmodel.ids import ContextId, SessionId
+from kvmodel.io.trace import Append, Close, EndSession, Infer, Open, Return, Trace
 from kvmodel.messages import AgentKind, SpawnRecord
-from kvmodel.trace import Append, Close, EndSession, Infer, Open, Return, Trace
 
 __all__ = [
     "DEFAULT_TRAINING",

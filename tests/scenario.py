@@ -8,8 +8,7 @@ from typing import Any
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.ids import TierName
-from kvmodel.memory import TierConfig
-from kvmodel.observations import (
+from kvmodel.io.observations import (
     AllocObs,
     BypassObs,
     EvictObs,
@@ -19,8 +18,9 @@ from kvmodel.observations import (
     Observation,
     RejectObs,
 )
+from kvmodel.io.trace import Trace, parse_trace_lines
+from kvmodel.memory import TierConfig
 from kvmodel.replay import ReplayResult, replay
-from kvmodel.trace import Trace, parse_trace_lines
 
 
 def msg(mid: str, tokens: int, kind: str = "user", h: str | None = None) -> dict[str, Any]:

@@ -134,7 +134,7 @@ def test_refused_lookup_refreshes_is_opt_in() -> None:
 def test_the_reference_log_conforms_under_every_variant() -> None:
     # a variant only widens what is admissible: the reference itself stays OK
     from checkers.conformance.oracle import VARIANTS
-    from kvmodel.observations import observation_to_json
+    from kvmodel.io.observations import observation_to_json
     from kvmodel.replay import replay
 
     tr = generate_agentic(AgenticParams(seed=3, sessions=3, turns=2))
@@ -177,7 +177,7 @@ def test_invariants_only_follows_every_eviction_of_a_node_granular_cache() -> No
 def test_invariants_only_messages_name_blocks_by_key() -> None:
     # issue 14 item 6: the implementation knows its blocks by key, not by the puppet's slots
     from checkers.conformance.oracle import check_log_invariants
-    from kvmodel.observations import observation_to_json
+    from kvmodel.io.observations import observation_to_json
     from kvmodel.replay import replay
     from kvmodel.workloads import RandomParams, random_trace
 

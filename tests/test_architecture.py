@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 #: checkers' floors, ground first: a module may import its own floor and the floors below
-CHECKER_FLOORS = ("invariants", "search", "symbolic", "conformance", "discover")
+CHECKER_FLOORS = ("invariants", "search", "symbolic", "conformance", "discover", "cli")
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
@@ -60,7 +60,7 @@ def test_checker_imports_point_down(path: Path) -> None:
     assert up == [], f"{path.name} is on floor {CHECKER_FLOORS[here]!r} and imports above it"
 
 
-@pytest.mark.parametrize("package", ["policies"])
+@pytest.mark.parametrize("package", ["kvmodel", "policies"])
 def test_the_model_side_never_imports_the_checkers(package: str) -> None:
     found = [
         f"{p.relative_to(ROOT).as_posix()}:{line}: {mod}"
@@ -79,3 +79,55 @@ def test_a_planted_upward_import_is_caught(tmp_path: Path) -> None:
         "checkers.search.shrink",
         "checkers.search.shrink.shrink",
     ]
+
+
+def _pyproject_group(group: str) -> dict[str, str]:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    return dict(project["entry-points"][group])
+
+
+def test_every_command_is_an_entry_point_and_the_install_is_current() -> None:
+    """The parser has exactly the commands of the ``kvmodel.commands`` group, and the installed
+    metadata is pyproject.toml's (a stale editable install would hide a new command)."""
+    from importlib.metadata import entry_points
+
+    from kvmodel.cli import COMMAND_GROUP, _parser
+
+    declared = _pyproject_group(COMMAND_GROUP)
+    installed = {e.name: e.value for e in entry_points(group=COMMAND_GROUP)}
+    assert installed == declared, "reinstall: pip install -e ."
+    parser = _parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert set(sub.choices) == set(declared)
+    model = sorted(n for n, v in declared.items() if v.startswith("kvmodel."))
+    assert model == [
+        *("compare", "demo", "export-itf", "generate", "import", "lachesis"),
+        *("policies", "replay", "simulate", "sweep"),
+    ]
+
+
+def test_the_model_runs_without_the_checkers(tmp_path: Path) -> None:
+    """With only the model's own commands registered, ``replay`` runs and imports no checker;
+    its ``--check`` (the checkers' extension) is then a usage error, exit 2."""
+    import subprocess
+    import sys
+
+    trace = str(tmp_path / "t.jsonl")
+    script = (
+        "import sys\n"
+        "import kvmodel.cli as cli\n"
+        "every = cli._commands\n"
+        "cli._commands = lambda: [e for e in every() if e.value.startswith('kvmodel.')]\n"
+        f"assert cli.main(['generate', '--sessions', '1', '-o', {trace!r}]) == 0\n"
+        f"assert cli.main(['replay', {trace!r}]) == 0\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] == 'checkers'], 'checkers loaded'\n"
+        f"assert cli.main(['replay', {trace!r}, '--check']) == 2\n"
+        "assert cli.main(['check', 'lru']) == 2\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "policy lru" in done.stdout

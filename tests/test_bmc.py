@@ -24,9 +24,9 @@ from checkers.symbolic.bmc import prove
 from checkers.symbolic.fragment import FRAGMENT_INVARIANTS, Action, Fragment, explore
 from kvmodel.cli import main
 from kvmodel.ids import BlockId
+from kvmodel.io.trace import Op
 from kvmodel.lifecycle import BlockClass
 from kvmodel.policy import Placement, Reclaim, registered_policies
-from kvmodel.trace import Op
 from kvmodel.view import ModelView, NewBlock
 from policies.kvtether import KVTether
 

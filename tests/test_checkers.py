@@ -23,9 +23,9 @@ from checkers.search.stateful import check_config, make_machine
 from checkers.search.strategies import agent_traces
 from kvmodel.cli import main
 from kvmodel.config import load_config
+from kvmodel.io.trace import load_trace
 from kvmodel.policy import BasePolicy, registered_policies, resolve_policy
 from kvmodel.replay import replay
-from kvmodel.trace import load_trace
 
 EXPECTED = expected_verdicts()
 BUILTIN = sorted(registered_policies())

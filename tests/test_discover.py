@@ -24,7 +24,7 @@ from checkers.discover import (
 )
 from kvmodel.cli import main
 from kvmodel.config import default_config
-from kvmodel.observations import observation_to_json
+from kvmodel.io.observations import observation_to_json
 from kvmodel.policy import (
     Reclaim,
     declared_bypass,

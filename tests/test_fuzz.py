@@ -182,8 +182,8 @@ def test_openai_usage_of_the_wrong_type_is_ignored_not_a_crash() -> None:
 
 
 def test_the_schema_states_the_parsers_limits() -> None:
-    # one definition: kvmodel.trace's constants; the schema repeats them and must agree
-    from kvmodel.trace import MAX_INT, MAX_MESSAGE_TOKENS, MAX_STRING
+    # one definition: kvmodel.io.trace's constants; the schema repeats them and must agree
+    from kvmodel.io.trace import MAX_INT, MAX_MESSAGE_TOKENS, MAX_STRING
 
     schema = json.loads((Path(__file__).parent.parent / "spec" / "trace.schema.json").read_text())
     found: dict[str, set[int]] = {"maximum": set(), "maxLength": set()}
@@ -236,7 +236,7 @@ def test_a_hostile_agent_id_never_names_a_file_outside_the_session() -> None:
         hostile = data.replace('"agentId":', f'"agentId": {json.dumps(bad)}, "x":', 1)
         o = run(TARGETS["import-claude-code"], {"transcript": hostile.encode()})
         assert o.kind == "ok", (bad, o)  # no sub-agent file is looked up under that name
-    from kvmodel.importers.claude_code import _agent_file_name
+    from kvmodel.io.importers.claude_code import _agent_file_name
 
     assert _agent_file_name("a1b2-c3_d")
     assert not _agent_file_name("../x")
@@ -274,7 +274,7 @@ def test_command_line_crash_classes(argv: list[str]) -> None:
 
 
 def test_a_transcript_line_that_is_not_an_object_is_skipped_with_its_line(tmp_path: Path) -> None:
-    from kvmodel.importers.claude_code import import_claude_code
+    from kvmodel.io.importers.claude_code import import_claude_code
 
     src = next((Path(__file__).parent / "data" / "claude_code").glob("*.jsonl"))
     lines = src.read_text().splitlines()
@@ -295,7 +295,7 @@ def test_a_context_never_grows_past_its_token_bound(
 ) -> None:
     # eleven lines of 1M-token messages would otherwise ask packing for 11M tokens of one context
     from kvmodel.cli import main
-    from kvmodel.trace import MAX_CONTEXT_TOKENS, MAX_MESSAGE_TOKENS
+    from kvmodel.io.trace import MAX_CONTEXT_TOKENS, MAX_MESSAGE_TOKENS
 
     n = MAX_CONTEXT_TOKENS // MAX_MESSAGE_TOKENS + 1
     lines = ['{"op":"open","t":0,"ctx":"c","session":"s","agent":"main"}']

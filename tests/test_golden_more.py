@@ -12,8 +12,8 @@ from scenario import config, log_of, msg, run, trace
 
 from kvmodel import BasePolicy, Engine, Placement, PolicyError, PolicyNotFoundError, resolve_policy
 from kvmodel.ids import BlockId, TierName
+from kvmodel.io.trace import Op
 from kvmodel.lifecycle import BlockClass, MsgState
-from kvmodel.trace import Op
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 
 OPEN_A = {"op": "open", "t": 0, "ctx": "a", "session": "s", "agent": "main"}

@@ -11,9 +11,9 @@ import pytest
 
 from kvmodel.cli import main
 from kvmodel.errors import TraceError
-from kvmodel.importers import import_openai
+from kvmodel.io.importers import import_openai
+from kvmodel.io.trace import Append, Open, Trace, load_trace, op_name
 from kvmodel.replay import replay
-from kvmodel.trace import Append, Open, Trace, load_trace, op_name
 
 DATA = Path(__file__).resolve().parent / "data"
 FIXTURES = sorted((DATA / "openai").iterdir())
@@ -176,7 +176,7 @@ def load_config_big():  # type: ignore[no-untyped-def]
 
 
 def test_claude_code_bad_transcript_is_located(tmp_path: Path) -> None:
-    from kvmodel.importers import import_claude_code
+    from kvmodel.io.importers import import_claude_code
 
     bad = tmp_path / "s.jsonl"
     bad.write_text('{"type":"user","timestamp":"2026-01-01T00:00:00Z"}\n{oops\n')
@@ -186,8 +186,8 @@ def test_claude_code_bad_transcript_is_located(tmp_path: Path) -> None:
 
 
 def test_imports_are_deterministic() -> None:
-    from kvmodel.importers import import_claude_code
-    from kvmodel.trace import iter_trace_lines
+    from kvmodel.io.importers import import_claude_code
+    from kvmodel.io.trace import iter_trace_lines
 
     for logs in (FIXTURES, LOGS):
         if logs:
@@ -225,7 +225,7 @@ def test_a_skipped_record_is_reported_with_its_line_and_why(tmp_path: Path) -> N
     lines[k]["message"]["content"] = None
     bad = tmp_path / CC_FIXTURE.name
     bad.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    from kvmodel.importers import import_claude_code
+    from kvmodel.io.importers import import_claude_code
 
     (tmp_path / "clean").mkdir()
     same = tmp_path / "clean" / CC_FIXTURE.name  # also without its sub-agent files
@@ -240,8 +240,8 @@ def test_a_skipped_record_is_reported_with_its_line_and_why(tmp_path: Path) -> N
 def test_an_import_never_writes_a_trace_the_model_rejects(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import kvmodel.importers as importers
-    from kvmodel.trace import Infer, TraceHeader
+    import kvmodel.io.importers as importers
+    from kvmodel.io.trace import Infer, TraceHeader
 
     def broken(paths: object) -> tuple[Trace, object]:
         real, report = import_openai([DATA / "openai" / "airline_fixture.json"])

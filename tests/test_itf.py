@@ -1,4 +1,4 @@
-"""ITF export (kvmodel.itf): the model's states as Informal Trace Format JSON, valid against
+"""ITF export (kvmodel.io.itf): the model's states as Informal Trace Format JSON, valid against
 spec/itf.schema.json (written from Apalache ADR-015), one state per op, deterministic."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 
 from kvmodel.cli import main
 from kvmodel.config import load_config
-from kvmodel.itf import ITF_VARS, dumps_itf, itf_trace
+from kvmodel.io.itf import ITF_VARS, dumps_itf, itf_trace
+from kvmodel.io.trace import dump_trace
 from kvmodel.replay import replay
-from kvmodel.trace import dump_trace
 from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, random_trace
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "spec" / "itf.schema.json").read_text())

@@ -10,8 +10,8 @@ import pytest
 
 from checkers.conformance.lockstep import EngineImplementation, differential, run_lockstep
 from checkers.conformance.pytest_plugin import TIERED_CONFIG as CFG
+from kvmodel.io.trace import Infer
 from kvmodel.logical import Sequences
-from kvmodel.trace import Infer
 from kvmodel.workloads import RandomParams, random_trace
 
 RANKED = ["lru", "vllm-prefix", "kvtether", "hbm-first", "lachesis-det", "tether-lachesis"]

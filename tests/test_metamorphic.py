@@ -16,9 +16,9 @@ from checkers.search.mutants import IdleTimeoutReclaim, SharedCursorLRU
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, TierName
+from kvmodel.io.trace import Op
 from kvmodel.memory import TierConfig
 from kvmodel.policy import Policy, RankTerm
-from kvmodel.trace import Op
 from kvmodel.view import BlockInfo, ModelView
 from kvmodel.workloads.random_ops import RandomParams, random_trace
 from policies.kvtether import KVTether
@@ -85,8 +85,8 @@ def test_relation_catches_a_broken_engine_or_policy(name: str) -> None:
 
 
 def _belady_hits(ops: list[Op], blocks: int) -> tuple[int, int]:
+    from kvmodel.io.trace import Trace, TraceHeader
     from kvmodel.replay import replay
-    from kvmodel.trace import Trace, TraceHeader
 
     cfg = EngineConfig(4, (TierConfig(TierName("hbm"), blocks),))
     s = replay(Trace(TraceHeader(), tuple(ops)), "belady", cfg).summary

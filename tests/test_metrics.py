@@ -9,8 +9,14 @@ from scenario import config, msg, run
 
 from kvmodel.cli import main
 from kvmodel.errors import ConfigError
-from kvmodel.metrics import Prices, Timing, compute_metrics, regretted_evictions, share_of_optimum
-from kvmodel.presets import HBF_STACK_BYTES, HBM_STACK_BYTES, MODELS, hardware_config
+from kvmodel.studies.metrics import (
+    Prices,
+    Timing,
+    compute_metrics,
+    regretted_evictions,
+    share_of_optimum,
+)
+from kvmodel.studies.presets import HBF_STACK_BYTES, HBM_STACK_BYTES, MODELS, hardware_config
 from kvmodel.workloads import AgenticParams, generate_agentic
 
 
@@ -132,9 +138,9 @@ def test_comparison_reproduces_the_papers_directions() -> None:
     its offline optimum (Belady on hits, opt-placement on HBM writes)."""
     import attrs as _attrs
 
-    from kvmodel.compare import compare
     from kvmodel.config import default_config
-    from kvmodel.presets import SPLITS
+    from kvmodel.studies.compare import compare
+    from kvmodel.studies.presets import SPLITS
     from kvmodel.workloads import PRESETS
 
     trace = generate_agentic(_attrs.evolve(PRESETS["multi-agent"], sessions=8))

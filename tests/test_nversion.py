@@ -19,11 +19,11 @@ from checkers.search.swarm import draw_config
 from kvmodel._engine_view import EngineView
 from kvmodel._resident import ResidentBlock
 from kvmodel.engine import Engine
+from kvmodel.io.trace import Append, Fork, Infer, Open, Pin, Remove, Return, TurnEnd
 from kvmodel.lifecycle import BlockClass
 from kvmodel.messages import Message, MessageKind, Role
 from kvmodel.policy import registered_policies, resolve_policy
 from kvmodel.replay import replay
-from kvmodel.trace import Append, Fork, Infer, Open, Pin, Remove, Return, TurnEnd
 from kvmodel.view import BlockInfo
 from kvmodel.workloads.agentic import AgenticParams, generate_agentic
 from kvmodel.workloads.random_ops import RandomParams, random_trace

@@ -20,10 +20,10 @@ from checkers.invariants import INVARIANTS
 from kvmodel import EngineConfig, TierConfig
 from kvmodel.cli import main
 from kvmodel.ids import TierName
-from kvmodel.observations import observation_to_json
+from kvmodel.io.observations import observation_to_json
+from kvmodel.io.trace import Infer, Trace, dump_trace, parse_trace_lines
 from kvmodel.policy import resolve_policy
 from kvmodel.replay import replay
-from kvmodel.trace import Infer, Trace, dump_trace, parse_trace_lines
 from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, random_trace
 
 CFG = EngineConfig(4, (TierConfig(TierName("hbm"), 8), TierConfig(TierName("hbf"), 8)))

@@ -12,11 +12,11 @@ from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import KVModelError, TraceError
 from kvmodel.ids import ContextId, TierName
+from kvmodel.io.trace import Op, op_to_json, parse_op
 from kvmodel.lifecycle import MsgState
 from kvmodel.memory import TierConfig
 from kvmodel.policy import resolve_policy
 from kvmodel.replay import replay
-from kvmodel.trace import Op, op_to_json, parse_op
 from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, random_trace
 
 POLICIES = ["lru", "kvtether", "hbm-first"]

@@ -1,4 +1,4 @@
-"""Every place that names an invariant names one the registry (checkers/invariants.py
+"""Every place that names an invariant names one the registry (checkers/invariants/registry.py
 INVARIANTS) defines, and the registry is the spec's list (spec/invariants.md): a renamed or
 added invariant cannot drift between the spec, the monitor, the proofs, the search and the zoo."""
 

@@ -19,8 +19,8 @@ from checkers.search.swarm import BLOCK_SIZES, check_config, draw_config, swarm_
 from checkers.search.walk import WalkFind, explore, run_walk, walk_recipe
 from kvmodel.cli import main
 from kvmodel.config import EngineConfig
+from kvmodel.io.trace import OP_NAMES, dump_trace, dumps_op, op_name
 from kvmodel.policy import resolve_policy
-from kvmodel.trace import OP_NAMES, dump_trace, dumps_op, op_name
 from kvmodel.workloads.random_ops import OP_WEIGHTS, RandomParams, random_trace
 
 
@@ -165,7 +165,7 @@ def test_replay_check_reports_a_nondeterministic_policy(
 
 
 def test_generate_reaches_every_op_kind(tmp_path: Path) -> None:
-    from kvmodel.trace import load_trace
+    from kvmodel.io.trace import load_trace
 
     out = tmp_path / "r.jsonl"
     assert main(["generate", "--random-ops", "400", "--seed", "3", "-o", str(out)]) == 0

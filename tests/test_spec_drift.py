@@ -73,11 +73,11 @@ def test_the_builtin_policy_table_is_the_packages_entry_points() -> None:
 
 
 def test_the_schema_names_exactly_the_trace_ops() -> None:
-    """spec/trace.schema.json's op variants and kvmodel.trace.OP_NAMES (the parser's registry,
+    """spec/trace.schema.json's op variants and kvmodel.io.trace.OP_NAMES (the parser's registry,
     which the generators' weights and the search's coverage are tested against)."""
     import json
 
-    from kvmodel.trace import OP_NAMES
+    from kvmodel.io.trace import OP_NAMES
 
     schema = json.loads((SPEC / "trace.schema.json").read_text(encoding="utf-8"))
     ops = [v["properties"]["op"]["const"] for v in schema["$defs"]["op"]["oneOf"]]

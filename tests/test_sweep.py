@@ -1,4 +1,4 @@
-"""Sweeps on Dask (kvmodel.sweep): a 2-worker LocalCluster gives byte for byte the serial
+"""Sweeps on Dask (kvmodel.studies.sweep): a 2-worker LocalCluster gives byte for byte the serial
 output; without Dask, asking for workers is a clear usage error."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 from kvmodel.cli import main
-from kvmodel.sweep import run_tasks
+from kvmodel.studies.sweep import run_tasks
 
 ARGS = ["compare", "--sessions", "2", "--turns", "2", "--splits", "1/7,3/5", "--json",
         "--policies", "lru,kvtether,hbm-first,lachesis-det"]  # fmt: skip

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvmodel.errors import TraceError
+from kvmodel.io.trace import iter_trace_lines, load_trace, parse_trace_lines
 from kvmodel.replay import replay
-from kvmodel.trace import iter_trace_lines, load_trace, parse_trace_lines
 from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, random_trace
 
 OPEN = '{"op":"open","t":0,"ctx":"a","session":"s","agent":"main"}'
@@ -162,8 +162,8 @@ def test_a_replay_without_observation_has_the_same_summary_and_no_log() -> None:
     # issue 18 item 3: `kvmodel replay` without --observations builds no records
     import pytest
 
-    from kvmodel.metrics import compute_metrics
     from kvmodel.replay import replay
+    from kvmodel.studies.metrics import compute_metrics
     from kvmodel.workloads import RandomParams, random_trace
 
     tr = random_trace(RandomParams(seed=9, ops=300))

@@ -15,9 +15,9 @@ import pytest
 
 from kvmodel.cli import main
 from kvmodel.config import load_config
-from kvmodel.itf import itf_trace
-from kvmodel.trace import dump_trace, parse_trace_lines
-from kvmodel.viewer import Finding, viewer_html
+from kvmodel.io.itf import itf_trace
+from kvmodel.io.trace import dump_trace, parse_trace_lines
+from kvmodel.io.viewer import Finding, viewer_html
 from kvmodel.workloads import AgenticParams, generate_agentic
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
@@ -166,7 +166,7 @@ def test_screenshots_of_two_views(browser: Any, tmp_path: Path) -> None:
 def test_an_implementations_log_is_shown_beside_the_model(browser: Any, tmp_path: Path) -> None:
     # LRU's log under the KVTether reference: the oracle's first divergence is where the page
     # opens, and steps where the counts differ (KVTether reclaims, LRU does not) are marked
-    from kvmodel.observations import observation_to_json
+    from kvmodel.io.observations import observation_to_json
     from kvmodel.replay import replay
 
     tr = generate_agentic(AgenticParams(seed=3, sessions=3, turns=2))

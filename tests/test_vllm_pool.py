@@ -25,7 +25,7 @@ from checkers.search.strategies import agent_traces
 from kvmodel import EngineConfig, TierConfig
 from kvmodel.errors import ConfigError
 from kvmodel.ids import TierName
-from kvmodel.trace import Pin, Unpin
+from kvmodel.io.trace import Pin, Unpin
 from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, random_trace
 
 CFG = EngineConfig(4, (TierConfig(TierName("hbm"), 12),))

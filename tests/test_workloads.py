@@ -11,8 +11,8 @@ import pytest
 
 from kvmodel import EngineConfig, TierConfig
 from kvmodel.ids import TierName
+from kvmodel.io.trace import EndSession, Open, iter_trace_lines
 from kvmodel.replay import replay
-from kvmodel.trace import EndSession, Open, iter_trace_lines
 from kvmodel.workloads import PRESETS, generate_agentic
 from policies.lachesis import LachesisDet, SegmentClass
 from policies.spawn_predictor import kendall_tau, worker_samples

@@ -37,8 +37,8 @@ import attrs
 from kvmodel.config import EngineConfig
 from kvmodel.errors import ConfigError
 from kvmodel.ids import BlockKey, TierName
+from kvmodel.io.trace import Infer, Op, Pin, Trace, Unpin
 from kvmodel.logical import Sequences
-from kvmodel.trace import Infer, Op, Pin, Trace, Unpin
 
 __all__ = [
     "Eviction",

@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 
 from kvmodel.errors import TraceError
-from kvmodel.jsonl import read_jsonl
+from kvmodel.io.jsonl import read_jsonl
 
 __all__ = ["EventFinding", "check_kv_events", "load_kv_events"]
 

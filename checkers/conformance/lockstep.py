@@ -35,10 +35,10 @@ from checkers.invariants.replay import engine_for
 from checkers.search.strategies import agent_traces
 from kvmodel.config import EngineConfig
 from kvmodel.errors import TraceError
+from kvmodel.io.observations import observation_to_json
+from kvmodel.io.trace import Op, Trace, dumps_op
 from kvmodel.logical import Sequences
-from kvmodel.observations import observation_to_json
 from kvmodel.policy import Policy, resolve_policy
-from kvmodel.trace import Op, Trace, dumps_op
 
 __all__ = [
     "EngineImplementation",

@@ -54,9 +54,9 @@ from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import ConfigError, PolicyError, TraceError
 from kvmodel.ids import BlockId, ContextId
-from kvmodel.observations import observation_to_json
+from kvmodel.io.observations import observation_to_json
+from kvmodel.io.trace import Infer, Op, Trace, dumps_op
 from kvmodel.policy import BasePolicy, Placement, Policy, declared_rank, rank_key, resolve_policy
-from kvmodel.trace import Infer, Op, Trace, dumps_op
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 
 __all__ = [

@@ -27,8 +27,8 @@ from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import PolicyError
 from kvmodel.ids import BlockKey, ContextId
-from kvmodel.observations import AllocObs, observation_to_json
-from kvmodel.trace import Infer, Op, Trace
+from kvmodel.io.observations import AllocObs, observation_to_json
+from kvmodel.io.trace import Infer, Op, Trace
 
 __all__ = ["check_log_invariants"]
 

@@ -21,9 +21,9 @@ import attrs
 from kvmodel.engine import Engine
 from kvmodel.errors import TraceError
 from kvmodel.ids import BlockId, BlockKey, TierName
-from kvmodel.jsonl import read_jsonl
+from kvmodel.io.jsonl import read_jsonl
+from kvmodel.io.trace import MAX_STRING, Infer, Op
 from kvmodel.policy import BasePolicy, Placement
-from kvmodel.trace import MAX_STRING, Infer, Op
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 
 __all__ = [

@@ -30,7 +30,7 @@ from checkers.invariants.predicates import (
     place_deterministic,
     reachable,
 )
-from checkers.invariants.registry import FINDINGS, INVARIANTS, STRUCTURAL
+from checkers.invariants.registry import FINDINGS, INVARIANTS, STRUCTURAL, invariant_names
 from checkers.invariants.structural import (
     Violation,
     check_accounting,
@@ -59,6 +59,7 @@ __all__ = [
     "evict_live_before_dead",
     "evict_mru",
     "evict_priority",
+    "invariant_names",
     "log_bypass",
     "log_pinned",
     "log_reclaim_dead",

@@ -36,10 +36,7 @@ from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import TraceError
 from kvmodel.ids import BlockId, BlockKey, ContentKey, ContextId, TierName
-from kvmodel.lifecycle import BlockClass, MsgState
-from kvmodel.memory import TierConfig
-from kvmodel.messages import Message, MessageKind
-from kvmodel.observations import (
+from kvmodel.io.observations import (
     AllocObs,
     BypassObs,
     EvictObs,
@@ -50,8 +47,7 @@ from kvmodel.observations import (
     Observation,
     RejectObs,
 )
-from kvmodel.policy import Policy
-from kvmodel.trace import (
+from kvmodel.io.trace import (
     Append,
     Close,
     EndSession,
@@ -66,6 +62,10 @@ from kvmodel.trace import (
     TurnEnd,
     Unpin,
 )
+from kvmodel.lifecycle import BlockClass, MsgState
+from kvmodel.memory import TierConfig
+from kvmodel.messages import Message, MessageKind
+from kvmodel.policy import Policy
 
 __all__ = [
     "KEEP",

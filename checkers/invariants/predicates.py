@@ -14,9 +14,7 @@ import attrs
 
 from kvmodel.engine import Engine
 from kvmodel.ids import BlockId
-from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, TRANSITIONS, BlockClass, Event, MsgState
-from kvmodel.messages import AgentKind
-from kvmodel.observations import (
+from kvmodel.io.observations import (
     AllocObs,
     BypassObs,
     EvictObs,
@@ -24,6 +22,8 @@ from kvmodel.observations import (
     FreeReason,
     Observation,
 )
+from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, TRANSITIONS, BlockClass, Event, MsgState
+from kvmodel.messages import AgentKind
 from kvmodel.view import NewBlock
 
 __all__ = [

@@ -3,15 +3,17 @@ spec/invariants.md), the structural claims and the findings that are not invaria
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
+from kvmodel.errors import ConfigError
 from kvmodel.policy import STRUCTURAL_CLAIMS
 
 __all__ = [
     "FINDINGS",
     "INVARIANTS",
     "STRUCTURAL",
+    "invariant_names",
 ]
 
 #: name -> one line; the order is the report order. Formulas: spec/invariants.md.
@@ -51,3 +53,24 @@ FINDINGS: Mapping[str, str] = MappingProxyType(
     }
 )
 
+
+def invariant_names(
+    names: str | Iterable[str] | None,
+    *,
+    among: Iterable[str] = INVARIANTS,
+    default: Iterable[str] | None = None,
+    scope: str | None = None,
+) -> list[str]:
+    """The invariants a user named -- comma-separated text (``--check``, ``--invariants``,
+    ``--invariant``) or a list -- in their order, each one of ``among``; none named: ``default``
+    (all of ``among`` when it is None). The one place names are validated: an unknown one is a
+    :class:`~kvmodel.errors.ConfigError` (exit 2) that lists the known ones."""
+    known = list(among)
+    given = [n for n in names.split(",") if n] if isinstance(names, str) else list(names or ())
+    if not given:
+        return list(known if default is None else default)
+    for n in given:
+        if n not in known:
+            where = f"invariant {n!r} is not in {scope}" if scope else f"unknown invariant {n!r}"
+            raise ConfigError(f"{where}; known: {', '.join(known)}")
+    return given

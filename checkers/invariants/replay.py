@@ -13,9 +13,9 @@ from checkers.invariants.structural import Violation
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import TraceError
-from kvmodel.observations import observation_to_json
+from kvmodel.io.observations import observation_to_json
+from kvmodel.io.trace import Op, Trace, TraceHeader
 from kvmodel.policy import Policy, resolve_policy
-from kvmodel.trace import Op, Trace, TraceHeader
 
 __all__ = ["CheckRun", "check_ops", "engine_for", "nondeterminism"]
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 import attrs
 
 from kvmodel.ids import ContextId, MessageId, SessionId
-from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
-from kvmodel.trace import (
+from kvmodel.io.trace import (
     Append,
     Close,
     EndSession,
@@ -30,6 +29,7 @@ from kvmodel.trace import (
     TurnEnd,
     Unpin,
 )
+from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
 
 __all__ = ["HarnessBuilder"]
 

@@ -12,10 +12,10 @@ from checkers.invariants.replay import check_ops
 from checkers.invariants.structural import Violation
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
-from kvmodel.itf import dumps_itf, itf_trace
-from kvmodel.observations import observation_to_json
-from kvmodel.trace import Op, dumps_op, op_name
-from kvmodel.viewer import Finding, viewer_html
+from kvmodel.io.itf import dumps_itf, itf_trace
+from kvmodel.io.observations import observation_to_json
+from kvmodel.io.trace import Op, dumps_op, op_name
+from kvmodel.io.viewer import Finding, viewer_html
 
 __all__ = ["config_to_toml", "write_bundle"]
 
@@ -90,7 +90,7 @@ from pathlib import Path
 
 from checkers.invariants.replay import check_ops
 from kvmodel.config import load_config
-from kvmodel.trace import load_trace
+from kvmodel.io.trace import load_trace
 
 HERE = Path(__file__).parent
 
@@ -112,7 +112,7 @@ from pathlib import Path
 
 from checkers.invariants.replay import nondeterminism
 from kvmodel.config import load_config
-from kvmodel.trace import load_trace
+from kvmodel.io.trace import load_trace
 
 HERE = Path(__file__).parent
 
@@ -137,8 +137,8 @@ def write_bundle(
     invariants: Iterable[str] = (),
 ) -> Path:
     """Write trace, config, observation log, step listing, the states as ITF
-    (``counterexample.itf.json``, kvmodel/itf.py), a page to step through them (``index.html``,
-    kvmodel/viewer.py) and a pytest reproducer to ``out``."""
+    (``counterexample.itf.json``, kvmodel/io/itf.py), a page to step through them (``index.html``,
+    kvmodel/io/viewer.py) and a pytest reproducer to ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {
         "kvtrace": 1,

@@ -17,9 +17,9 @@ import attrs
 
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
+from kvmodel.io.observations import AllocObs, BypassObs, EvictObs, FreeObs, FreeReason, RejectObs
+from kvmodel.io.trace import OP_NAMES, Op, op_name
 from kvmodel.lifecycle import BlockClass
-from kvmodel.observations import AllocObs, BypassObs, EvictObs, FreeObs, FreeReason, RejectObs
-from kvmodel.trace import OP_NAMES, Op, op_name
 
 __all__ = ["TARGETS", "TRIGGERS", "SearchStats", "run_coverage"]
 

@@ -12,7 +12,7 @@ from checkers.invariants.structural import Violation
 from checkers.search.shrink import shrink
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
-from kvmodel.trace import Op
+from kvmodel.io.trace import Op
 
 __all__ = ["SELF_CHECK_BLOCK_SIZES", "SelfCheckFind", "engine_self_check"]
 

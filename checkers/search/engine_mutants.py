@@ -19,10 +19,10 @@ from kvmodel._engine_view import EngineView
 from kvmodel._resident import ResidentBlock
 from kvmodel.contexts import Context
 from kvmodel.engine import Engine
+from kvmodel.io.observations import FreeReason
+from kvmodel.io.trace import Fork, Op, Pin, Remove, Replace, Return, TurnEnd, Unpin
 from kvmodel.lifecycle import BlockClass, Event, MsgState
 from kvmodel.messages import MessageKind
-from kvmodel.observations import FreeReason
-from kvmodel.trace import Fork, Op, Pin, Remove, Replace, Return, TurnEnd, Unpin
 from kvmodel.view import BlockInfo
 from policies.kvtether import KVTether
 

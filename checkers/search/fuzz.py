@@ -208,7 +208,7 @@ def run(
 def seeds() -> dict[str, list[dict[str, bytes]]]:
     """Valid inputs per target (each a name -> content mapping)."""
     from kvmodel.cli import main
-    from kvmodel.trace import iter_trace_lines
+    from kvmodel.io.trace import iter_trace_lines
     from kvmodel.workloads.random_ops import RandomParams, random_trace
 
     traces = []

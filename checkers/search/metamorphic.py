@@ -19,11 +19,11 @@ import numpy as np
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.ids import ContextId, MessageId
+from kvmodel.io.observations import InferObs, observation_to_json
+from kvmodel.io.trace import Append, Close, Fork, Infer, Op, Open, Pin, Remove, Replace, Unpin
 from kvmodel.logical import Sequences
 from kvmodel.messages import Message
-from kvmodel.observations import InferObs, observation_to_json
 from kvmodel.policy import Policy
-from kvmodel.trace import Append, Close, Fork, Infer, Op, Open, Pin, Remove, Replace, Unpin
 
 __all__ = [
     "PAIR_RELATIONS",

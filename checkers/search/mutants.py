@@ -19,9 +19,9 @@ import attrs
 from checkers.search.engine_mutants import ENGINE_MUTANTS
 from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, ContextId, TierName
+from kvmodel.io.trace import Close, EndSession, Infer, Op, Remove, Replace, Return, TurnEnd
 from kvmodel.lifecycle import BlockClass, MsgState
 from kvmodel.policy import BasePolicy, Placement, RankTerm, Reclaim, rank_key
-from kvmodel.trace import Close, EndSession, Infer, Op, Remove, Replace, Return, TurnEnd
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 from policies.kvtether import KVTether
 from policies.lachesis import Lachesis, LachesisDet, SegmentClass

@@ -39,8 +39,8 @@ from checkers.search.shrink import shrink
 from checkers.search.swarm import check_config, swarm_configs
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
+from kvmodel.io.trace import Op, Trace, op_name
 from kvmodel.policy import resolve_policy
-from kvmodel.trace import Op, Trace, op_name
 
 __all__ = [
     "CONTRACT_TRACES",

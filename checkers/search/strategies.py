@@ -20,7 +20,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from checkers.search.builder import HarnessBuilder
-from kvmodel.trace import Op, Trace, TraceHeader
+from kvmodel.io.trace import Op, Trace, TraceHeader
 
 __all__ = ["actions", "agent_traces", "play"]
 

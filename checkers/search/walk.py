@@ -27,9 +27,9 @@ from checkers.invariants.structural import Violation
 from checkers.search.coverage import SearchStats, run_coverage
 from checkers.search.swarm import draw_config, draw_weights
 from kvmodel.config import EngineConfig
+from kvmodel.io.trace import Op, Trace, op_name
 from kvmodel.policy import resolve_policy
-from kvmodel.sweep import executor
-from kvmodel.trace import Op, Trace, op_name
+from kvmodel.studies.sweep import executor
 from kvmodel.workloads.random_ops import RandomParams, random_trace
 
 __all__ = [

@@ -25,10 +25,10 @@ from checkers.invariants.replay import engine_for
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.ids import ContextId, MessageId, SessionId, TierName
+from kvmodel.io.trace import Close, Infer, Op, Open, Pin, Replace, Trace, TraceHeader, Unpin
 from kvmodel.memory import TierConfig
 from kvmodel.messages import AgentKind, Message, MessageKind, Role
 from kvmodel.policy import Policy, resolve_policy
-from kvmodel.trace import Close, Infer, Op, Open, Pin, Replace, Trace, TraceHeader, Unpin
 
 __all__ = [
     "ACTIONS",
@@ -106,7 +106,7 @@ def _message(c: int, version: int) -> Message:
 
 
 def _append(c: int, version: int) -> Op:
-    from kvmodel.trace import Append
+    from kvmodel.io.trace import Append
 
     return Append(0.0, ContextId(f"c{c}"), (_message(c, version),))
 

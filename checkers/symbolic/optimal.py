@@ -20,10 +20,10 @@ from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import InternalError
 from kvmodel.ids import BlockKey, TierName
+from kvmodel.io.observations import AllocObs, FreeObs, HitObs
+from kvmodel.io.trace import Infer, Trace
 from kvmodel.memory import TierConfig
-from kvmodel.observations import AllocObs, FreeObs, HitObs
 from kvmodel.policy import resolve_policy
-from kvmodel.trace import Infer, Trace
 from policies.offline import roomy_config
 
 __all__ = ["access_sets", "lifetimes", "min_hbf_writes", "min_writes"]

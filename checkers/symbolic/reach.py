@@ -42,10 +42,7 @@ from checkers.symbolic.statekey import state_key
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.ids import ContextId, MessageId, SessionId, TierName
-from kvmodel.memory import TierConfig
-from kvmodel.messages import AgentKind, Message, MessageKind, Role
-from kvmodel.policy import BasePolicy, Policy, declared_rank, declared_reclaim, resolve_policy
-from kvmodel.trace import (
+from kvmodel.io.trace import (
     Append,
     Close,
     Fork,
@@ -58,6 +55,9 @@ from kvmodel.trace import (
     TraceHeader,
     Unpin,
 )
+from kvmodel.memory import TierConfig
+from kvmodel.messages import AgentKind, Message, MessageKind, Role
+from kvmodel.policy import BasePolicy, Policy, declared_rank, declared_reclaim, resolve_policy
 
 __all__ = [
     "REACH_ACTIONS",

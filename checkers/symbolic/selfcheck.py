@@ -33,7 +33,7 @@ from checkers.symbolic.fragment import ACTIONS, FRAGMENT_INVARIANTS, Action, Fra
 from checkers.symbolic.transition import PolicyProfile, State, Step
 from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, ContextId
-from kvmodel.observations import AllocObs
+from kvmodel.io.observations import AllocObs
 from kvmodel.policy import Policy, resolve_policy
 
 __all__ = ["SelfCheck", "self_check"]

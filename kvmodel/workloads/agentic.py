@@ -21,8 +21,7 @@ import attrs
 import numpy as np
 
 from kvmodel.ids import ContextId, MessageId, SessionId
-from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
-from kvmodel.trace import (
+from kvmodel.io.trace import (
     Append,
     Close,
     EndSession,
@@ -37,6 +36,7 @@ from kvmodel.trace import (
     TraceHeader,
     TurnEnd,
 )
+from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
 
 __all__ = ["PRESETS", "AgenticParams", "generate_agentic"]
 

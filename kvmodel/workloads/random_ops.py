@@ -17,8 +17,7 @@ import attrs
 import numpy as np
 
 from kvmodel.ids import ContextId, MessageId, SessionId
-from kvmodel.messages import AgentKind, Message, MessageKind, Role
-from kvmodel.trace import (
+from kvmodel.io.trace import (
     Append,
     Close,
     EndSession,
@@ -35,6 +34,7 @@ from kvmodel.trace import (
     TurnEnd,
     Unpin,
 )
+from kvmodel.messages import AgentKind, Message, MessageKind, Role
 
 __all__ = ["OP_WEIGHTS", "RandomParams", "random_trace"]
 

@@ -9,7 +9,7 @@ state) and every tier's resident blocks coloured by class
 its op highlighted. A slider, buttons and the keyboard (arrows, Home, End, ``v`` for the
 violation) move between steps.
 
-The data are the ITF states of :mod:`kvmodel.itf` (one definition of a state). A trace is hostile
+The data are the ITF states of :mod:`kvmodel.io.itf` (one definition of a state). A trace is hostile
 input: its strings reach the page only as JSON inside ``<script type="application/json">`` with
 ``<``, ``>``, ``&`` and the line separators escaped, and the script writes them with
 ``textContent``, never as markup.
@@ -24,9 +24,9 @@ from typing import Any
 import attrs
 
 from kvmodel.config import EngineConfig
-from kvmodel.itf import itf_trace
+from kvmodel.io.itf import itf_trace
+from kvmodel.io.trace import Op
 from kvmodel.policy import Policy
-from kvmodel.trace import Op
 
 __all__ = ["Finding", "viewer_html"]
 

@@ -36,9 +36,9 @@ from typing import Any
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import KVModelError
-from kvmodel.observations import observation_to_json
+from kvmodel.io.observations import observation_to_json
+from kvmodel.io.trace import Op, op_name
 from kvmodel.policy import Policy, resolve_policy
-from kvmodel.trace import Op, op_name
 
 __all__ = ["ITF_VARS", "dumps_itf", "itf_trace"]
 

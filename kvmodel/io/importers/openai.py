@@ -37,9 +37,8 @@ import attrs
 
 from kvmodel.errors import TraceError
 from kvmodel.ids import ContextId, MessageId, SessionId
-from kvmodel.importers._limits import count, stamp
-from kvmodel.messages import AgentKind, Message, MessageKind, Role
-from kvmodel.trace import (
+from kvmodel.io.importers._limits import count, stamp
+from kvmodel.io.trace import (
     Append,
     EndSession,
     Infer,
@@ -51,6 +50,7 @@ from kvmodel.trace import (
     TraceHeader,
     TurnEnd,
 )
+from kvmodel.messages import AgentKind, Message, MessageKind, Role
 
 __all__ = ["Conversation", "ImportReport", "Request", "conversations", "import_openai"]
 
@@ -59,7 +59,7 @@ __all__ = ["Conversation", "ImportReport", "Request", "conversations", "import_o
 
 @attrs.frozen
 class Request:
-    """One logged request; usage counts and ``created`` as :mod:`kvmodel.importers._limits`
+    """One logged request; usage counts and ``created`` as :mod:`kvmodel.io.importers._limits`
     believes them (a value of the wrong type or out of range is absent)."""
 
     messages: tuple[dict[str, Any], ...]

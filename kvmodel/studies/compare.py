@@ -12,12 +12,12 @@ from typing import Any
 import attrs
 
 from kvmodel.config import EngineConfig
-from kvmodel.metrics import Metrics, compute_metrics
-from kvmodel.presets import hardware_config
+from kvmodel.io.trace import Trace
 from kvmodel.progress import bar
 from kvmodel.replay import replay
-from kvmodel.sweep import run_tasks
-from kvmodel.trace import Trace
+from kvmodel.studies.metrics import Metrics, compute_metrics
+from kvmodel.studies.presets import hardware_config
+from kvmodel.studies.sweep import run_tasks
 
 __all__ = ["CACHE_POLICIES", "PLACEMENT_POLICIES", "Comparison", "compare", "measure"]
 
@@ -147,8 +147,8 @@ def compare(
     workers: int | None = None,
     scheduler: str | None = None,
 ) -> Comparison:
-    """Every cell is an independent task (:func:`kvmodel.sweep.run_tasks`): serial by default,
-    on a Dask cluster with ``workers`` or ``scheduler``; the same result either way.
+    """Every cell is an independent task (:func:`kvmodel.studies.sweep.run_tasks`): serial by
+    default, on a Dask cluster with ``workers`` or ``scheduler``; the same result either way.
     ``progress``: a bar on stderr (:mod:`kvmodel.progress`)."""
     tasks: list[tuple[str, EngineConfig]] = [(p, cache_config) for p in cache_policies]
     cells: list[tuple[str | None, str]] = [(None, p) for p in cache_policies]

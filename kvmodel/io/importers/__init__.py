@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvmodel.importers.claude_code import import_claude_code
-from kvmodel.importers.openai import ImportReport, import_openai
+from kvmodel.io.importers.claude_code import import_claude_code
+from kvmodel.io.importers.openai import ImportReport, import_openai
 
 __all__ = ["ImportReport", "import_claude_code", "import_openai"]

@@ -119,8 +119,8 @@ def sweep_cell(
     from kvmodel.config import EngineConfig
     from kvmodel.ids import TierName
     from kvmodel.memory import TierConfig
-    from kvmodel.metrics import compute_metrics
     from kvmodel.replay import replay
+    from kvmodel.studies.metrics import compute_metrics
     from kvmodel.workloads import PRESETS, generate_agentic
 
     params = attrs.evolve(PRESETS[workload], seed=seed)

@@ -1,4 +1,5 @@
-"""Helpers shared by the CLI modules (output files, configs, built-in workloads)."""
+"""What every command module needs, whichever package contributes it: argument types, output
+files written whole or not at all, engine configs and the built-in workloads."""
 
 from __future__ import annotations
 
@@ -8,15 +9,28 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeAlias
 
 import attrs
 
 from kvmodel.config import EngineConfig, default_config, load_config
 from kvmodel.errors import ConfigError
-from kvmodel.trace import Trace, load_trace
+from kvmodel.io.trace import Trace, load_trace
 from kvmodel.workloads import PRESETS, AgenticParams, generate_agentic
 
-__all__ = ["agentic_from", "atomic_write", "engine_config", "invariant_names", "workload"]
+__all__ = [
+    "Subparsers",
+    "agentic_from",
+    "atomic_write",
+    "engine_config",
+    "int_at_least",
+    "number_in",
+    "workload",
+    "workload_args",
+]
+
+#: what a command's ``add`` function is given: the ``kvmodel`` parser's subcommands
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def int_at_least(lo: int, hi: int | None = None) -> Callable[[str], int]:
@@ -105,12 +119,19 @@ def workload(
     return agentic_from(args)
 
 
-def invariant_names(spec: str) -> list[str]:
-    """``--check`` names (empty: all), each a known invariant."""
-    from checkers.invariants import INVARIANTS
-
-    names = [n for n in spec.split(",") if n] if spec else list(INVARIANTS)
-    unknown = [n for n in names if n not in INVARIANTS]
-    if unknown:
-        raise ConfigError(f"unknown invariant {unknown[0]!r}; known: {', '.join(INVARIANTS)}")
-    return names
+def workload_args(sp: argparse.ArgumentParser) -> None:
+    """The built-in generator's options: ``--seed``, ``--sessions``, ``--turns``,
+    ``--workload-preset``."""
+    sp.add_argument("--seed", type=int_at_least(0), default=0)
+    sp.add_argument(
+        "--sessions",
+        type=int_at_least(1, 100_000),
+        help="sessions (default: 4, or the preset's; at most 100,000)",
+    )
+    sp.add_argument("--turns", type=int_at_least(1, 10_000), default=3, help="at most 10,000")
+    sp.add_argument(
+        "--workload-preset",
+        dest="preset_workload",
+        choices=sorted(PRESETS),
+        help="a calibrated generator preset (see kvmodel.workloads.PRESETS)",
+    )

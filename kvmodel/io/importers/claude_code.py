@@ -38,11 +38,10 @@ import attrs
 
 from kvmodel.errors import KVModelError, TraceError
 from kvmodel.ids import ContextId, MessageId, SessionId
-from kvmodel.importers._limits import count
-from kvmodel.importers.openai import ImportReport
-from kvmodel.jsonl import read_jsonl
-from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
-from kvmodel.trace import (
+from kvmodel.io.importers._limits import count
+from kvmodel.io.importers.openai import ImportReport
+from kvmodel.io.jsonl import read_jsonl
+from kvmodel.io.trace import (
     Append,
     Close,
     EndSession,
@@ -56,6 +55,7 @@ from kvmodel.trace import (
     TraceHeader,
     TurnEnd,
 )
+from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
 
 __all__ = ["import_claude_code"]
 

@@ -1,6 +1,6 @@
 """``kvmodel discover``: search the policy space for a safe policy that beats KVTether and
-Lachesis (kvmodel issue 17; the search is :mod:`checkers.discover`, imported lazily as every
-command that reads the checkers does)."""
+Lachesis (kvmodel issue 17; the search is :mod:`checkers.discover`, imported when the command
+runs: it loads Z3 and Hypothesis)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import json
 import sys
 from pathlib import Path
 
-from kvmodel._cli_common import atomic_write, int_at_least
+from kvmodel.cli.common import Subparsers, atomic_write, int_at_least
 from kvmodel.errors import ConfigError
 from kvmodel.progress import wanted
 
-__all__ = ["add_discover", "cmd_discover"]
+__all__ = ["add_discover"]
 
 
-def add_discover(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_discover(sub: Subparsers) -> None:
     d = sub.add_parser(
         "discover",
         help="search the policy space for a policy proved safe that beats KVTether and Lachesis",
@@ -61,10 +61,10 @@ def add_discover(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     d.add_argument("--json", action="store_true")
     d.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    d.set_defaults(func=cmd_discover)
+    d.set_defaults(func=_cmd_discover)
 
 
-def cmd_discover(args: argparse.Namespace) -> int:
+def _cmd_discover(args: argparse.Namespace) -> int:
     """Exit 0 when a candidate passed the gate, 1 when none did."""
     from checkers.discover import (
         SMALL_TEST,

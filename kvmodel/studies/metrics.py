@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from kvmodel.engine import Engine
-from kvmodel.observations import AllocObs, EvictObs, InferObs
+from kvmodel.io.observations import AllocObs, EvictObs, InferObs
 from kvmodel.replay import ReplayResult
 
 __all__ = [

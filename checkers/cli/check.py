@@ -1,0 +1,247 @@
+"""``kvmodel check`` (search every policy x invariant for counterexamples) and ``replay
+--check`` (one trace replayed under the monitor), the checkers' part of the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import attrs
+
+from checkers.invariants.nversion import contract_violation
+from checkers.invariants.registry import invariant_names
+from checkers.invariants.replay import check_ops, nondeterminism
+from checkers.invariants.structural import Violation
+from kvmodel.cli.common import Subparsers, atomic_write, engine_config, int_at_least
+from kvmodel.config import EngineConfig
+from kvmodel.engine import Engine
+from kvmodel.errors import ConfigError
+from kvmodel.io.trace import Trace
+from kvmodel.policy import registered_policies, resolve_policy
+from kvmodel.progress import bar, wanted
+from kvmodel.studies.sweep import local_cluster
+
+__all__ = ["add_check"]
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    """Search for counterexamples; print the policy x invariant table; write bundles."""
+    from checkers.search.report import check_policies, render_table  # Hypothesis: lazily
+
+    names = invariant_names(args.invariants)
+    policies = [args.policy] if args.policy else list(registered_policies())
+    for p in policies:
+        resolve_policy(p)  # fail fast on a bad name (exit 2)
+    profile = args.profile or ("ci" if args.policy else "dev")
+    shrinker = args.shrink or ("hypothesis" if args.policy else "dd")
+    out = Path(args.out) if args.out else None
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1 (got {args.jobs})")
+    if args.workers and args.scheduler:
+        raise ConfigError("give --workers (a local Dask cluster) or --scheduler, not both")
+    with (
+        local_cluster(args.workers) as address,
+        bar(len(policies), "check", on=wanted(args.quiet)) as done,
+    ):
+        reports = check_policies(
+            policies,
+            names,
+            profile=profile,
+            max_examples=args.max_examples,
+            steps=args.steps,
+            seed=args.seed,
+            out=out,
+            config=engine_config(args.config) if args.config else None,
+            hypothesis_shrink=shrinker == "hypothesis",
+            walks=args.walks,
+            budget=_seconds(args.budget) if args.budget else None,
+            jobs=max(args.jobs, args.workers or 1),
+            scheduler=args.scheduler or address,
+            done=done,
+        )
+    failures = {r.policy: r.failures() for r in reports if r.failures()}
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "profile": profile,
+                    "seed": args.seed,
+                    "shrink": shrinker,
+                    "reports": [r.to_json() for r in reports],
+                    "failures": failures,
+                },
+                indent=2,
+            )
+        )
+        return 1 if failures else 0
+    print(render_table(reports))
+    print()
+    for r in reports:
+        st = r.result.stats
+        never = ", ".join(st.never_fired()) or "none"
+        print(
+            f"{r.policy}: {st.examples} examples, {st.steps} steps, {st.walks} random walks, "
+            f"{st.contract_traces} contract traces; never fired: {never}"
+        )
+        fired = ", ".join(f"{k} {n}" for k, n in sorted(st.rules.items()) if n)
+        print(f"  rules fired: {fired}")
+        print(f"  ops applied: {', '.join(f'{k} {n}' for k, n in sorted(st.ops.items()) if n)}")
+        print(f"  {st.coverage_line()}")
+        for warning in st.unexercised(r.result.invariants):
+            print(f"  warning: {warning}")
+        for inv, c in sorted(r.result.found.items()):
+            where = f" -> {r.bundles[inv]}" if inv in r.bundles else ""
+            tag = (
+                "CLAIM VIOLATED"
+                if inv in r.claims
+                else "FAILED"
+                if inv in r.failures()
+                else "finding"
+            )
+            shrunk = {"machine": f"Hypothesis {c.hypothesis_ops}", "walk": "random walk"}.get(
+                c.found_by, f"engine self-check, from {c.hypothesis_ops}"
+            )
+            print(
+                f"  {tag}: {inv}: {len(c.ops)} ops ({shrunk}, "
+                f"{'1-minimal' if c.one_minimal else 'not proven 1-minimal'}; "
+                f"{_engine_brief(c.config)}){where}"
+            )
+    if failures:
+        print(f"\nFAILED: claimed invariants violated or findings: {failures}")
+        return 1
+    return 0
+
+
+def _seconds(text: str) -> float:
+    """``60``, ``60s``, ``2m`` or ``1h`` as seconds."""
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    t = text.strip().lower()
+    unit = scale.get(t[-1:])
+    try:
+        value = float(t[:-1] if unit is not None else t) * (unit or 1.0)
+    except ValueError:
+        raise ConfigError(f"--budget: expected seconds like 60s, 2m or 1h, got {text!r}") from None
+    if value <= 0:
+        raise ConfigError(f"--budget: must be positive, got {text!r}")
+    return value
+
+
+def _engine_brief(cfg: EngineConfig) -> str:
+    tiers = " + ".join(f"{t.name} {t.blocks}" for t in cfg.tiers)
+    return f"engine: {tiers} blocks of {cfg.block_size} tokens"
+
+
+def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig) -> int:
+    """``replay --check``: replay with the invariant monitor, then twice more to compare the
+    logs (a ``nondeterministic`` finding when they differ), and the policy's engine against the
+    contract on ample memory (``engine-contract``); exit 1 on any violation or finding."""
+    names = invariant_names(args.check)
+    run = check_ops(trace.ops, args.policy, config, names)
+    if run.trace_error is not None:
+        raise run.trace_error.located(file=trace.source, line=trace.line_of(run.applied), op=None)
+    if args.observations:
+        atomic_write(Path(args.observations), run.engine.log.to_jsonl())
+    first: dict[str, Violation] = {}
+    found = list(run.violations)
+    odd = nondeterminism(trace.ops, args.policy, config)
+    if odd is not None:
+        found.append(odd)
+    engine_class = getattr(resolve_policy(args.policy), "engine_class", Engine)
+    off = contract_violation(trace.ops, engine_class, block_size=config.block_size)
+    if off is not None:
+        found.append(off)
+    for v in found:
+        first.setdefault(v.invariant, v)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "policy": args.policy,
+                    "checked": names,
+                    "violations": [attrs.asdict(v) for v in first.values()],
+                },
+                indent=2,
+            )
+        )
+    else:
+        for v in found:
+            if first.get(v.invariant) is v:
+                print(f"VIOLATED {v.invariant} at op {v.op}: {v.message}")
+        held = [n for n in names if n not in first]
+        print(f"{len(first)} violated, {len(held)} held: {', '.join(held) or '-'}")
+    return 1 if first else 0
+
+
+def add_check(sub: Subparsers) -> None:
+    ck = sub.add_parser("check", help="search for counterexamples to the invariants")
+    ck.add_argument("policy", nargs="?", help="policy name or path (default: every built-in)")
+    ck.add_argument("--invariants", help="comma-separated invariant names (default: all)")
+    ck.add_argument(
+        "--profile",
+        choices=["dev", "ci", "thorough"],
+        help="search size (default: ci for one policy, dev for the table)",
+    )
+    ck.add_argument(
+        "--max-examples", type=int_at_least(1), help="Hypothesis examples (overrides profile)"
+    )
+    ck.add_argument("--steps", type=int_at_least(1), help="steps per example (overrides profile)")
+    ck.add_argument("--seed", type=int_at_least(0), default=0)
+    ck.add_argument(
+        "--shrink",
+        choices=["hypothesis", "dd"],
+        help="hypothesis: Hypothesis shrinking then delta debugging (default for one "
+        "policy); dd: delta debugging only (default for the table)",
+    )
+    ck.add_argument(
+        "--walks",
+        type=int_at_least(0),
+        help="random walks after the machine (default: the profile's: dev 50, ci 200, "
+        "thorough 2000)",
+    )
+    ck.add_argument(
+        "--budget",
+        help="time per policy (e.g. 60s, 5m): random walks go on until it is spent "
+        "(shrinking comes after)",
+    )
+    ck.add_argument(
+        "-j",
+        "--jobs",
+        type=int_at_least(1),
+        default=1,
+        help="processes for the random walks (default 1)",
+    )
+    ck.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="run the random walks, -j chunks at a time, on this Dask scheduler",
+    )
+    ck.add_argument(
+        "--workers",
+        type=int_at_least(1, 256),
+        help="run the random walks on a local Dask cluster of N processes",
+    )
+    ck.add_argument(
+        "--config",
+        help="engine config TOML: search on this one engine (default: a swarm, each example "
+        "draws its own)",
+    )
+    ck.add_argument("--out", help="directory for counterexample bundles")
+    ck.add_argument("--json", action="store_true")
+    ck.add_argument("--quiet", action="store_true", help="no progress bar (drawn only on a TTY)")
+    ck.set_defaults(func=_cmd_check)
+    _add_replay_check(sub)
+
+
+def _add_replay_check(sub: Subparsers) -> None:
+    """``replay --check``: the model's ``replay`` command, monitored (the model registers its
+    commands before any other package's, so ``replay`` is there to extend)."""
+    r = sub.choices["replay"]
+    r.add_argument(
+        "--check",
+        nargs="?",
+        const="",
+        metavar="INV,...",
+        help="check invariants while replaying (default: all); exit 1 if violated",
+    )
+    r.set_defaults(checked=_replay_checked)

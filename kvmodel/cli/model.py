@@ -1,0 +1,201 @@
+"""The model's own commands: replay, export-itf, policies, generate, demo (entry points of the
+``kvmodel.commands`` group, as every command is; ``replay --check`` is added by the checkers)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from kvmodel.cli.common import (
+    Subparsers,
+    agentic_from,
+    atomic_write,
+    engine_config,
+    int_at_least,
+    workload_args,
+)
+from kvmodel.config import EngineConfig, default_config
+from kvmodel.errors import ConfigError, PolicyNotFoundError
+from kvmodel.io.trace import Trace, iter_trace_lines, load_trace
+from kvmodel.policy import registered_policies, resolve_policy
+from kvmodel.replay import Summary, replay
+
+__all__ = ["add_demo", "add_export_itf", "add_generate", "add_policies", "add_replay"]
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    trace = load_trace(args.trace)
+    config = engine_config(args.config)
+    checked: Callable[[argparse.Namespace, Trace, EngineConfig], int] | None = getattr(
+        args, "checked", None
+    )
+    if checked is not None and args.check is not None:  # ``--check``, added by the checkers
+        return checked(args, trace, config)
+    # the records are built only when they are written out: the summary needs none
+    result = replay(trace, args.policy, config, observe=bool(args.observations))
+    if args.observations:
+        atomic_write(Path(args.observations), result.engine.log.to_jsonl())
+    _print_summary(result.summary, as_json=args.json)
+    return 0
+
+
+def _print_summary(s: Summary, *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(s.to_json(), indent=2))
+        return
+    print(f"policy {s.policy}: {s.ops} ops, {s.infers} inferences, {s.rejected} rejected")
+    print(
+        f"  tokens: prompt {s.prompt_tokens}, hit {s.hit_tokens} "
+        f"({s.token_hit_rate:.1%}), recomputed {s.miss_tokens}, output {s.output_tokens}"
+    )
+    for tier, w in s.writes.items():
+        years = s.device_years.get(tier)
+        wear = f", {years:.3g} device-years" if years is not None else ""
+        print(
+            f"  tier {tier}: {w} block writes, {s.evictions[tier]} evictions, "
+            f"{s.frees[tier]} frees{wear}"
+        )
+    print(
+        f"  dead resident: final {s.dead_resident_final}, max {s.dead_resident_max}; "
+        f"zombie block-seconds {s.zombie_block_seconds:.1f}"
+    )
+
+
+def add_replay(sub: Subparsers) -> None:
+    r = sub.add_parser("replay", help="replay a trace under a policy")
+    r.add_argument("trace", help="trace file (JSONL, spec/trace-format.md)")
+    r.add_argument("--policy", default="lru", help="policy name or package.module:Name")
+    r.add_argument("--config", help="engine config TOML (default: hbm 512 + hbf 4096 blocks)")
+    r.add_argument("--observations", metavar="OUT.jsonl", help="write the observation log")
+    r.add_argument("--json", action="store_true", help="print the summary as JSON")
+    r.set_defaults(func=_cmd_replay)
+
+
+def _cmd_export_itf(args: argparse.Namespace) -> int:
+    """The trace's states, op by op, as ITF (kvmodel/io/itf.py); written whole or not at all."""
+    from kvmodel.io.itf import dumps_itf, itf_trace
+
+    trace = load_trace(args.trace)
+    itf = itf_trace(trace.ops, args.policy, engine_config(args.config))
+    atomic_write(Path(args.output), dumps_itf(itf))
+    stopped = itf["#meta"].get("stopped")
+    print(
+        f"{len(itf['states'])} states -> {args.output}"
+        + (f" (stopped: {stopped})" if stopped else ""),
+        file=sys.stderr,
+    )
+    return 0
+
+
+def add_export_itf(sub: Subparsers) -> None:
+    ex = sub.add_parser(
+        "export-itf", help="a trace's states under a policy as ITF JSON (Apalache ADR-015)"
+    )
+    ex.add_argument("trace", help="trace file (JSONL, spec/trace-format.md)")
+    ex.add_argument("--policy", default="lru", help="policy name or package.module:Name")
+    ex.add_argument("--config", help="engine config TOML (default: hbm 512 + hbf 4096 blocks)")
+    ex.add_argument("-o", "--output", required=True, metavar="OUT.itf.json")
+    ex.set_defaults(func=_cmd_export_itf)
+
+
+def _cmd_policies(args: argparse.Namespace) -> int:
+    rows = []
+    for name, path in registered_policies().items():
+        try:
+            p = resolve_policy(name)
+            claims = sorted(getattr(p, "claims", ()))
+        except PolicyNotFoundError as e:
+            claims = [f"(unavailable: {e})"]
+        rows.append({"name": name, "path": path, "claims": claims})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            print(f"{r['name']:<12} {r['path']}")
+            print(f"{'':<12} claims: {', '.join(r['claims']) or '-'}")
+    return 0
+
+
+def add_policies(sub: Subparsers) -> None:
+    pol = sub.add_parser("policies", help="list registered policies and their claims")
+    pol.add_argument("--json", action="store_true")
+    pol.set_defaults(func=_cmd_policies)
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    if args.random_ops is not None:
+        from kvmodel.workloads import RandomParams, random_trace
+
+        if args.random_ops < 1:
+            raise ConfigError(f"--random-ops must be >= 1 (got {args.random_ops})")
+        # every op kind (replace, unpin, partial forks, temporaries, ...), not agent-shaped
+        trace = random_trace(RandomParams(seed=args.seed, ops=args.random_ops))
+    else:
+        trace = agentic_from(args)
+    text = "".join(line + "\n" for line in iter_trace_lines(trace))
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        atomic_write(Path(args.output), text)
+    return 0
+
+
+def add_generate(sub: Subparsers) -> None:
+    g = sub.add_parser("generate", help="write a generated agent workload trace")
+    workload_args(g)
+    g.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
+    g.add_argument(
+        "--random-ops",
+        type=int_at_least(1),
+        metavar="N",
+        help="instead of an agent workload, N random valid ops over every op kind "
+        "(replace, unpin, partial forks, temporaries, ...): the fuzzing and checking generator",
+    )
+    g.set_defaults(func=_cmd_generate)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    """The built-in default job: one generated agent workload, every built-in policy."""
+    trace = agentic_from(args)
+    config = (
+        engine_config(args.config)
+        if args.config
+        else default_config(hbm_blocks=256, hbf_blocks=1024)
+    )
+    names = args.policies.split(",") if args.policies else list(registered_policies())
+    rows = [replay(trace, n, config).summary for n in names]
+    if args.json:
+        print(json.dumps([r.to_json() for r in rows], indent=2))
+        return 0
+    print(
+        f"workload: {args.preset_workload or 'agentic'} seed={args.seed} "
+        f"sessions={args.sessions or 4} turns={args.turns} "
+        f"({len(trace.ops)} ops); tiers: "
+        + ", ".join(f"{t.name}={t.blocks} blocks" for t in config.tiers)
+    )
+    w = max(len(r.policy) for r in rows) + 2
+    head = (
+        f"{'policy':<{w}}{'hit rate':>9}{'recomputed':>12}{'rejected':>9}"
+        f"{'zombie blk-s':>14}{'dead max':>9}"
+        + "".join(f"{'writes ' + n:>13}" for n in rows[0].writes)
+    )
+    print(head)
+    for r in rows:
+        print(
+            f"{r.policy:<{w}}{r.token_hit_rate:>9.1%}{r.miss_tokens:>12}{r.rejected:>9}"
+            f"{r.zombie_block_seconds:>14.0f}{r.dead_resident_max:>9}"
+            + "".join(f"{x:>13}" for x in r.writes.values())
+        )
+    return 0
+
+
+def add_demo(sub: Subparsers) -> None:
+    d = sub.add_parser("demo", help="compare built-in policies on a generated agent workload")
+    workload_args(d)
+    d.add_argument("--policies", help="comma-separated policy names (default: all registered)")
+    d.add_argument("--config", help="engine config TOML (default: hbm 256 + hbf 1024 blocks)")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=_cmd_demo)

@@ -1,0 +1,341 @@
+"""The study commands: simulate, sweep, compare, import, lachesis (fit, cv)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import attrs
+
+from kvmodel.cli.common import (
+    Subparsers,
+    atomic_write,
+    engine_config,
+    int_at_least,
+    number_in,
+    workload,
+    workload_args,
+)
+from kvmodel.config import default_config
+from kvmodel.errors import ConfigError, KVModelError, TraceError
+from kvmodel.io.trace import iter_trace_lines, load_trace, parse_trace_lines
+from kvmodel.logical import Sequences
+from kvmodel.policy import resolve_policy
+from kvmodel.progress import bar, wanted
+from kvmodel.replay import replay
+from kvmodel.studies.presets import hardware_config
+from kvmodel.workloads import PRESETS
+
+if TYPE_CHECKING:
+    from policies.spawn_predictor import WorkerSample
+
+__all__ = ["add_compare", "add_import", "add_lachesis", "add_simulate", "add_sweep"]
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    """One workload (built-in generator or a trace file) under one policy: the metrics."""
+    from kvmodel.studies.metrics import compute_metrics
+
+    trace = workload(args)
+    if args.preset:
+        split, _, model = args.preset.partition(":")
+        config = hardware_config(split, model or "llama-4-maverick", scale=args.scale)
+    else:
+        config = engine_config(args.config)
+    m = compute_metrics(replay(trace, args.policy, config))
+    if args.json:
+        print(json.dumps(m.to_json(), indent=2))
+        return 0
+    print(
+        f"policy {m.policy} on {args.preset_workload or args.workload}: "
+        f"hit rate {m.token_hit_rate:.1%}, "
+        f"recomputed {m.recomputed_tokens} tokens, est. cost ${m.cost_usd:.2f}"
+    )
+    print(
+        f"  TTFT mean {m.ttft_s_mean * 1000:.0f} ms, modelled latency {m.latency_s_total:.0f} s;"
+        f" zombie block-s {m.zombie_block_seconds:.0f}; evictions {m.evictions} "
+        f"({m.regretted_evictions} regretted)"
+    )
+    for tier, w in m.writes.items():
+        y = m.device_years.get(tier)
+        print(f"  {tier}: {w} block writes" + (f", {y:.3g} device-years" if y else ""))
+    return 0
+
+
+def add_simulate(sub: Subparsers) -> None:
+    sm = sub.add_parser("simulate", help="metrics of one workload under one policy")
+    sm.add_argument(
+        "--workload",
+        default="agentic",
+        help="'agentic', a preset (single-agent, multi-agent) or a trace file",
+    )
+    sm.add_argument("--policy", default="kvtether")
+    sm.add_argument("--config", help="engine config TOML")
+    sm.add_argument(
+        "--preset",
+        metavar="SPLIT[:MODEL]",
+        help="hardware preset, e.g. 2/6:llama-4-maverick (see kvmodel.studies.presets)",
+    )
+    sm.add_argument(
+        "--scale",
+        type=number_in(0.0, low_open=True),
+        default=0.005,
+        help="shrink preset capacities (default 0.005, for seconds-long runs)",
+    )
+    workload_args(sm)
+    sm.add_argument("--json", action="store_true")
+    sm.set_defaults(func=_cmd_simulate)
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    """``kvmodel sweep``: every (policy, workload, capacity, seed) cell an independent task
+    (kvmodel.studies.sweep); a table of the main metrics, or every metric as JSON."""
+    from kvmodel.studies.sweep import run_tasks, sweep_cell
+
+    def items(text: str, what: str) -> list[str]:
+        out = [x for x in text.split(",") if x]
+        if not out:
+            raise ConfigError(f"--{what}: expected a comma-separated list")
+        return out
+
+    policies = items(args.policies, "policies")
+    for p in policies:
+        resolve_policy(p)
+    workloads = items(args.workloads, "workloads")
+    if bad := [w for w in workloads if w not in PRESETS]:
+        raise ConfigError(f"unknown workload {bad[0]!r}; presets: {', '.join(PRESETS)}")
+    try:
+        capacities = [int(x) for x in items(args.capacities, "capacities")]
+        seeds = [int(x) for x in items(args.seeds, "seeds")]
+    except ValueError as e:
+        raise ConfigError(f"--capacities and --seeds take integers ({e})") from None
+    if any(not 1 <= c <= 10_000_000 for c in capacities) or any(s < 0 for s in seeds):
+        raise ConfigError("capacities must be in [1, 10,000,000] blocks and seeds >= 0")
+    tasks = [
+        (p, w, c, s, args.sessions)
+        for w in workloads
+        for c in capacities
+        for s in seeds
+        for p in policies
+    ]
+    with bar(len(tasks), "sweep", on=wanted(args.quiet)) as done:
+        cells = run_tasks(
+            sweep_cell,
+            tasks,
+            workers=args.workers,
+            scheduler=args.scheduler,
+            done=lambda k: done(" ".join(str(x) for x in tasks[k][:4])),
+        )
+    if args.json:
+        print(json.dumps(cells, indent=2))
+        return 0
+    print(f"{'workload':<14}{'capacity':>9}{'seed':>5}  {'policy':<16}{'hit rate':>9}"
+          f"{'cost $':>9}{'evictions':>10}{'zombie block-s':>16}")  # fmt: skip
+    for c in cells:
+        print(f"{c['workload']:<14}{c['capacity']:>9}{c['seed']:>5}  {c['policy']:<16}"
+              f"{c['token_hit_rate']:>9.1%}{c['cost_usd']:>9.2f}{c['evictions']:>10}"
+              f"{c['zombie_block_seconds']:>16.0f}")  # fmt: skip
+    return 0
+
+
+def add_sweep(sub: Subparsers) -> None:
+    sw = sub.add_parser(
+        "sweep", help="metrics over policy x workload x capacity x seed, serially or on Dask"
+    )
+    sw.add_argument("--policies", default="lru,kvtether", help="comma-separated policy names")
+    sw.add_argument(
+        "--workloads", default="single-agent,multi-agent", help="comma-separated presets"
+    )
+    sw.add_argument(
+        "--capacities", default="256,1024", help="comma-separated HBM sizes in 16-token blocks"
+    )
+    sw.add_argument("--seeds", default="0,1,2", help="comma-separated workload seeds")
+    sw.add_argument("--sessions", type=int_at_least(1, 100_000), help="sessions per workload")
+    sw.add_argument("--workers", type=int_at_least(1, 256), help="a local Dask cluster of N")
+    sw.add_argument("--scheduler", metavar="ADDRESS", help="run the cells on this Dask scheduler")
+    sw.add_argument("--quiet", action="store_true", help="no progress bar (drawn only on a TTY)")
+    sw.add_argument("--json", action="store_true", help="every cell's metrics as JSON")
+    sw.set_defaults(func=_cmd_sweep)
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    """The paper-style comparison (see kvmodel.studies.compare); --out writes plots and JSON."""
+    from kvmodel.studies.compare import CACHE_POLICIES, PLACEMENT_POLICIES, compare
+
+    # Lachesis measures on a multi-agent trace: that preset by default, 8 sessions
+    trace = workload(args, default_preset="multi-agent", default_sessions=8)
+    pols = args.policies.split(",") if args.policies else None
+    cache = [p for p in (pols or CACHE_POLICIES) if p in CACHE_POLICIES or pols]
+    place = [p for p in (pols or PLACEMENT_POLICIES) if p in PLACEMENT_POLICIES]
+    for p in cache + place:
+        resolve_policy(p)
+    cmp = compare(
+        trace,
+        engine_config(args.config)
+        if args.config
+        else default_config(hbm_blocks=256, hbf_blocks=1024),
+        splits=args.splits.split(","),
+        model=args.model,
+        scale=args.scale,
+        cache_policies=[p for p in cache if p not in PLACEMENT_POLICIES],
+        placement_policies=place,
+        progress=wanted(args.quiet),
+        workers=args.workers,
+        scheduler=args.scheduler,
+    )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "cache": {k: v.to_json() for k, v in cmp.cache.items()},
+                    "placement": {
+                        s: {k: v.to_json() for k, v in r.items()} for s, r in cmp.placement.items()
+                    },
+                    "ratios": cmp.ratios(),
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(cmp.render())
+    if args.out:
+        for path in cmp.plot(Path(args.out)):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def add_compare(sub: Subparsers) -> None:
+    cp = sub.add_parser("compare", help="paper-style comparison of cache and placement policies")
+    cp.add_argument(
+        "--workload",
+        default="agentic",
+        help="'agentic', a preset (single-agent, multi-agent) or a trace file",
+    )
+    cp.add_argument("--policies", help="comma-separated subset (default: both families)")
+    cp.add_argument("--splits", default="1/7,2/6,3/5,4/4,8/8*")
+    cp.add_argument("--model", default="llama-4-maverick")
+    cp.add_argument("--scale", type=number_in(0.0, low_open=True), default=0.005)
+    cp.add_argument("--config", help="engine config TOML for the cache comparison")
+    cp.add_argument("--out", help="directory for plots (PNG)")
+    cp.add_argument(
+        "--workers",
+        type=int_at_least(1, 256),
+        help="run the cells on a local Dask cluster of N processes (pip install 'kvmodel[dist]')",
+    )
+    cp.add_argument("--scheduler", metavar="ADDRESS", help="run the cells on this Dask scheduler")
+    cp.add_argument("--quiet", action="store_true", help="no progress bar (drawn only on a TTY)")
+    cp.add_argument("--json", action="store_true")
+    workload_args(cp)
+    cp.set_defaults(func=_cmd_compare)
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    """Turn logs of real LLM requests into a trace (``kvmodel import openai LOG... -o T``)."""
+    from kvmodel.io.importers import import_claude_code, import_openai
+
+    importer = import_openai if args.format == "openai" else import_claude_code
+    where = args.paths[0] if len(args.paths) == 1 else None
+    try:
+        trace, report = importer(args.paths)
+    except KVModelError:
+        raise
+    except (AttributeError, KeyError, TypeError, ValueError, RecursionError, UnicodeError) as e:
+        # a record shaped other than the importer expects: a located error, nothing written
+        raise TraceError(
+            f"cannot import: a record is not shaped as expected ({type(e).__name__}: {e})",
+            file=where,
+        ) from None
+    text = "".join(line + "\n" for line in iter_trace_lines(trace))
+    # what is written must be a trace the model accepts: read it back and apply it
+    try:
+        check = Sequences(16)
+        for op in parse_trace_lines(text.splitlines(), source=args.output).ops:
+            check.apply(op)
+    except TraceError as e:
+        raise TraceError(
+            f"the import would write a trace the model rejects ({e}); nothing was written",
+            file=where,
+        ) from None
+    atomic_write(Path(args.output), text)
+    print(
+        f"{report.conversations} conversations, {report.requests} requests -> "
+        f"{report.ops} ops in {args.output}; {report.skipped} records skipped",
+        file=sys.stderr,
+    )
+    for w in report.warnings:
+        print(f"  skipped: {w}", file=sys.stderr)
+    return 0
+
+
+def add_import(sub: Subparsers) -> None:
+    im = sub.add_parser("import", help="import real agent logs as a trace")
+    im.add_argument("format", choices=["openai", "claude-code"], help="log format")
+    im.add_argument(
+        "paths",
+        nargs="+",
+        help="openai: tau-bench, mini-swe-agent, SWE-agent or request-list JSON files; "
+        "claude-code: session .jsonl transcripts (sub-agents read from <session>/subagents/)",
+    )
+    im.add_argument("-o", "--output", required=True, help="trace file to write")
+    im.set_defaults(func=_cmd_import)
+
+
+def _lachesis_samples(paths: Sequence[str]) -> list[WorkerSample]:
+    from policies.spawn_predictor import default_training_traces, samples_from
+
+    traces = [load_trace(p) for p in paths] if paths else default_training_traces()
+    return samples_from(traces)
+
+
+def _cmd_lachesis_fit(args: argparse.Namespace) -> int:
+    from policies.spawn_predictor import DEFAULT_TRAINING, SpawnPredictor
+
+    samples = _lachesis_samples(args.traces)
+    model = SpawnPredictor.fit(samples, ridge=args.ridge or DEFAULT_TRAINING["ridge"])
+    model.save(args.out)
+    print(
+        f"fitted on {len(samples)} workers from "
+        f"{len({s.session for s in samples})} sessions; weights written to {args.out}"
+    )
+    return 0
+
+
+def _cmd_lachesis_cv(args: argparse.Namespace) -> int:
+    from policies.spawn_predictor import cross_validate
+
+    samples = _lachesis_samples(args.traces)
+    r = cross_validate(samples, folds=args.folds, select=args.select)
+    if args.json:
+        print(json.dumps(attrs.asdict(r), indent=2))
+        return 0
+    print(f"{r.workers} workers, {r.sessions} sessions, grouped {r.folds}-fold CV by session")
+    print(f"  Kendall tau (predicted vs true lifetime): {r.kendall_tau:6.3f}   (paper: 0.53)")
+    print(
+        f"  shortest-lived tenth captured at {args.select:.0%}: "
+        f"{r.shortest_tenth_captured:6.1%}   (paper: 62.8%)"
+    )
+    print(
+        f"  longest-lived tenth selected at {args.select:.0%}:  "
+        f"{r.longest_tenth_selected:6.1%}   (paper: 0%)"
+    )
+    return 0
+
+
+def add_lachesis(sub: Subparsers) -> None:
+    la = sub.add_parser("lachesis", help="Lachesis's spawn-signal predictor: fit, cross-validate")
+    lsub = la.add_subparsers(dest="lachesis_command", required=True)
+    lf = lsub.add_parser("fit", help="fit ridge weights (default: the documented training set)")
+    lf.add_argument("traces", nargs="*", help="trace files (default: built-in training traces)")
+    lf.add_argument("--out", required=True, help="weights JSON to write")
+    lf.add_argument("--ridge", type=number_in(0.0), help="ridge penalty (default 1.0)")
+    lf.set_defaults(func=_cmd_lachesis_fit)
+    lc = lsub.add_parser("cv", help="grouped k-fold CV: Kendall tau and 10%% selection shares")
+    lc.add_argument("traces", nargs="*", help="trace files (default: built-in training traces)")
+    lc.add_argument("--folds", type=int_at_least(2), default=5)
+    lc.add_argument("--select", type=number_in(0.0, 1.0, low_open=True), default=0.1)
+    lc.add_argument("--json", action="store_true")
+    lc.set_defaults(func=_cmd_lachesis_cv)
