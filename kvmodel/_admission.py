@@ -7,8 +7,9 @@ these functions mutate the engine they are given and nothing else.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from kvmodel._eviction import PolicyOrder, RankIndex
 from kvmodel._resident import Placed, ResidentBlock
 from kvmodel.blocks import BlockSpec
 from kvmodel.contexts import Context
@@ -21,25 +22,78 @@ from kvmodel.io.observations import (
     FreeReason,
     HitObs,
     InferObs,
+    ObservationLog,
     RejectObs,
 )
 from kvmodel.io.trace import Infer
 from kvmodel.lifecycle import BlockClass, Event
-from kvmodel.policy import Placement
-from kvmodel.view import NewBlock
+from kvmodel.memory import Memory
+from kvmodel.policy import Placement, Policy
+from kvmodel.probe import EngineProbe, EngineStats
+from kvmodel.residency import Residency
+from kvmodel.view import ModelView, NewBlock
 
-if TYPE_CHECKING:
-    from kvmodel.engine import Engine
-
-__all__ = ["evict", "infer"]
+__all__ = ["AdmissionHost", "evict", "infer"]
 
 
-def allocate(e: Engine, tiers: Sequence[TierName], ctx: Context) -> BlockId | None:
+class AdmissionHost(Protocol):
+    """What admission reads and drives of the engine: its store, memory, log, totals, policy
+    and view, and the three engine operations an inference may need (spec P7)."""
+
+    @property
+    def block_size(self) -> int: ...
+
+    @property
+    def now(self) -> float: ...
+
+    @property
+    def op_index(self) -> int: ...
+
+    @property
+    def observing(self) -> bool: ...
+
+    @property
+    def log(self) -> ObservationLog: ...
+
+    @property
+    def stats(self) -> EngineStats: ...
+
+    @property
+    def memory(self) -> Memory: ...
+
+    @property
+    def residency(self) -> Residency: ...
+
+    @property
+    def victims(self) -> PolicyOrder | RankIndex: ...
+
+    @property
+    def view(self) -> ModelView: ...
+
+    @property
+    def policy(self) -> Policy: ...
+
+    @property
+    def bypass_rule(self) -> frozenset[BlockClass] | None: ...
+
+    @property
+    def probe(self) -> EngineProbe | None: ...
+
+    def context(self, ctx: ContextId, field: str = "ctx") -> Context: ...
+
+    def close(self, c: Context) -> None: ...
+
+    def free(self, b: ResidentBlock, reason: str) -> None: ...
+
+    def block_class(self, b: ResidentBlock) -> BlockClass: ...
+
+
+def allocate(e: AdmissionHost, tiers: Sequence[TierName], ctx: Context) -> BlockId | None:
     """A free slot in the first preferred tier that has one, else evict (spec M4)."""
     for tn in tiers:
         if e.memory.free_count(tn):
             return e.memory.alloc(tn)
-    victim = e._victims.next_victim(tiers)
+    victim = e.victims.next_victim(tiers)
     if victim is None:
         return None
     if e.probe is not None:
@@ -48,7 +102,7 @@ def allocate(e: Engine, tiers: Sequence[TierName], ctx: Context) -> BlockId | No
     return e.memory.alloc(victim.tier)
 
 
-def evict(e: Engine, victim: ResidentBlock, ctx: ContextId) -> None:
+def evict(e: AdmissionHost, victim: ResidentBlock, ctx: ContextId) -> None:
     """Evict ``victim`` for an inference of ``ctx``: the record, the count, the drop (M4.3)."""
     if e.observing:
         e.log.add(
@@ -65,14 +119,15 @@ def evict(e: Engine, victim: ResidentBlock, ctx: ContextId) -> None:
             )
         )
     e.stats.evictions[victim.tier] += 1
-    e._drop(victim)
+    e.residency.drop(victim)
 
 
 # ------------------------------------------------------------------ inference (spec P7)
 
 
-def infer(e: Engine, op: Infer) -> None:
-    c = e._ctx(op.ctx)
+def infer(e: AdmissionHost, op: Infer) -> None:
+    c = e.context(op.ctx)
+    res = e.residency
     if not len(c):
         raise TraceError(f"context {c.id!r} has no messages to infer on", field="ctx")
     bs = e.block_size
@@ -89,22 +144,16 @@ def infer(e: Engine, op: Infer) -> None:
 
     # the minimal invalidation first: the chain's invalid tail is dropped (spec P7.2)
     v = c.valid
-    for s in c.materialized[v:]:
-        e._detach(c, s)
-    del c.materialized[v:]
+    res.detach_from(c, v)
     specs = c.pack_from(v)
     hits: list[ResidentBlock] = []
     for s in specs:
-        if s.depth >= prompt_full or s.key is None or s.key not in e.index:
+        b = res.hit(s.key) if s.depth < prompt_full else None
+        if b is None:
             break
-        hits.append(e.blocks[e.index[s.key]])
+        hits.append(b)
     misses = specs[len(hits) :]
-    e._fl_ctx, e._fl_valid = c, v
-    e._fl = {b.id for b in hits}
-    e._bump(c)
-    for b in hits:
-        e.dead.discard(b.id)
-        e._bump(b)
+    res.begin_flight(c, v, hits)
 
     hit_tokens = (v + len(hits)) * bs
     if e.observing:
@@ -136,7 +185,7 @@ def infer(e: Engine, op: Infer) -> None:
                 )
             )
 
-    needed = sum(1 for s in misses if s.key is None or s.key not in e.index)
+    needed = sum(1 for s in misses if res.hit(s.key) is None)
     free = e.memory.total_free()
     placed: list[Placed] = []
     ok = True
@@ -145,12 +194,9 @@ def infer(e: Engine, op: Infer) -> None:
         orphans = sum(
             1
             for s in misses
-            if s.key is not None
-            and s.key in e.index
-            and e.view.block(e.index[s.key]).state is not BlockClass.PINNED
-            and not e.in_flight(e.blocks[e.index[s.key]])
+            if (b := res.hit(s.key)) is not None and res.evictable(b, e.view)
         )
-        available = free + e._victims.evictable() - orphans
+        available = free + e.victims.evictable() - orphans
         if needed > available:
             reject(
                 e,
@@ -170,16 +216,17 @@ def infer(e: Engine, op: Infer) -> None:
         st.hit_tokens += hit_tokens
         st.miss_tokens += prompt_tokens - hit_tokens
         st.output_tokens += output_tokens
-    end_flight(e)
+    res.end_flight()
+    e.victims.end()
     c.phase_event(Event.INFER_END)
     c.suspended_at = op.t + op.duration
     c.drop_temporaries()
     if c.one_shot:
-        e._close(c)
+        e.close(c)
 
 
 def write_misses(
-    e: Engine,
+    e: AdmissionHost,
     c: Context,
     misses: Sequence[BlockSpec],
     placed: list[Placed],
@@ -187,18 +234,18 @@ def write_misses(
     prompt_full: int,
 ) -> bool:
     view = e.view
+    res = e.residency
     reasoning_block = c.first_reasoning_block()
     turn_start_block = min(c.turn_start, c.total_tokens) // e.block_size
     for s in misses:
-        if s.key is not None and s.key in e.index:
+        orphan = res.hit(s.key)
+        if orphan is not None:
             # an orphan: resident, but its chain broke above it; recomputed in place (B6.3)
-            b = e.blocks[e.index[s.key]]
+            b = orphan
             e.memory.rewrite(b.id)
             b.touch = e.now
             b.touch_op = e.op_index
-            e._fl.add(b.id)
-            e._bump(b)
-            e.dead.discard(b.id)
+            res.fly(b)
             if e.observing:
                 e.log.add(
                     AllocObs(
@@ -258,9 +305,7 @@ def write_misses(
             return False
         b = ResidentBlock(bid, s, e.memory.tier_of(bid), e.now, c.id, c.agent, state)
         b.touch_op = e.op_index
-        e._bump(b)
-        e.blocks[bid] = b
-        e._fl.add(bid)
+        res.add(b)
         if e.observing:
             e.log.add(
                 AllocObs(
@@ -293,13 +338,12 @@ def write_misses(
                     )
                 )
         elif s.key is not None:
-            e.index[s.key] = bid
-            b.indexed = True
+            res.index_block(b)
         placed.append(Placed(s, b, bypass=bypass, fresh=True))
     return True
 
 
-def check_placement(e: Engine, pl: Placement) -> None:
+def check_placement(e: AdmissionHost, pl: Placement) -> None:
     if not isinstance(pl, Placement) or not pl.tiers:
         raise PolicyError(
             f"policy {e.policy.name!r} place() must return a Placement "
@@ -315,21 +359,21 @@ def check_placement(e: Engine, pl: Placement) -> None:
             )
 
 
-def rollback(e: Engine, placed: list[Placed]) -> None:
+def rollback(e: AdmissionHost, placed: list[Placed]) -> None:
     """Free what a request wrote before it was rejected mid-allocation (spec M4.4)."""
     for p in reversed(placed):
-        if p.fresh and p.block.id in e.blocks:
-            e._free(p.block, FreeReason.REJECT)
+        if p.fresh and p.block.id in e.residency.blocks:
+            e.free(p.block, FreeReason.REJECT)
 
 
-def reject(e: Engine, c: Context, reason: str, needed: int, available: int) -> None:
+def reject(e: AdmissionHost, c: Context, reason: str, needed: int, available: int) -> None:
     if e.observing:
         e.log.add(RejectObs(e.log.next_seq, e.now, e.op_index, c.id, reason, needed, available))
     e.stats.rejected += 1
 
 
 def commit(
-    e: Engine,
+    e: AdmissionHost,
     c: Context,
     v: int,
     hits: list[ResidentBlock],
@@ -348,34 +392,23 @@ def commit(
         if p.spec.key is None or p.bypass:
             break
         tail.append(p.spec)
+    res = e.residency
     for s in tail:
-        e._attach(c, s)
+        res.attach(c, s)
     c.materialized.extend(tail)
     if cut is not None and len(c.materialized) > cut:
         # a temporary leaves after this inference: what follows it is not kept (spec P8)
-        for s in c.materialized[cut:]:
-            e._detach(c, s)
-        del c.materialized[cut:]
+        res.detach_from(c, cut)
     c.valid = len(c.materialized)
     c.last_infer = e.now
     c.last_infer_op = e.op_index
     for b in hits:
         b.touch = e.now
         b.touch_op = e.op_index
-        e._bump(b)
+        res.bump(b)
     for p in placed:
         if p.spec.key is None:
-            e._free(p.block, FreeReason.PARTIAL)
+            e.free(p.block, FreeReason.PARTIAL)
         elif p.bypass:
-            e._free(p.block, FreeReason.BYPASS)
+            e.free(p.block, FreeReason.BYPASS)
 
-
-def end_flight(e: Engine) -> None:
-    fl = e._fl
-    e._fl_ctx, e._fl_valid, e._fl = None, 0, set()
-    e._victims.end()
-    for bid in sorted(fl):
-        b = e.blocks.get(bid)
-        if b is not None:
-            e._bump(b)
-            e._refresh_dead(b)

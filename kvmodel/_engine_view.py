@@ -2,22 +2,64 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from typing import TYPE_CHECKING, Protocol
 
-from kvmodel.ids import BlockId, ContextId
+from kvmodel.contexts import Context
+from kvmodel.ids import BlockId, BlockKey, ContextId, SessionId, TierName
 from kvmodel.io.trace import EndSession, Fork, Op, Return
 from kvmodel.lifecycle import BlockClass, aggregate_across_contexts
+from kvmodel.memory import Memory
+from kvmodel.residency import Residency
 from kvmodel.view import BlockInfo, ContextInfo, TierInfo
 
 if TYPE_CHECKING:
     from kvmodel._resident import ResidentBlock
-    from kvmodel.engine import Engine
 
-__all__ = ["EngineView", "named_contexts"]
+__all__ = ["EngineView", "ViewHost", "named_contexts"]
 
 
-def named_contexts(op: Op, engine: Engine) -> list[ContextId]:
+class ViewHost(Protocol):
+    """What the view reads of the engine it shows."""
+
+    @property
+    def now(self) -> float: ...
+
+    @property
+    def op_index(self) -> int: ...
+
+    @property
+    def block_size(self) -> int: ...
+
+    @property
+    def memory(self) -> Memory: ...
+
+    @property
+    def residency(self) -> Residency: ...
+
+    @property
+    def blocks(self) -> Mapping[BlockId, ResidentBlock]: ...
+
+    @property
+    def index(self) -> Mapping[BlockKey, BlockId]: ...
+
+    @property
+    def dead(self) -> AbstractSet[BlockId]: ...
+
+    @property
+    def contexts(self) -> Mapping[ContextId, Context]: ...
+
+    @property
+    def sessions(self) -> Mapping[SessionId, list[ContextId]]: ...
+
+    @property
+    def tier_index(self) -> Mapping[TierName, int]: ...
+
+    def block_class(self, b: ResidentBlock) -> BlockClass: ...
+
+
+def named_contexts(op: Op, engine: ViewHost) -> list[ContextId]:
     """Contexts whose features an op may have changed (their cached block features go stale)."""
     match op:
         case EndSession():
@@ -31,10 +73,15 @@ def named_contexts(op: Op, engine: Engine) -> list[ContextId]:
 
 
 class EngineView:
-    """:class:`ModelView` over an :class:`Engine` (read-only by construction: it copies)."""
+    """:class:`ModelView` over an :class:`~kvmodel.engine.Engine` (read-only by construction: it
+    copies)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: ViewHost) -> None:
         self._e = engine
+        #: a block's BlockInfo is reused while its stamp (its own version and its holders',
+        #: all drawn from one counter) is unchanged; a slot's entry outlives its block, but a
+        #: new block in that slot has a newer version, so the old entry never matches
+        self._info: dict[BlockId, tuple[tuple[int, ...], BlockInfo]] = {}
 
     @property
     def now(self) -> float:
@@ -60,11 +107,11 @@ class EngineView:
         b = e.blocks[block]
         ctxs = e.contexts
         stamp = (b.version, *(ctxs[h].version for h in b.holders))
-        hit = e._info.get(block)
+        hit = self._info.get(block)
         if hit is not None and hit[0] == stamp:
             return hit[1]
         info = self._compute(b)
-        e._info[block] = (stamp, info)
+        self._info[block] = (stamp, info)
         return info
 
     def _compute(self, b: ResidentBlock) -> BlockInfo:
@@ -92,7 +139,7 @@ class EngineView:
             b.id,
             b.spec.key,
             b.tier,
-            e._tier_index[b.tier],
+            e.tier_index[b.tier],
             b.depth,
             state,
             last,
@@ -141,10 +188,5 @@ class EngineView:
         return [e.index[s.key] for s in e.contexts[ctx].materialized if s.key is not None]
 
     def evictable(self, block: BlockId) -> bool:
-        e = self._e
-        b = e.blocks.get(block)
-        return (
-            b is not None
-            and not e.in_flight(b)
-            and self.block(block).state is not (BlockClass.PINNED)
-        )
+        b = self._e.blocks.get(block)
+        return b is not None and self._e.residency.evictable(b, self)

@@ -16,26 +16,49 @@ answers for a rank policy; a differential test replays random traces through bot
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
+from kvmodel.contexts import Context
 from kvmodel.errors import KVModelError, PolicyError, policy_raised
-from kvmodel.ids import BlockId, ContextId, TierName
+from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
 from kvmodel.lifecycle import BlockClass
-from kvmodel.policy import RankTerm, rank_key
-from kvmodel.view import BlockInfo
+from kvmodel.policy import Policy, RankTerm, rank_key
+from kvmodel.residency import Residency
+from kvmodel.view import BlockInfo, ModelView
 
 if TYPE_CHECKING:
     from kvmodel._resident import ResidentBlock
-    from kvmodel.engine import Engine
 
-__all__ = ["PolicyOrder", "RankIndex"]
+__all__ = ["EvictionHost", "PolicyOrder", "RankIndex"]
+
+
+class EvictionHost(Protocol):
+    """What a victim source reads of the engine it serves."""
+
+    @property
+    def residency(self) -> Residency: ...
+
+    @property
+    def view(self) -> ModelView: ...
+
+    @property
+    def policy(self) -> Policy: ...
+
+    @property
+    def blocks(self) -> Mapping[BlockId, ResidentBlock]: ...
+
+    @property
+    def contexts(self) -> Mapping[ContextId, Context]: ...
+
+    @property
+    def index(self) -> Mapping[BlockKey, BlockId]: ...
 
 
 class PolicyOrder:
     """Victims from ``policy.eviction_order`` over a snapshot of the candidates (spec PP1)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EvictionHost) -> None:
         self.e = engine
         self._cands: list[BlockInfo] | None = None
         self._iter: Iterator[BlockId] | None = None
@@ -52,14 +75,8 @@ class PolicyOrder:
     def candidates(self) -> list[BlockInfo]:
         """Evictable blocks: resident, not in flight, not Pinned (spec M4.1)."""
         e = self.e
-        out = []
-        for b in e.blocks.values():
-            if e.in_flight(b):
-                continue
-            info = e.view.block(b.id)
-            if info.state is not BlockClass.PINNED:
-                out.append(info)
-        return out
+        res, view = e.residency, e.view
+        return [view.block(b.id) for b in e.blocks.values() if res.evictable(b, view)]
 
     def evictable(self) -> int:
         self._cands = self.candidates()  # reused by the first ranking: nothing moved yet
@@ -96,7 +113,7 @@ class PolicyOrder:
         found: ResidentBlock | None = None
         for bid in self._buf:
             b = e.blocks.get(bid)
-            if b is None or e.in_flight(b):
+            if b is None or e.residency.in_flight(b):
                 continue
             if found is None and b.tier in tiers:
                 found = b
@@ -118,7 +135,7 @@ class PolicyOrder:
                 raise self._refusal(bid)
             self._seen.add(bid)
             b = e.blocks.get(bid)
-            if b is None or e.in_flight(b):
+            if b is None or e.residency.in_flight(b):
                 continue
             if b.tier in tiers:
                 return b
@@ -133,7 +150,7 @@ class PolicyOrder:
                 f"policy {name!r} eviction_order yielded block {bid} twice", kind="duplicate"
             )
         b = e.blocks.get(bid)
-        if b is not None and e.in_flight(b):
+        if b is not None and e.residency.in_flight(b):
             return PolicyError(
                 f"policy {name!r} chose block {bid}, which the inference being "
                 "admitted is using (in flight)",
@@ -155,7 +172,7 @@ class RankIndex:
     inference touched), so it comes back with its new key.
     """
 
-    def __init__(self, engine: Engine, terms: Sequence[RankTerm]) -> None:
+    def __init__(self, engine: EvictionHost, terms: Sequence[RankTerm]) -> None:
         self.e = engine
         self.terms = tuple(terms)
         self.heap: list[tuple[tuple[float, ...], BlockId, int]] = []
@@ -179,13 +196,13 @@ class RankIndex:
                     if s.key is not None:
                         self.dirty_blocks.add(e.index[s.key])
             self.dirty_ctxs.clear()
-        fl = e._fl
+        flying = e.residency.flying
         for bid in self.dirty_blocks:
             if bid not in e.blocks:
                 self.entry.pop(bid, None)
                 self.pinned.discard(bid)
                 continue
-            if bid in fl:
+            if flying(bid):
                 # written or hit by the inference being admitted: not a candidate until it ends,
                 # and its end marks each such block dirty again (or its drop forgets it): key it
                 # once, then, not at every look in between. A stale entry popped meanwhile is
@@ -208,8 +225,8 @@ class RankIndex:
     def evictable(self) -> int:
         self.refresh()
         e = self.e
-        in_flight = e.in_flight_count()
-        overlap = sum(1 for p in self.pinned if e.in_flight(e.blocks[p]))
+        in_flight = e.residency.in_flight_count()
+        overlap = sum(1 for p in self.pinned if e.residency.in_flight(e.blocks[p]))
         return len(e.blocks) - in_flight - len(self.pinned) + overlap
 
     def invalidate(self) -> None:
@@ -229,7 +246,7 @@ class RankIndex:
             if self.entry.get(bid) != seq:
                 continue
             b = e.blocks.get(bid)
-            if b is None or e.in_flight(b):
+            if b is None or e.residency.in_flight(b):
                 del self.entry[bid]
                 continue
             if b.tier not in tiers:

@@ -21,15 +21,14 @@ hot path itself lives in :mod:`kvmodel._admission`.
 from __future__ import annotations
 
 import heapq
-from typing import Any, Protocol
-
-import attrs
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
+from typing import Any
 
 from kvmodel._admission import evict, infer
 from kvmodel._engine_view import EngineView, named_contexts
 from kvmodel._eviction import PolicyOrder, RankIndex
 from kvmodel._resident import ResidentBlock
-from kvmodel.blocks import BlockSpec
 from kvmodel.config import EngineConfig
 from kvmodel.contexts import Context
 from kvmodel.errors import InternalError, KVModelError, PolicyError, TraceError, policy_raised
@@ -58,19 +57,20 @@ from kvmodel.lifecycle import (
     BlockClass,
     Event,
     MsgState,
-    aggregate_across_contexts,
 )
+from kvmodel.memory import Memory
 from kvmodel.messages import AgentKind
 from kvmodel.policy import (
     BasePolicy,
-    Placement,
     Policy,
     Reclaim,
     declared_bypass,
     declared_rank,
     declared_reclaim,
 )
-from kvmodel.view import BlockInfo, ModelView, NewBlock
+from kvmodel.probe import EngineProbe, EngineStats
+from kvmodel.residency import Residency
+from kvmodel.view import ModelView
 
 __all__ = ["Engine", "EngineProbe", "EngineStats"]
 
@@ -82,36 +82,6 @@ def _declarations(policy: Policy) -> tuple[object, object, object]:
         getattr(policy, "bypasses", None),
         getattr(policy, "rank", None),
     )
-
-
-class EngineProbe(Protocol):
-    """Hooks for checkers that must see the state at the moment of a decision."""
-
-    def before_evict(self, engine: Engine, victim: BlockId, tiers: tuple[TierName, ...]) -> None:
-        """Called just before ``victim`` is evicted to make room in one of ``tiers``."""
-
-    def after_place(
-        self, engine: Engine, block: NewBlock, placement: Placement, slot: BlockId
-    ) -> None:
-        """Called after a new block was placed (before it is recorded as resident)."""
-
-
-@attrs.define
-class EngineStats:
-    """Running totals (spec §metrics of replay)."""
-
-    infers: int = 0
-    rejected: int = 0
-    prompt_tokens: int = 0
-    hit_tokens: int = 0
-    miss_tokens: int = 0
-    output_tokens: int = 0
-    evictions: dict[str, int] = attrs.field(factory=dict)
-    frees: dict[str, int] = attrs.field(factory=dict)
-    dead_resident_max: int = 0
-    zombie_block_seconds: float = 0.0
-    t_first: float | None = None
-    t_last: float | None = None
 
 
 class Engine:
@@ -129,22 +99,24 @@ class Engine:
         policy's order is its declarative ``rank``); ``False`` forces the general path.
         ``observe=False``: build no observation records (:attr:`log` stays empty; statistics
         are kept) -- for a replay whose records nobody reads."""
-        from kvmodel.memory import Memory
-
         self.config = config
         self.block_size = config.block_size
         self.policy = policy
         self.memory = Memory(config.tiers)
-        self._tier_index = {t.name: i for i, t in enumerate(config.tiers)}
+        #: a tier's place in the configured order (0: the fastest)
+        self.tier_index: Mapping[TierName, int] = {t.name: i for i, t in enumerate(config.tiers)}
         self.contexts: dict[ContextId, Context] = {}
         self.sessions: dict[SessionId, list[ContextId]] = {}
         self.ended_sessions: set[SessionId] = set()
         #: Derivation edges of the fork DAG: (from, to, kind) with kind in
         #: fork | spawn | compaction | return.
         self.edges: list[tuple[ContextId, ContextId, str]] = []
-        self.blocks: dict[BlockId, ResidentBlock] = {}
-        self.index: dict[BlockKey, BlockId] = {}
-        self.dead: set[BlockId] = set()
+        #: resident KV: blocks, holders, the prefix index, the dead set, the request in flight
+        self.residency = Residency(self.contexts, self.memory)
+        #: the store's, for readers: resident blocks, the prefix index, the dead set
+        self.blocks: Mapping[BlockId, ResidentBlock] = self.residency.blocks
+        self.index: Mapping[BlockKey, BlockId] = self.residency.index
+        self.dead: AbstractSet[BlockId] = self.residency.dead
         self.log = ObservationLog()
         self.observing = observe
         self.stats = EngineStats(
@@ -154,14 +126,6 @@ class Engine:
         self.op_index = -1
         self._pins: list[tuple[float, int, ContextId, int]] = []
         self._pin_seq = 0
-        # in-flight request (spec M4: never evicted)
-        self._fl_ctx: Context | None = None
-        self._fl_valid = 0
-        self._fl: set[BlockId] = set()
-        # feature cache: a block's BlockInfo is reused while its stamp (its own version and its
-        # holders' versions, all drawn from one counter) is unchanged
-        self._tick = 0
-        self._info: dict[BlockId, tuple[tuple[int, ...], BlockInfo]] = {}
         self.view: ModelView = EngineView(self)
         #: checkers observe decisions as they are made (None: no observer)
         self.probe: EngineProbe | None = None
@@ -179,9 +143,11 @@ class Engine:
         )
         if fast and rank is None:
             raise ValueError(f"policy {policy.name!r} has no declarative rank: no fast path")
-        self._victims: PolicyOrder | RankIndex = (
+        #: where victims come from (spec PP1): the rank index or the policy's order
+        self.victims: PolicyOrder | RankIndex = (
             RankIndex(self, rank) if rank is not None and fast is not False else PolicyOrder(self)
         )
+        self.residency.marks = self.victims
 
     # ------------------------------------------------------------------ driving
 
@@ -205,27 +171,27 @@ class Engine:
             case Fork():
                 self._fork(op)
             case Append():
-                c = self._ctx(op.ctx)
+                c = self.context(op.ctx)
                 c.phase_event(Event.RUN)
                 c.admit(op.messages, temporary=op.temporary)
             case Replace():
-                c = self._ctx(op.ctx)
+                c = self.context(op.ctx)
                 c.phase_event(Event.RUN)
                 c.replace(op.index, op.message)
             case Remove():
-                self._ctx(op.ctx).remove(op.index, op.count)
+                self.context(op.ctx).remove(op.index, op.count)
             case Pin():
                 self._pin(op)
             case Unpin():
-                self._ctx(op.ctx).unpin(op.start, op.stop)
+                self.context(op.ctx).unpin(op.start, op.stop)
             case Infer():
                 self._infer(op)
             case TurnEnd():
-                self._ctx(op.ctx).end_turn()
+                self.context(op.ctx).end_turn()
             case Return():
                 self._return(op)
             case Close():
-                self._close(self._ctx(op.ctx))
+                self.close(self.context(op.ctx))
             case EndSession():
                 self._end_session(op)
         for cid in named_contexts(op, self):
@@ -274,7 +240,8 @@ class Engine:
 
     # ------------------------------------------------------------------ contexts
 
-    def _ctx(self, ctx: ContextId, field: str = "ctx") -> Context:
+    def context(self, ctx: ContextId, field: str = "ctx") -> Context:
+        """The open context ``ctx`` (a TraceError naming ``field`` if it is not one)."""
         c = self.contexts.get(ctx)
         if c is None:
             raise TraceError(f"expected an open context (got unknown context {ctx!r})", field=field)
@@ -295,7 +262,7 @@ class Engine:
     def _open(self, op: Open) -> None:
         self._new_ctx_id(op.ctx)
         if op.parent is not None:
-            self._ctx(op.parent, "parent")
+            self.context(op.parent, "parent")
         c = Context(
             op.ctx,
             op.session,
@@ -312,7 +279,7 @@ class Engine:
             self.edges.append((op.parent, op.ctx, kind))
 
     def _fork(self, op: Fork) -> None:
-        src = self._ctx(op.src, "src")
+        src = self.context(op.src, "src")
         self._new_ctx_id(op.ctx)
         upto = len(src) if op.upto is None else op.upto
         if upto > len(src):
@@ -322,11 +289,11 @@ class Engine:
         child = src.fork(op.ctx, upto, op.t)
         self._register(child)
         for spec in child.materialized:
-            self._attach(child, spec)
+            self.residency.attach(child, spec)
         self.edges.append((src.id, child.id, "fork"))
 
     def _pin(self, op: Pin) -> None:
-        c = self._ctx(op.ctx)
+        c = self.context(op.ctx)
         deadline = op.t + op.ttl if op.ttl is not None else None
         for uid in c.pin(op.start, op.stop, deadline):
             d = c.pin_deadline.get(uid)
@@ -344,8 +311,8 @@ class Engine:
                 self._bump(c)
 
     def _return(self, op: Return) -> None:
-        c = self._ctx(op.ctx)
-        into = self._ctx(op.into, "into")
+        c = self.context(op.ctx)
+        into = self.context(op.into, "into")
         if into is c:
             raise TraceError("expected 'into' to name another context", field="into")
         into.phase_event(Event.RUN)
@@ -354,7 +321,7 @@ class Engine:
         except TraceError as e:
             raise TraceError(e.problem, field=f"result.{e.field or 'id'}") from None
         self.edges.append((c.id, into.id, "return"))
-        self._close(c)
+        self.close(c)
 
     def _end_session(self, op: EndSession) -> None:
         if op.session not in self.sessions:
@@ -364,84 +331,27 @@ class Engine:
         for cid in self.sessions[op.session]:
             c = self.contexts[cid]
             if c.is_open:
-                self._close(c)
+                self.close(c)
         self.ended_sessions.add(op.session)
 
-    def _close(self, c: Context) -> None:
+    def close(self, c: Context) -> None:
         """Closing takes effect at once: the chain is dropped, every message Expired (P11)."""
-        for spec in c.materialized:
-            self._detach(c, spec)
-        c.materialized = []
+        self.residency.detach_from(c, 0)
         c.valid = 0
         c.close(self.now)
 
     # ------------------------------------------------------------------ chain bookkeeping
 
-    def _block_of(self, spec: BlockSpec) -> ResidentBlock:
-        bid = self.index.get(spec.key) if spec.key is not None else None
-        if bid is None:
-            raise InternalError(f"chain entry {spec.key!r} at depth {spec.depth} is not resident")
-        return self.blocks[bid]
-
     def _bump(self, x: ResidentBlock | Context) -> None:
-        self._tick += 1
-        x.version = self._tick
-        if isinstance(x, ResidentBlock):
-            self._victims.mark_block(x.id)
-        else:
-            self._victims.mark_ctx(x.id)
-
-    def _attach(self, c: Context, spec: BlockSpec) -> None:
-        b = self._block_of(spec)
-        b.holders.add(c.id)
-        self._bump(b)
-        self.dead.discard(b.id)
-
-    def _detach(self, c: Context, spec: BlockSpec) -> None:
-        b = self._block_of(spec)
-        if c.last_infer is not None and c.last_infer > b.touch:
-            b.touch = c.last_infer  # fold the holder's recency in before it stops holding
-        b.touch_op = max(b.touch_op, c.last_infer_op)
-        b.holders.discard(c.id)
-        self._bump(b)
-        self._refresh_dead(b)
+        self.residency.bump(x)
 
     def in_flight_count(self) -> int:
         """Blocks of the inference being admitted: its kept prefix, hits and writes (M4.2)."""
-        return len(self._fl) + self._fl_valid
+        return self.residency.in_flight_count()
 
     def in_flight(self, b: ResidentBlock) -> bool:
-        if b.id in self._fl:
-            return True
-        c = self._fl_ctx
-        return c is not None and b.depth < self._fl_valid and c.id in b.holders
-
-    def _refresh_dead(self, b: ResidentBlock) -> None:
-        if not b.holders and not self.in_flight(b) and b.id in self.blocks:
-            self.dead.add(b.id)
-        else:
-            self.dead.discard(b.id)
-
-    def _drop(self, b: ResidentBlock) -> None:
-        """Remove a block from memory; every chain holding it is cut there (spec M4.3)."""
-        if b.indexed and b.spec.key is not None:
-            del self.index[b.spec.key]
-        for h in sorted(b.holders):
-            c = self.contexts[h]
-            cut = c.materialized[b.depth :]
-            if len(cut) > 1:
-                self._victims.invalidate()  # classes of the blocks below change
-            for spec in cut[1:]:
-                self._detach(c, spec)
-            del c.materialized[b.depth :]
-            c.valid = min(c.valid, b.depth)
-        b.holders.clear()
-        del self.blocks[b.id]
-        self._info.pop(b.id, None)
-        self._victims.mark_block(b.id)  # the index forgets it on its next look
-        self.dead.discard(b.id)
-        self._fl.discard(b.id)
-        self.memory.free(b.id)
+        """Used by the inference being admitted (M4.2)."""
+        return self.residency.in_flight(b)
 
     def _policy_free(self, bid: BlockId) -> None:
         b = self.blocks.get(bid)
@@ -450,9 +360,11 @@ class Engine:
                 f"policy {self.policy.name!r} freed block {bid}, which is not resident",
                 kind="bad-free",
             )
-        self._free(b, FreeReason.RECLAIM)
+        self.free(b, FreeReason.RECLAIM)
 
-    def _free(self, b: ResidentBlock, reason: str) -> None:
+    def free(self, b: ResidentBlock, reason: str) -> None:
+        """Free a resident block for ``reason`` (a reclaim, a partial tail, a bypass, a
+        rollback): the record, the count, the drop."""
         if self.observing:
             self.log.add(
                 FreeObs(
@@ -468,7 +380,7 @@ class Engine:
                 )
             )
         self.stats.frees[b.tier] += 1
-        self._drop(b)
+        self.residency.drop(b)
 
     # ------------------------------------------------------------------ classes and candidates
 
@@ -499,11 +411,8 @@ class Engine:
         return self.blocks[block].spec.parent
 
     def block_class(self, b: ResidentBlock) -> BlockClass:
-        """Spec L5.2; a block written by the in-flight request and not yet on a chain keeps the
-        class it had in the writing context."""
-        if not b.holders and b.id in self._fl:
-            return b.birth_state
-        return aggregate_across_contexts(self.contexts[h].block_class(b.depth) for h in b.holders)
+        """Spec L5.2 (see :meth:`Residency.block_class`)."""
+        return self.residency.block_class(b)
 
     def _infer(self, op: Infer) -> None:
         infer(self, op)
@@ -523,6 +432,6 @@ class Engine:
         does, to follow an implementation that evicts more than it needs (a whole tree node,
         say: spec/invariants.md §Oracle)."""
         b = self.blocks.get(block)
-        if b is None or self.in_flight(b) or self.view.block(block).state is BlockClass.PINNED:
+        if b is None or not self.residency.evictable(b, self.view):
             raise InternalError(f"block {block} is not evictable now")
         evict(self, b, ctx)

@@ -11,19 +11,35 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import networkx as nx
 
 from kvmodel.blocks import ROOT_KEY
+from kvmodel.contexts import Context
+from kvmodel.ids import BlockId, BlockKey, ContextId
+from kvmodel.view import ModelView
 
-if TYPE_CHECKING:
-    from kvmodel.engine import Engine
-
-__all__ = ["fork_dag", "prefix_tree"]
+__all__ = ["GraphHost", "fork_dag", "prefix_tree"]
 
 
-def fork_dag(engine: Engine) -> Any:
+class GraphHost(Protocol):
+    """What the graphs read of an engine."""
+
+    @property
+    def contexts(self) -> Mapping[ContextId, Context]: ...
+
+    @property
+    def edges(self) -> Sequence[tuple[ContextId, ContextId, str]]: ...
+
+    @property
+    def view(self) -> ModelView: ...
+
+    def block_parent(self, block: BlockId) -> BlockKey: ...
+
+
+def fork_dag(engine: GraphHost) -> Any:
     g = nx.DiGraph()
     for cid, c in engine.contexts.items():
         g.add_node(cid, session=c.session, agent=c.agent.value, open=c.is_open, one_shot=c.one_shot)
@@ -32,7 +48,7 @@ def fork_dag(engine: Engine) -> Any:
     return g
 
 
-def prefix_tree(engine: Engine) -> Any:
+def prefix_tree(engine: GraphHost) -> Any:
     g = nx.DiGraph()
     g.add_node(ROOT_KEY, resident=False, depth=-1)
     for bid in engine.view.resident():

@@ -131,3 +131,76 @@ def test_the_model_runs_without_the_checkers(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "policy lru" in done.stdout
+
+
+def _model_imports(path: Path) -> list[str]:
+    """The kvmodel modules ``path`` imports, type-only imports included."""
+    return [m for _, m in _imports(path) if m == "kvmodel" or m.startswith("kvmodel.")]
+
+
+def _module_of(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_the_model_has_no_import_circle() -> None:
+    """Type-only imports count: the engine's helpers name what they read of it as a Protocol
+    of their own (``AdmissionHost``, ``EvictionHost``, ``ViewHost``, ``GraphHost``)."""
+    import networkx as nx
+
+    modules = {_module_of(p): p for p in _sources("kvmodel")}
+    g = nx.DiGraph()
+    for name, path in modules.items():
+        for target in _model_imports(path):
+            while target not in modules and "." in target:
+                target = target.rsplit(".", 1)[0]  # ``from kvmodel.x import name``
+            if target != name and target != "kvmodel":
+                g.add_edge(name, target)
+    assert list(nx.simple_cycles(g)) == []
+
+
+def _private_reads(path: Path, root: Path = ROOT) -> list[str]:
+    """``x._name`` where ``x`` is not ``self``/``cls``/``super()`` and ``_name`` is not one the
+    module itself defines (``self._name = ...``, a ``_name`` class or function): a reach into
+    another module's privates."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    own = {
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.ctx, ast.Store)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "self"
+    } | {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    out = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and node.attr not in own
+        ):
+            base = node.value
+            if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+                continue
+            if isinstance(base, ast.Call) and getattr(base.func, "id", None) == "super":
+                continue
+            out.append(f"{path.relative_to(root).as_posix()}:{node.lineno}: .{node.attr}")
+    return out
+
+
+def test_no_model_module_touches_another_objects_privates() -> None:
+    found = [hit for p in _sources("kvmodel") for hit in _private_reads(p)]
+    assert found == []
+
+
+def test_a_reach_into_privates_is_caught(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "class C:\n"
+        "    def __init__(self):\n"
+        "        self._mine = 0\n"
+        "    def f(self, e, other):\n"
+        "        return e._fl, other._mine, self._ok\n"
+    )
+    assert _private_reads(bad, tmp_path) == ["bad.py:5: ._fl"]

@@ -53,9 +53,7 @@ class EagerEdits(Engine):
         super().apply(op)
         if isinstance(op, Replace | Remove | TurnEnd) and op.ctx in self.contexts:
             c = self.contexts[op.ctx]
-            for s in c.materialized[c.valid :]:
-                self._detach(c, s)
-            del c.materialized[c.valid :]
+            self.residency.detach_from(c, c.valid)
 
 
 class ForkWithoutPrefix(Engine):
@@ -66,9 +64,7 @@ class ForkWithoutPrefix(Engine):
         super().apply(op)
         if isinstance(op, Fork):
             c = self.contexts[op.ctx]
-            for s in c.materialized:
-                self._detach(c, s)
-            c.materialized = []
+            self.residency.detach_from(c, 0)
             c.valid = 0
 
 
@@ -76,10 +72,10 @@ class IndexesPartial(Engine):
     """Keeps the partial tail block of an inference resident instead of freeing it (B4): the
     slot is never given back, and the block lingers as reusable-looking KV."""
 
-    def _free(self, b: ResidentBlock, reason: str) -> None:
+    def free(self, b: ResidentBlock, reason: str) -> None:
         if reason == FreeReason.PARTIAL:
             return
-        super()._free(b, reason)
+        super().free(b, reason)
 
 
 class _LatestView(EngineView):
@@ -108,7 +104,7 @@ class ReturnWithoutRun(Engine):
     parent stays Suspended although it now has input to run on."""
 
     def _return(self, op: Return) -> None:
-        into = self._ctx(op.into, "into")
+        into = self.context(op.into, "into")
         waiting = into.phase is MsgState.SUSPENDED
         super()._return(op)
         if waiting:

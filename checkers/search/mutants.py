@@ -249,8 +249,9 @@ class _ForgetfulEngine(Engine):
         super().apply(op)
         if isinstance(op, Infer) and op.ctx in self.contexts:
             c = self.contexts[op.ctx]
-            if c.is_open and c.materialized and c.materialized[-1].key in self.index:
-                self.blocks[self.index[c.materialized[-1].key]].holders.discard(c.id)
+            last = self.residency.hit(c.materialized[-1].key) if c.materialized else None
+            if c.is_open and last is not None:
+                last.holders.discard(c.id)
 
 
 class ForgetsHolder(KVTether):

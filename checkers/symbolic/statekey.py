@@ -2,11 +2,11 @@
 :mod:`checkers.symbolic.reach` merges states (spec invariants.md §Reach).
 
 :func:`state_key` flattens everything the future can read -- the fragment's harness, the
-engine's contexts, resident blocks, index, free lists, dead set and pins, the monitor's memory
-and its contract model, and the policy's own attributes -- into one tuple, with every time stamp
-(float) replaced by its rank among the state's time stamps and every op stamp by its rank among
-the op stamps; the policy's floats are kept as they are. :data:`_SKIP` names, per class, what is
-left out and why.
+engine's contexts, its residency store (resident blocks, index, dead set, holders), free lists
+and pins, the monitor's memory and its contract model, and the policy's own attributes -- into
+one tuple, with every time stamp (float) replaced by its rank among the state's time stamps and
+every op stamp by its rank among the op stamps; the policy's floats are kept as they are.
+:data:`_SKIP` names, per class, what is left out and why.
 """
 
 from __future__ import annotations
@@ -38,8 +38,11 @@ class _O(int):
 #: state; see the module docstring)
 _SKIP: dict[str, frozenset[str]] = {
     "Engine": frozenset(
-        {"log", "stats", "view", "probe", "policy", "config", "_info", "_tick", "_victims"}
+        # blocks, index and dead are the residency store's, read there
+        {"log", "stats", "view", "probe", "policy", "config", "victims", "blocks", "index", "dead"}
     ),
+    # contexts and memory are the engine's (read there), marks is the victim source (a cache)
+    "Residency": frozenset({"contexts", "memory", "marks", "_tick"}),
     "Memory": frozenset({"writes", "tiers", "_by_name", "_tier_of"}),
     "ResidentBlock": frozenset({"version"}),
     "Context": frozenset({"version"}),

@@ -26,6 +26,7 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 
+from kvmodel.cli.common import Subparsers
 from kvmodel.errors import (
     ConfigError,
     KVModelError,
@@ -67,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
             "install the package, e.g. pip install -e ."
         )
     for ep in commands:
-        add: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None] = ep.load()
+        add: Callable[[Subparsers], None] = ep.load()
         add(sub)
     return p
 

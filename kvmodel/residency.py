@@ -1,0 +1,213 @@
+"""The residency store: what KV is resident and who holds it (spec M3, M4, B6).
+
+It owns the resident blocks, the prefix index (key -> block), the materialized-chain holders of
+every block, the dead set, the request in flight and the feature versions. Admission
+(:mod:`kvmodel._admission`), the victim sources (:mod:`kvmodel._eviction`), the view
+(:mod:`kvmodel._engine_view`) and the engine's op dispatch change it only through the methods
+below, so each rule is written once -- among them the one definition of *evictable* (M4.1).
+
+The contexts' chains (``Context.materialized``) are the contexts'; the store keeps the other
+side of that relation (``ResidentBlock.holders``) and the dead set consistent with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Protocol
+
+from kvmodel._resident import ResidentBlock
+from kvmodel.blocks import BlockSpec
+from kvmodel.contexts import Context
+from kvmodel.errors import InternalError
+from kvmodel.ids import BlockId, BlockKey, ContextId
+from kvmodel.lifecycle import BlockClass, aggregate_across_contexts
+from kvmodel.memory import Memory
+from kvmodel.view import ModelView
+
+__all__ = ["Marks", "Residency"]
+
+
+class Marks(Protocol):
+    """Told of every change that may alter a block's features (the rank index re-keys them)."""
+
+    def mark_block(self, bid: BlockId) -> None: ...
+
+    def mark_ctx(self, cid: ContextId) -> None: ...
+
+    def invalidate(self) -> None: ...
+
+
+class _Unmarked:
+    def mark_block(self, bid: BlockId) -> None:
+        pass
+
+    def mark_ctx(self, cid: ContextId) -> None:
+        pass
+
+    def invalidate(self) -> None:
+        pass
+
+
+class Residency:
+    """Resident blocks, their holders, the prefix index, the dead set and the request in
+    flight."""
+
+    def __init__(self, contexts: Mapping[ContextId, Context], memory: Memory) -> None:
+        self.contexts = contexts  # the engine's: chains are read from the holding contexts
+        self.memory = memory
+        self.blocks: dict[BlockId, ResidentBlock] = {}
+        #: full blocks that can be hit, by hash-chain key (B6)
+        self.index: dict[BlockKey, BlockId] = {}
+        #: resident blocks no open context holds and no request uses (L5.2 Dead)
+        self.dead: set[BlockId] = set()
+        #: the victim source, told of feature changes (set by the engine once it is built)
+        self.marks: Marks = _Unmarked()
+        self._tick = 0
+        # the request in flight (M4.2): its context, the kept prefix, its hits and writes
+        self._flight_ctx: Context | None = None
+        self._flight_valid = 0
+        self._flying: set[BlockId] = set()
+
+    # ------------------------------------------------------------------ versions
+
+    def bump(self, x: ResidentBlock | Context) -> None:
+        """``x``'s features may have changed: a new version (cached features go stale) and a
+        mark for the victim source."""
+        self._tick += 1
+        x.version = self._tick
+        if isinstance(x, ResidentBlock):
+            self.marks.mark_block(x.id)
+        else:
+            self.marks.mark_ctx(x.id)
+
+    # ------------------------------------------------------------------ chains
+
+    def block_of(self, spec: BlockSpec) -> ResidentBlock:
+        """The resident block a chain entry names."""
+        bid = self.index.get(spec.key) if spec.key is not None else None
+        if bid is None:
+            raise InternalError(f"chain entry {spec.key!r} at depth {spec.depth} is not resident")
+        return self.blocks[bid]
+
+    def hit(self, key: BlockKey | None) -> ResidentBlock | None:
+        """The indexed block with ``key``, if any."""
+        bid = self.index.get(key) if key is not None else None
+        return None if bid is None else self.blocks[bid]
+
+    def attach(self, c: Context, spec: BlockSpec) -> None:
+        """``c``'s chain now holds the block ``spec`` names."""
+        b = self.block_of(spec)
+        b.holders.add(c.id)
+        self.bump(b)
+        self.dead.discard(b.id)
+
+    def detach(self, c: Context, spec: BlockSpec) -> None:
+        """``c``'s chain no longer holds the block ``spec`` names (its recency folded in)."""
+        b = self.block_of(spec)
+        if c.last_infer is not None and c.last_infer > b.touch:
+            b.touch = c.last_infer  # fold the holder's recency in before it stops holding
+        b.touch_op = max(b.touch_op, c.last_infer_op)
+        b.holders.discard(c.id)
+        self.bump(b)
+        self.refresh_dead(b)
+
+    def detach_from(self, c: Context, depth: int) -> None:
+        """Cut ``c``'s chain at ``depth``: every entry from there on is detached."""
+        for spec in c.materialized[depth:]:
+            self.detach(c, spec)
+        del c.materialized[depth:]
+
+    def add(self, b: ResidentBlock) -> None:
+        """A block just written for the request in flight."""
+        self.bump(b)
+        self.blocks[b.id] = b
+        self._flying.add(b.id)
+
+    def index_block(self, b: ResidentBlock) -> None:
+        """``b``, a full block, can be hit from now on (B6)."""
+        assert b.spec.key is not None
+        self.index[b.spec.key] = b.id
+        b.indexed = True
+
+    def drop(self, b: ResidentBlock) -> None:
+        """Remove a block from memory; every chain holding it is cut there (spec M4.3)."""
+        if b.indexed and b.spec.key is not None:
+            del self.index[b.spec.key]
+        for h in sorted(b.holders):
+            c = self.contexts[h]
+            cut = c.materialized[b.depth :]
+            if len(cut) > 1:
+                self.marks.invalidate()  # classes of the blocks below change
+            for spec in cut[1:]:
+                self.detach(c, spec)
+            del c.materialized[b.depth :]
+            c.valid = min(c.valid, b.depth)
+        b.holders.clear()
+        del self.blocks[b.id]
+        self.marks.mark_block(b.id)  # the index forgets it on its next look
+        self.dead.discard(b.id)
+        self._flying.discard(b.id)
+        self.memory.free(b.id)
+
+    # ------------------------------------------------------------------ the request in flight
+
+    def begin_flight(self, c: Context, valid: int, hits: Iterable[ResidentBlock]) -> None:
+        """``c``'s inference is being admitted: its kept prefix (``valid`` entries of its
+        chain) and its hits are in flight -- never evicted, never Dead -- until it ends."""
+        self._flight_ctx, self._flight_valid = c, valid
+        self._flying = set()
+        self.bump(c)
+        for b in hits:
+            self.fly(b)
+
+    def fly(self, b: ResidentBlock) -> None:
+        """``b`` joins the request in flight (a hit, or an orphan rewritten in place)."""
+        self._flying.add(b.id)
+        self.dead.discard(b.id)
+        self.bump(b)
+
+    def end_flight(self) -> None:
+        """The inference is over: what it used is classed by its holders again."""
+        flying = self._flying
+        self._flight_ctx, self._flight_valid, self._flying = None, 0, set()
+        for bid in sorted(flying):
+            b = self.blocks.get(bid)
+            if b is not None:
+                self.bump(b)
+                self.refresh_dead(b)
+
+    def flying(self, bid: BlockId) -> bool:
+        """Written or hit by the request in flight (its kept prefix aside)."""
+        return bid in self._flying
+
+    def in_flight(self, b: ResidentBlock) -> bool:
+        """Used by the inference being admitted: its kept prefix, hits and writes (M4.2)."""
+        if b.id in self._flying:
+            return True
+        c = self._flight_ctx
+        return c is not None and b.depth < self._flight_valid and c.id in b.holders
+
+    def in_flight_count(self) -> int:
+        """Blocks of the inference being admitted: its kept prefix, hits and writes (M4.2)."""
+        return len(self._flying) + self._flight_valid
+
+    def evictable(self, b: ResidentBlock, view: ModelView) -> bool:
+        """Spec M4.1, the one definition: a resident block is evictable unless the request in
+        flight uses it or it is Pinned (its class, L5.2, as ``view`` has it; read only for a
+        block not in flight)."""
+        return not self.in_flight(b) and view.block(b.id).state is not BlockClass.PINNED
+
+    # ------------------------------------------------------------------ classes
+
+    def refresh_dead(self, b: ResidentBlock) -> None:
+        if not b.holders and not self.in_flight(b) and b.id in self.blocks:
+            self.dead.add(b.id)
+        else:
+            self.dead.discard(b.id)
+
+    def block_class(self, b: ResidentBlock) -> BlockClass:
+        """Spec L5.2; a block written by the in-flight request and not yet on a chain keeps the
+        class it had in the writing context."""
+        if not b.holders and b.id in self._flying:
+            return b.birth_state
+        return aggregate_across_contexts(self.contexts[h].block_class(b.depth) for h in b.holders)
