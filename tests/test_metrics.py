@@ -42,6 +42,32 @@ def test_cost_and_latency_formulas() -> None:
     assert m.latency_s_total == pytest.approx((8 / 4 + 1) + (4 / 4 + 1) + 4 * 0.5)
 
 
+def test_a_rejected_inference_is_costed_as_a_full_recompute() -> None:
+    """Spec E1-E3: b's prompt (12 tokens, 3 blocks) cannot fit 2 blocks while a's 2 are Pinned,
+    so b is rejected (P7.7); it still costs its whole prompt at the input price and its output
+    at the output price. On 8 blocks the same trace is served, and costs no more."""
+    ops = [
+        {"op": "open", "t": 0, "ctx": "a", "session": "s", "agent": "main"},
+        {"op": "append", "t": 0, "ctx": "a", "messages": [msg("A", 8, "system")]},
+        {"op": "pin", "t": 0, "ctx": "a", "start": 0, "stop": 1},
+        {"op": "infer", "t": 1, "ctx": "a", "output": []},
+        {"op": "open", "t": 2, "ctx": "b", "session": "s", "agent": "main"},
+        {"op": "append", "t": 2, "ctx": "b", "messages": [msg("B", 12)]},
+        {"op": "infer", "t": 3, "ctx": "b", "output": [msg("O", 2, "output")]},
+    ]
+    prices = Prices(input=1.0, cached_input=0.5, output=2.0)
+    r = run("kvtether", config(blocks=2), *ops)
+    assert r.summary.rejected == 1
+    m = compute_metrics(r, prices)
+    assert (m.rejected, m.rejected_prompt_tokens) == (1, 12)
+    assert m.input_cost_usd == pytest.approx((8 * 1.0 + 12 * 1.0) / 1e6)  # a's 8 missed, b's 12
+    assert m.output_cost_usd == pytest.approx(2 * 2.0 / 1e6)
+    assert m.cost_usd == pytest.approx(m.input_cost_usd + m.output_cost_usd)
+    served = compute_metrics(run("kvtether", config(blocks=8), *ops), prices)
+    assert served.rejected == 0
+    assert served.cost_usd == pytest.approx(m.cost_usd)  # b shares nothing with a: all missed
+
+
 def test_regretted_evictions_count_keys_written_again() -> None:
     ops = [
         {"op": "open", "t": 0, "ctx": "a", "session": "s", "agent": "main"},
@@ -171,3 +197,26 @@ def test_comparison_reproduces_the_papers_directions() -> None:
             ), split
             exact += 1
     assert exact >= 3
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cost_lies_between_all_cached_and_all_recomputed(seed: int) -> None:
+    """Over random traces on a small memory (rejections included, spec E3): the cost is at most
+    what recomputing every prompt costs and at least what reusing every token would, so no
+    accounting (a refused inference, a partial tail) lets a run fall below the floor."""
+    from kvmodel import replay
+    from kvmodel.io.observations import InferObs
+    from kvmodel.workloads import RandomParams, random_trace
+
+    prices = Prices(input=1.0, cached_input=0.25, output=2.0)
+    r = replay(random_trace(RandomParams(seed=seed, ops=300)), "kvtether", config(blocks=32))
+    assert r.summary.rejected  # both kinds are in every one of these
+    assert r.summary.infers
+    m = compute_metrics(r, prices)
+    infers = [o for o in r.engine.log if isinstance(o, InferObs)]
+    prompt = sum(o.prompt_tokens for o in infers)
+    out = sum(o.output_tokens for o in infers) * prices.output
+    assert m.rejected == r.summary.rejected
+    assert (prompt * prices.cached_input + out) / 1e6 <= m.cost_usd + 1e-12
+    assert m.cost_usd <= (prompt * prices.input + out) / 1e6 + 1e-12
+    assert m.output_cost_usd == pytest.approx(out / 1e6)

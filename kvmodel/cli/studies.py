@@ -53,8 +53,14 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     print(
         f"policy {m.policy} on {args.preset_workload or args.workload}: "
         f"hit rate {m.token_hit_rate:.1%}, "
-        f"recomputed {m.recomputed_tokens} tokens, est. cost ${m.cost_usd:.2f}"
+        f"recomputed {m.recomputed_tokens} tokens, est. cost ${m.cost_usd:.2f} "
+        f"(input ${m.input_cost_usd:.2f}, output ${m.output_cost_usd:.2f})"
     )
+    if m.rejected:
+        print(
+            f"  {m.rejected} inferences rejected, costed as full recomputes "
+            f"({m.rejected_prompt_tokens} prompt tokens; spec E3)"
+        )
     print(
         f"  TTFT mean {m.ttft_s_mean * 1000:.0f} ms, modelled latency {m.latency_s_total:.0f} s;"
         f" zombie block-s {m.zombie_block_seconds:.0f}; evictions {m.evictions} "

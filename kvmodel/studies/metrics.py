@@ -1,10 +1,11 @@
 """Evaluation metrics of one replay (the figures the papers report, in one place).
 
 * token hit rate and recomputed prefill tokens (spec T5);
-* estimated task cost: uncached input, cached input and output tokens at configurable prices
-  (default cached = 0.1 x input, as provider prompt caches charge);
-* modelled latency: per inference, TTFT = recomputed tokens / prefill rate + a fixed overhead,
-  and decode = output tokens x TPOT;
+* estimated task cost (spec E1-E3): the input side (uncached and cached prompt tokens of the
+  admitted inferences, and every rejected inference's prompt as a full recompute) and the output
+  side, at configurable prices (default cached = 0.1 x input, as provider prompt caches charge);
+* modelled latency (spec E4): per admitted inference, TTFT = recomputed tokens / prefill rate +
+  a fixed overhead, and decode = output tokens x TPOT;
 * zombie block-seconds, writes per tier, device-years (spec M6, M7);
 * regretted evictions: evicted blocks whose key is written again later (needed after all);
 * share of an offline optimum: ``value / optimum`` for a quantity the optimum maximises.
@@ -17,7 +18,7 @@ from typing import Any
 import attrs
 
 from kvmodel.engine import Engine
-from kvmodel.io.observations import AllocObs, EvictObs, InferObs
+from kvmodel.io.observations import AllocObs, EvictObs, InferObs, RejectObs
 from kvmodel.replay import ReplayResult
 
 __all__ = [
@@ -52,6 +53,12 @@ class Metrics:
     token_hit_rate: float
     recomputed_tokens: int
     cost_usd: float
+    #: the policy-dependent part (spec E1) and the part no policy changes (E2)
+    input_cost_usd: float
+    output_cost_usd: float
+    #: inferences memory could not hold (P7.7), each costed as a full recompute (E3)
+    rejected: int
+    rejected_prompt_tokens: int
     ttft_s_mean: float
     latency_s_total: float
     zombie_block_seconds: float
@@ -88,19 +95,25 @@ def compute_metrics(
     tm = timing or Timing()
     s = result.summary
     infers = [o for o in result.engine.log if isinstance(o, InferObs)]
-    served = {o.op for o in infers} - {o.op for o in result.engine.log if o.kind == "reject"}
-    ttfts = [
-        o.miss_tokens / tm.prefill_tok_per_s + tm.ttft_overhead_s for o in infers if o.op in served
-    ]
-    decode = sum(o.output_tokens * tm.tpot_s for o in infers if o.op in served)
-    cost = (
-        s.miss_tokens * p.input + s.hit_tokens * p.cached_input + s.output_tokens * p.output
+    rejected_ops = {o.op for o in result.engine.log if isinstance(o, RejectObs)}
+    served = [o for o in infers if o.op not in rejected_ops]
+    refused = [o for o in infers if o.op in rejected_ops]
+    ttfts = [o.miss_tokens / tm.prefill_tok_per_s + tm.ttft_overhead_s for o in served]
+    decode = sum(o.output_tokens * tm.tpot_s for o in served)
+    refused_prompt = sum(o.prompt_tokens for o in refused)
+    input_cost = (
+        s.miss_tokens * p.input + s.hit_tokens * p.cached_input + refused_prompt * p.input
     ) / 1e6
+    output_cost = (s.output_tokens + sum(o.output_tokens for o in refused)) * p.output / 1e6
     return Metrics(
         policy=s.policy,
         token_hit_rate=s.token_hit_rate,
         recomputed_tokens=s.miss_tokens,
-        cost_usd=cost,
+        cost_usd=input_cost + output_cost,
+        input_cost_usd=input_cost,
+        output_cost_usd=output_cost,
+        rejected=len(refused),
+        rejected_prompt_tokens=refused_prompt,
         ttft_s_mean=sum(ttfts) / len(ttfts) if ttfts else 0.0,
         latency_s_total=sum(ttfts) + decode,
         zombie_block_seconds=s.zombie_block_seconds,
