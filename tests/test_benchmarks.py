@@ -61,3 +61,10 @@ def test_bench_discover_runs(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "seed 0: 2 scored" in out
     assert "goal: " in out
+
+
+def test_bench_reclaim_timing_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _load("bench_reclaim_timing")
+    assert bench.main(["--hbm", "64", "--sessions", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("hbm    64:") == 2

@@ -66,6 +66,29 @@ def test_kvtether_reclaims_dead_kv_at_the_boundary() -> None:
     assert log_of(e, 12) == ["infer d prompt=4 hit=0 miss=4 own=0", "alloc 2 d0 hbm active"]
 
 
+def test_eager_reclaim_forgets_a_shared_prompt_that_dead_first_keeps() -> None:
+    """spec policies.md, kvtether, "when Dead KV goes": two sessions in turn with one system
+    prompt. KVTether frees the first session's KV when it ends; the dead-first point of the
+    policy space (same rank, no reclaim) keeps it as cache, and the second session hits it."""
+    ops = []
+    for i in range(2):
+        t = 10 * i
+        ops += [
+            {"op": "open", "t": t, "ctx": f"c{i}", "session": f"s{i}", "agent": "main"},
+            {
+                "op": "append",
+                "t": t,
+                "ctx": f"c{i}",
+                "messages": [msg(f"sys{i}", 16, "system", h="SYS"), msg(f"u{i}", 4)],
+            },
+            {"op": "infer", "t": t + 1, "ctx": f"c{i}", "output": []},
+            {"op": "end_session", "t": t + 2, "session": f"s{i}"},
+        ]
+    dead_first = "policies.space:Candidate_d_tsa_smru_lru_none_bypass_hbm_first"
+    hits = {p: run(p, config(blocks=16), *ops).summary.hit_tokens for p in ("kvtether", dead_first)}
+    assert hits == {"kvtether": 0, dead_first: 16}
+
+
 def test_vllm_prefix_reproduces_the_free_queue_order() -> None:
     """Worked by hand from vLLM's rule: a (3 blocks) and b (2 blocks) finish at the same t, a's
     request first; both release tail-first to the back of the queue. Queue front to back:
