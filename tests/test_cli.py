@@ -220,3 +220,14 @@ def test_deeply_nested_json_and_binary_toml_are_located_errors(
     binary.write_bytes(b"\xff\xfe\x00 binary")
     assert main(["replay", str(good), "--config", str(binary)]) == 2
     assert f"{binary}: not UTF-8 text" in capsys.readouterr().err
+
+
+def test_help_states_every_exit_code_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """The exit codes are written once (kvmodel/cli/__init__.py) and --help prints that text:
+    every code the constants name, each once."""
+    import kvmodel.cli as cli
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    codes = [cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_BAD_INPUT, cli.EXIT_UNDECIDED]
+    assert [out.count(f"* {c} -- ") for c in codes] == [1, 1, 1, 1]

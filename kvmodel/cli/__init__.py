@@ -59,7 +59,16 @@ def _commands() -> list[EntryPoint]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kvmodel", description=__doc__.splitlines()[0])
+    import kvmodel
+
+    doc = __doc__ or ""
+    codes = doc[doc.index("Exit codes") : doc.index("Output files")].strip()
+    p = argparse.ArgumentParser(
+        prog="kvmodel",
+        description=(kvmodel.__doc__ or "kvmodel").splitlines()[0],
+        epilog=codes,  # the one text of the exit codes, this module's docstring
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = p.add_subparsers(dest="command", required=True)
     commands = _commands()
     if not commands:
