@@ -68,3 +68,9 @@ def test_bench_reclaim_timing_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.main(["--hbm", "64", "--sessions", "2"]) == 0
     out = capsys.readouterr().out
     assert out.count("hbm    64:") == 2
+
+
+def test_bench_hbm_first_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _load("bench_hbm_first")
+    assert bench.main(["--sessions", "1", "--turns", "1", "--splits", "1/7"]) == 0
+    assert capsys.readouterr().out.count("1/7") == 2
