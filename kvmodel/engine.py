@@ -345,14 +345,6 @@ class Engine:
     def _bump(self, x: ResidentBlock | Context) -> None:
         self.residency.bump(x)
 
-    def in_flight_count(self) -> int:
-        """Blocks of the inference being admitted: its kept prefix, hits and writes (M4.2)."""
-        return self.residency.in_flight_count()
-
-    def in_flight(self, b: ResidentBlock) -> bool:
-        """Used by the inference being admitted (M4.2)."""
-        return self.residency.in_flight(b)
-
     def _policy_free(self, bid: BlockId) -> None:
         b = self.blocks.get(bid)
         if b is None:
