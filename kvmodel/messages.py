@@ -84,3 +84,6 @@ class SpawnRecord:
     instruction: str
     tools: tuple[str, ...]
     context_tokens: int
+    #: the harness's name for the kind of sub-agent (Claude Code's ``subagent_type``:
+    #: ``Explore``, ``Plan``, ...); empty where the harness has none (spec R3)
+    agent_type: str = ""

@@ -102,6 +102,8 @@ class SpawnPredictor:
     """Ridge regression over spawn features (closed form); see the module docstring."""
 
     tools: list[str] = attrs.field(factory=list)
+    #: sub-agent types seen in training (spec R3), one indicator each
+    agent_types: list[str] = attrs.field(factory=list)
     mean: list[float] = attrs.field(factory=list)
     scale: list[float] = attrs.field(factory=list)
     weights: list[float] = attrs.field(factory=list)
@@ -116,13 +118,25 @@ class SpawnPredictor:
         for w in words:
             bag[_bucket(w)] += 1.0
         tools = [1.0 if t in spawn.tools else 0.0 for t in self.tools]
-        return [float(len(words)), float(spawn.context_tokens), float(position), *tools, *bag]
+        kinds = [1.0 if spawn.agent_type == k else 0.0 for k in self.agent_types]
+        return [
+            float(len(words)),
+            float(spawn.context_tokens),
+            float(position),
+            *tools,
+            *kinds,
+            *bag,
+        ]
 
     @classmethod
     def fit(cls, samples: Sequence[WorkerSample], *, ridge: float = 1.0) -> SpawnPredictor:
         if len(samples) < 2:
             raise ConfigError(f"need at least 2 workers to fit (got {len(samples)})")
-        p = cls(tools=sorted({t for s in samples for t in s.spawn.tools}), ridge=ridge)
+        p = cls(
+            tools=sorted({t for s in samples for t in s.spawn.tools}),
+            agent_types=sorted({s.spawn.agent_type for s in samples} - {""}),
+            ridge=ridge,
+        )
         x = np.array([p.features(s.spawn, s.position) for s in samples], dtype=np.float64)
         y = np.log(np.array([s.lifetime_s for s in samples], dtype=np.float64))
         mean = x.mean(axis=0)

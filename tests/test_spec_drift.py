@@ -11,7 +11,7 @@ from kvmodel.lifecycle import TRANSITIONS, Event, MsgState
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "spec"
 #: a clause id: B6.3, P7.7, M4.1, L5.2, T4, PP1, ...
-ID = r"(?:PP|B|P|M|L|T|I|E)\d+(?:\.\d+)?"
+ID = r"(?:PP|B|P|M|L|T|I|E|R)\d+(?:\.\d+)?"
 
 
 def _defined() -> set[str]:

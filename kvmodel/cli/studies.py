@@ -272,6 +272,12 @@ def _cmd_import(args: argparse.Namespace) -> int:
         f"{report.ops} ops in {args.output}; {report.skipped} records skipped",
         file=sys.stderr,
     )
+    if report.untimed:
+        print(
+            f"  {report.untimed} conversations log no times: their requests are one second "
+            "apart from t = 0 (spec R5)",
+            file=sys.stderr,
+        )
     for w in report.warnings:
         print(f"  skipped: {w}", file=sys.stderr)
     return 0

@@ -340,8 +340,8 @@ def _parse_spawn(f: _Fields) -> SpawnRecord | None:
         return None
     v = f.obj["spawn"]
     if not isinstance(v, dict):
-        raise f.err("spawn", "an object {instruction, tools, context_tokens}", v)
-    unknown = sorted(set(v) - {"instruction", "tools", "context_tokens"})
+        raise f.err("spawn", "an object {instruction, tools, context_tokens, agent_type}", v)
+    unknown = sorted(set(v) - {"instruction", "tools", "context_tokens", "agent_type"})
     if unknown:
         raise f.err(f"spawn.{unknown[0]}", "no such spawn field", v[unknown[0]])
     ins = v.get("instruction", "")
@@ -356,7 +356,11 @@ def _parse_spawn(f: _Fields) -> SpawnRecord | None:
     ct = v.get("context_tokens", 0)
     if isinstance(ct, bool) or not isinstance(ct, int) or not 0 <= ct <= MAX_INT:
         raise f.err("spawn.context_tokens", f"an integer in [0, {MAX_INT:,}]", ct)
-    return SpawnRecord(ins, tuple(tools), ct)
+    kind = v.get("agent_type", "")
+    if not isinstance(kind, str):
+        raise f.err("spawn.agent_type", "a string", kind)
+    f.text("spawn.agent_type", kind)
+    return SpawnRecord(ins, tuple(tools), ct, kind)
 
 
 def _ctx(f: _Fields, field: str = "ctx") -> ContextId:
@@ -552,6 +556,8 @@ def op_to_json(op: Op) -> dict[str, Any]:
                     "tools": list(op.spawn.tools),
                     "context_tokens": op.spawn.context_tokens,
                 }
+                if op.spawn.agent_type:
+                    d["spawn"]["agent_type"] = op.spawn.agent_type
             if op.one_shot:
                 d["one_shot"] = True
         case Fork():

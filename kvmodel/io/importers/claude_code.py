@@ -1,27 +1,33 @@
-"""Import a Claude Code session transcript (JSONL, a tree via ``parentUuid``) into a trace.
+"""Import Claude Code session transcripts (JSONL, a tree via ``parentUuid``) into a trace.
 
-What is read (see ``../shared/traces/README.md`` for the format's quirks):
+The rules are spec/importers.md (R1-R6); in short:
 
 * the main transcript in file order: ``user`` records (prompt text, or ``tool_result`` blocks)
-  are appended; consecutive ``assistant`` records sharing one ``message.id`` are one API call,
-  an ``infer`` whose outputs are its blocks (``thinking`` -> reasoning, ``text`` -> output,
-  ``tool_use`` -> tool_call); a new user prompt first ends the turn (``turn_end``: Claude Code
-  does not re-send old thinking);
-* the fixed prefix the transcript omits (system prompt, tools) is one system message per agent
-  kind, sized from the first call's ``usage`` (input + cache creation + cache read tokens) minus
-  the visible messages; other sizes are characters / 2.2 (characters / 4 under-counts: README);
+  are appended; every ``assistant`` record of one ``message.id`` is one API call, one ``infer``
+  whose outputs are its blocks (``thinking`` -> reasoning, ``text`` -> output, ``tool_use`` ->
+  tool_call), and the tool results logged between its records follow it (R1); a new user prompt
+  first ends the turn (``turn_end``: Claude Code does not re-send old thinking);
+* the fixed prefix the transcript omits (system prompt, tools) is one system message per (agent
+  kind, sub-agent type, model), sized from the context's first call's ``usage`` (input + cache
+  creation + cache read tokens) minus what the context held before it; a call to another model
+  than the context's previous call re-keys the context's KV (R4); other sizes are characters /
+  2.2 (characters / 4 under-counts: ../shared/traces/README.md);
 * ``Task`` sub-agents: the ``tool_result`` whose ``toolUseResult.agentId`` names a transcript in
-  ``<session>/subagents/agent-<id>.jsonl`` becomes a worker (``open`` with a spawn record from
-  the Task input, its own calls, then ``return`` of the result into the main context);
-* auto-compaction (``compact_boundary`` then an ``isCompactSummary`` user record): a fork of the
-  main context plus the compaction instruction, one ``infer`` producing the summary, ``close``;
-  then the main context drops its history and continues from the summary.
+  ``<session>/subagents/agent-<id>.jsonl`` becomes a worker, or a reviewer if its type says so
+  (``open`` with a spawn record from the Task input, its type included; its own calls; then
+  ``return`` of the result into the main context) (R3);
+* auto-compaction (``compact_boundary`` then an ``isCompactSummary`` user record): a one-shot
+  compactor context holding a copy of the main context and the instruction, opened when the
+  instruction was sent, whose one ``infer`` produces the summary; then the main context drops its
+  history and continues from the summary (R2);
+* all files imported together share one clock: seconds since the earliest record (R5).
 
 A record is skipped (counted, with its file and line, and the reason printed) only where skipping
 cannot change what the rest of the import means: a line that is not an object, a user record with
-no content, a sub-agent or compaction transcript that is missing or empty (the visible result is
-kept). A record of an unexpected shape (a string where an object or a time belongs) is an error
-naming its file and line, and nothing is written.
+no content, a sub-agent or compaction transcript that is missing or empty, or a compaction
+transcript without its instruction (the visible result is kept). A record of an unexpected shape
+(a string where an object or a time belongs) is an error naming its file and line, and nothing is
+written.
 """
 
 from __future__ import annotations
@@ -43,9 +49,7 @@ from kvmodel.io.importers.openai import ImportReport
 from kvmodel.io.jsonl import read_jsonl
 from kvmodel.io.trace import (
     Append,
-    Close,
     EndSession,
-    Fork,
     Infer,
     Op,
     Open,
@@ -96,21 +100,42 @@ def _hash(*parts: str) -> str:
     return h.hexdigest()
 
 
-class _Agent:
-    """Builds one agent's ops (main or a sub-agent) on the shared timeline."""
+def _body(r: dict[str, Any]) -> dict[str, Any]:
+    """A record's ``message`` object (absent: empty; not an object: a shape error, located by
+    the caller)."""
+    m = r.get("message") or {}
+    if not isinstance(m, dict):
+        raise TypeError(f"message is a {type(m).__name__}, not an object")
+    return m
 
-    def __init__(self, imp: _Importer, ctx: str, agent: AgentKind) -> None:
+
+def _is_tool_results(r: dict[str, Any]) -> bool:
+    return r.get("type") == "user" and isinstance(_body(r).get("content"), list)
+
+
+class _Agent:
+    """One context's ops (the main loop, a sub-agent) on the import's clock."""
+
+    def __init__(
+        self, imp: _Importer, ctx: str, agent: AgentKind, agent_type: str = ""
+    ) -> None:
         self.imp = imp
         self.ctx = ContextId(ctx)
         self.agent = agent
+        self.agent_type = agent_type
         self.live_reasoning = False
-        self.sized_prefix = False
-        self.n_messages = 0
+        #: (agent kind, sub-agent type, model of the first call): whose prefix it shares (R4)
+        self.key: tuple[str, str, str] | None = None
+        self.model: str | None = None  # of the last call
+        self.sized = False
+        self.before_first_call = 0  # tokens appended before the first call (R4)
 
     def msg(self, role: Role, kind: MessageKind, tokens: int, h: str) -> Message:
         self.imp.n += 1
-        self.n_messages += 1
-        return Message(MessageId(f"{self.ctx}.m{self.imp.n}"), role, kind, max(1, tokens), h)
+        m = Message(MessageId(f"{self.ctx}.m{self.imp.n}"), role, kind, max(1, tokens), h)
+        if not self.sized and kind is not MessageKind.SYSTEM:
+            self.before_first_call += m.tokens
+        return m
 
     def calls(self, records: list[dict[str, Any]], t0: float) -> None:
         """Append user records and infer assistant calls, in order."""
@@ -118,32 +143,58 @@ class _Agent:
         while i < len(records):
             r = records[i]
             with self.imp.located(r):
-                i = self.call(records, i, t0)
+                if r.get("type") == "assistant":
+                    i = self.response(records, i, t0)
+                    continue
+                if r.get("type") == "user":
+                    self.imp.user(self, r, _seconds(r["timestamp"]) - t0, t0)
             i += 1
 
-    def call(self, records: list[dict[str, Any]], i: int, t0: float) -> int:
-        """The record at ``i`` (with the assistant records of its API call): the last index used."""
-        r = records[i]
-        t = _seconds(r["timestamp"]) - t0
-        if r.get("type") == "assistant":
-            mid = (r.get("message") or {}).get("id")
-            group = [r]
-            while (
-                i + 1 < len(records)
-                and records[i + 1].get("type") == "assistant"
-                and (records[i + 1].get("message") or {}).get("id") == mid
-            ):
-                i += 1
-                group.append(records[i])
-            self.infer(group, t)
-        elif r.get("type") == "user":
-            self.imp.user(self, r, t, t0)
-        return i
+    def response(self, records: list[dict[str, Any]], i: int, t0: float) -> int:
+        """The API call whose first assistant record is at ``i``: one ``infer`` of every record
+        of its ``message.id``, then the tool results logged between them (R1). The index after
+        its last record."""
+        first = records[i]
+        mid = _body(first).get("id")
+        group = [first]
+        between: list[dict[str, Any]] = []
+        pending: list[dict[str, Any]] = []
+        end = i + 1
+        for j in range(i + 1, len(records)) if isinstance(mid, str) else ():
+            x = records[j]
+            with self.imp.located(x):
+                if x.get("type") == "assistant" and _body(x).get("id") == mid:
+                    group.append(x)
+                    between += pending
+                    pending = []
+                    end = j + 1
+                elif _is_tool_results(x):
+                    pending.append(x)
+                else:
+                    break
+        self.infer(group, _seconds(first["timestamp"]) - t0)
+        for u in between:
+            with self.imp.located(u):
+                self.imp.user(self, u, _seconds(u["timestamp"]) - t0, t0)
+        return end
 
     def infer(self, group: list[dict[str, Any]], t: float) -> None:
+        head = _body(group[0])
+        model = head.get("model")
+        model = model if isinstance(model, str) and model else None
+        if self.key is None:
+            self.key = (self.agent.value, self.agent_type, model or "")
+        elif model is not None and self.model is not None and model != self.model:
+            self.imp.ops.append(_Rekey(t, self.ctx, model))  # R4: a model switch
+        self.model = model or self.model
+        usage = head.get("usage") or {}
+        if not self.sized and usage:
+            self.sized = True
+            total = _prompt(usage)
+            self.imp.prefix_tokens.setdefault(self.key, max(1, total - self.before_first_call))
         out: list[Message] = []
         for r in group:
-            for block in (r.get("message") or {}).get("content") or []:
+            for block in _body(r).get("content") or []:
                 if not isinstance(block, dict):
                     continue
                 kind = {
@@ -154,6 +205,8 @@ class _Agent:
                 if kind is None:
                     continue
                 body = block.get("thinking") or block.get("text") or block.get("input") or ""
+                if kind is MessageKind.TOOL_CALL and isinstance(body, dict):
+                    self.imp.tool_inputs[str(block.get("id", ""))] = body
                 out.append(
                     self.msg(
                         Role.ASSISTANT,
@@ -162,16 +215,20 @@ class _Agent:
                         _hash("out", str(block.get("id", "")), json.dumps(body)),
                     )
                 )
-        usage = (group[0].get("message") or {}).get("usage") or {}
-        if not self.sized_prefix and usage:
-            self.sized_prefix = True
-            total = sum(
-                count(usage.get(k)) or 0  # the log's words: absurd or mistyped counts are absent
-                for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-            )
-            self.imp.prefix_tokens.setdefault(self.agent, max(1, total - self.imp.visible))
         self.live_reasoning |= any(m.kind is MessageKind.REASONING for m in out)
-        self.imp.ops.append(Infer(t, self.ctx, tuple(out)))
+        op = Infer(t, self.ctx, tuple(out))
+        if usage:
+            self.imp.prompt_sizes[id(op)] = _prompt(usage)
+        self.imp.ops.append(op)
+
+
+def _prompt(usage: dict[str, Any]) -> int:
+    """A call's whole prompt as the provider counted it (the log's words: an absurd or mistyped
+    count is absent)."""
+    return sum(
+        count(usage.get(k)) or 0
+        for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    )
 
 
 def _agent_file_name(agent_id: object) -> bool:
@@ -184,17 +241,37 @@ def _agent_file_name(agent_id: object) -> bool:
     )
 
 
+def _text_of(content: Any) -> str:
+    return content if isinstance(content, str) else json.dumps(content)
+
+
 class _Importer:
     def __init__(self, path: Path, report: ImportReport) -> None:
         self.path = path
         self.report = report
         self.sid = SessionId(path.stem)
-        self.ops: list[Op | _RemoveAll] = []
+        self.ops: list[Op | _Marker] = []
         self.n = 0
-        self.visible = 0
-        self.prefix_tokens: dict[AgentKind, int] = {}
+        self.prefix_tokens: dict[tuple[str, str, str], int] = {}
+        self.prefixes: dict[MessageId, _Agent] = {}
+        #: the provider's prompt size of each call that logged one, by ``id`` of its infer (R4)
+        self.prompt_sizes: dict[int, int] = {}
+        #: every tool call's input by its ``tool_use`` id (a Task call's names the sub-agent type)
+        self.tool_inputs: dict[str, dict[str, Any]] = {}
+        self.compactions_used: set[Path] = set()
         self.subagents = path.parent / path.stem / "subagents"
         self.where: dict[int, tuple[str, int]] = {}
+        self.records = [r for r in self.read(path) if r.get("timestamp")]
+        if not self.records:
+            raise TraceError("no timestamped records in transcript", file=str(path))
+
+    def start(self) -> float:
+        """The earliest time of the main transcript (R5)."""
+        times = []
+        for r in self.records:
+            with self.located(r):
+                times.append(_seconds(r["timestamp"]))
+        return min(times)
 
     def read(self, path: Path) -> list[dict[str, Any]]:
         return _read(path, self.report, self.where)
@@ -222,18 +299,18 @@ class _Importer:
             ) from None
 
     def prefix(self, agent: _Agent, t: float) -> Append:
-        """The omitted fixed prefix; its size is patched once a call's usage is known."""
-        m = agent.msg(Role.SYSTEM, MessageKind.SYSTEM, 1, f"claude-code-{agent.agent.value}-prefix")
+        """The omitted fixed prefix; its size and key are set once a call is known (R4)."""
+        m = agent.msg(Role.SYSTEM, MessageKind.SYSTEM, 1, "claude-code-prefix")
+        self.prefixes[m.id] = agent
         return Append(t, agent.ctx, (m,))
 
     def user(self, agent: _Agent, r: dict[str, Any], t: float, t0: float) -> None:
-        content = (r.get("message") or {}).get("content")
+        content = _body(r).get("content")
         if isinstance(content, str):
             if agent.live_reasoning:
                 self.ops.append(TurnEnd(t, agent.ctx))
                 agent.live_reasoning = False
             m = agent.msg(Role.USER, MessageKind.USER, _size(content), _hash("user", content))
-            self.visible += m.tokens
             self.ops.append(Append(t, agent.ctx, (m,)))
             return
         if not isinstance(content, list):
@@ -245,18 +322,20 @@ class _Importer:
             body = block.get("content", "")
             result = r.get("toolUseResult")
             agent_id = result.get("agentId") if isinstance(result, dict) else None
+            call = str(block.get("tool_use_id", ""))
             m = agent.msg(
                 Role.TOOL,
                 MessageKind.OBSERVATION,
                 _size(body),
-                _hash("tool", str(block.get("tool_use_id", "")), json.dumps(body)),
+                _hash("tool", call, json.dumps(body)),
             )
             if (
                 isinstance(result, dict)
                 and _agent_file_name(agent_id)
                 and (self.subagents / f"agent-{agent_id}.jsonl").exists()
             ):
-                self.worker(agent, str(agent_id), result, m, t, t0)
+                task = self.tool_inputs.get(call, {})
+                self.worker(agent, str(agent_id), task, result, m, t, t0)
             else:
                 self.ops.append(Append(t, agent.ctx, (m,)))
 
@@ -264,6 +343,7 @@ class _Importer:
         self,
         parent: _Agent,
         agent_id: str,
+        task: dict[str, Any],
         result: dict[str, Any],
         res: Message,
         t: float,
@@ -281,14 +361,16 @@ class _Importer:
             )
             self.ops.append(Append(t, parent.ctx, (res,)))
             return
-        w = _Agent(self, f"{self.sid}.agent-{agent_id}", AgentKind.WORKER)
+        kind = task.get("subagent_type", "")
+        kind = kind if isinstance(kind, str) else ""
+        agent = AgentKind.REVIEWER if "review" in kind.lower() else AgentKind.WORKER  # R3
+        w = _Agent(self, f"{self.sid}.agent-{agent_id}", agent, kind[:200])
         start = _seconds(recs[0]["timestamp"]) - t0
-        prompt = str(result.get("prompt", ""))
-        spawn = SpawnRecord(
-            prompt, tuple(sorted({str(result.get("subagent_type", "Task"))})), _size(prompt)
-        )
+        prompt = task.get("prompt")
+        prompt = prompt if isinstance(prompt, str) else str(result.get("prompt", ""))
+        spawn = SpawnRecord(prompt, (), _size(prompt), w.agent_type)
         self.ops += [
-            Open(start, w.ctx, self.sid, AgentKind.WORKER, parent.ctx, spawn),
+            Open(start, w.ctx, self.sid, agent, parent.ctx, spawn),
             self.prefix(w, start),
         ]
         w.calls(recs, t0)
@@ -301,45 +383,90 @@ class _Importer:
             )
         )
 
+    def compaction_file(self, t: float, t0: float) -> tuple[Path, list[dict[str, Any]]] | None:
+        """The unused compaction transcript whose answer is nearest the summary's time ``t``."""
+        best: tuple[float, Path, list[dict[str, Any]]] | None = None
+        for f in sorted(self.subagents.glob("agent-acompact-*.jsonl")):
+            if f in self.compactions_used:
+                continue
+            recs = [x for x in self.read(f) if x.get("timestamp")]
+            answers = [x for x in recs if x.get("type") == "assistant"]
+            with self.located(answers[0] if answers else {}):
+                when = _seconds(answers[0]["timestamp"]) - t0 if answers else t
+            if best is None or abs(when - t) < best[0]:
+                best = (abs(when - t), f, recs)
+        return None if best is None else (best[1], best[2])
+
     def compaction(self, main: _Agent, summary: dict[str, Any], t: float, t0: float) -> None:
-        files = sorted(self.subagents.glob("agent-acompact-*.jsonl"))
-        done = {o.ctx for o in self.ops if isinstance(o, Fork)}
-        comp = next((f for f in files if ContextId(f"{self.sid}.{f.stem}") not in done), None)
-        content = (summary.get("message") or {}).get("content")
-        text = content if isinstance(content, str) else json.dumps(content)
-        if comp is not None:
-            recs = [x for x in self.read(comp) if x.get("timestamp")]
-            start = min(_seconds(x["timestamp"]) - t0 for x in recs) if recs else t
-            cid = ContextId(f"{self.sid}.{comp.stem}")
-            ins = main.msg(Role.USER, MessageKind.INSTRUCTION, 400, "claude-code-compaction")
-            out = main.msg(Role.ASSISTANT, MessageKind.SUMMARY, _size(text), _hash("sum", text))
-            self.ops += [
-                Fork(start, cid, main.ctx),
-                Append(start, cid, (ins,)),
-                Infer(start, cid, (out,)),
-                Close(max(start, t), cid),
-            ]
-        else:
+        """R2: a one-shot compactor holding a copy of the main context and the instruction, at
+        the instruction's time; then the main context restarts from the summary."""
+        text = _text_of(_body(summary).get("content"))
+        found = self.compaction_file(t, t0)
+        if found is None:
             self.report.skip(
                 f"{self.at(summary)}: no compaction transcript for this summary "
                 "(the history is still replaced by it; the summarising call is not modelled)"
             )
+        else:
+            comp, recs = found
+            self.compactions_used.add(comp)
+            first = next((k for k, x in enumerate(recs) if x.get("type") == "assistant"), None)
+            asked = [x for x in recs[:first] if x.get("type") == "user"]
+            if not asked:
+                self.report.skip(
+                    f"{self.at(summary)}: compaction transcript {comp.name} holds no instruction "
+                    "before its answer (the history is still replaced by the summary; the "
+                    "summarising call is not modelled)"
+                )
+            else:
+                ask = asked[-1]
+                with self.located(ask):
+                    t_ask = _seconds(ask["timestamp"]) - t0
+                    instruction = _text_of(_body(ask).get("content"))
+                answer = text
+                t_answer = t
+                usage: dict[str, Any] = {}
+                if first is not None:
+                    a = recs[first]
+                    with self.located(a):
+                        t_answer = _seconds(a["timestamp"]) - t0
+                        usage = _body(a).get("usage") or {}
+                        mid = _body(a).get("id")
+                        said = [
+                            str(b["text"])
+                            for x in recs[first:]
+                            if x.get("type") == "assistant" and _body(x).get("id") == mid
+                            for b in _body(x).get("content") or []
+                            if isinstance(b, dict) and isinstance(b.get("text"), str)
+                        ]
+                    answer = "".join(said) or text
+                cid = ContextId(f"{self.sid}.{comp.stem}")
+                ins = main.msg(
+                    Role.USER,
+                    MessageKind.INSTRUCTION,
+                    _size(instruction),
+                    _hash("compaction", instruction),
+                )
+                out = main.msg(
+                    Role.ASSISTANT, MessageKind.SUMMARY, _size(answer), _hash("sum", answer)
+                )
+                call = Infer(max(t_ask, t_answer), cid, (out,))
+                if usage:
+                    self.prompt_sizes[id(call)] = _prompt(usage)
+                self.ops += [_Compact(t_ask, cid, main.ctx, ins), call]
+                t = max(t, t_ask, t_answer)
         self.ops.append(_RemoveAll(t, main.ctx))
         m = main.msg(Role.USER, MessageKind.SUMMARY, _size(text), _hash("summary", text))
         self.ops.append(Append(t, main.ctx, (m,)))
         main.live_reasoning = False
 
-    def run(self) -> list[Op]:
-        records = [r for r in self.read(self.path) if r.get("timestamp")]
-        if not records:
-            raise TraceError("no timestamped records in transcript", file=str(self.path))
-        with self.located(records[0]):
-            t0 = _seconds(records[0]["timestamp"])
+    def run(self, t0: float) -> list[Op]:
         main = _Agent(self, f"{self.sid}.main", AgentKind.MAIN)
-        self.ops += [Open(0.0, main.ctx, self.sid, AgentKind.MAIN), self.prefix(main, 0.0)]
+        begin = self.start() - t0
+        self.ops += [Open(begin, main.ctx, self.sid, AgentKind.MAIN), self.prefix(main, begin)]
         chunk: list[dict[str, Any]] = []
         pending_boundary: dict[str, Any] | None = None
-        for r in records:
+        for r in self.records:
             typ = r.get("type")
             if typ == "system" and r.get("subtype") == "compact_boundary":
                 main.calls(chunk, t0)
@@ -359,79 +486,169 @@ class _Importer:
                 f"{self.at(pending_boundary)}: compact boundary without a summary "
                 "(the context is left as it was)"
             )
-        with self.located(records[-1]):
-            self.ops.append(EndSession(_seconds(records[-1]["timestamp"]) - t0, self.sid))
+        last = self.records[-1]
+        with self.located(last):
+            end = max(begin, _seconds(last["timestamp"]) - t0)
+        self.ops.append(EndSession(end, self.sid))
         return self._finish()
 
+    def _prefix(self, m: Message) -> Message:
+        """The prefix message with its size and its key (agent kind, type, model: R4)."""
+        agent = self.prefixes[m.id]
+        key = agent.key or (agent.agent.value, agent.agent_type, "")
+        name = "-".join(x for x in ("claude-code", key[0], key[1], "prefix") if x)
+        h = f"{name}@{key[2]}" if key[2] else name
+        return Message(m.id, m.role, m.kind, self.prefix_tokens.get(key, 1), h)
+
     def _finish(self) -> list[Op]:
-        """Patch prefix sizes, resolve remove-all markers, order the ops on one timeline."""
-        lengths: dict[ContextId, int] = {}
-        reasoning: dict[ContextId, int] = {}
+        """Size and key the prefixes, resolve the markers against each context's live messages,
+        order the ops on one timeline."""
+        live: dict[ContextId, list[Message]] = {}
+        base: dict[MessageId, str] = {}
         out: list[Op] = []
-        for op in sorted(self.ops, key=lambda o: o.t):
-            if (
-                isinstance(op, Append)
-                and op.messages[0].kind is MessageKind.SYSTEM
-                and op.messages[0].hash is not None
-                and op.messages[0].hash.endswith("-prefix")
-            ):
-                agent = AgentKind(op.messages[0].hash.split("-")[2])
-                m = op.messages[0]
-                size = self.prefix_tokens.get(agent, 1)
-                op = Append(op.t, op.ctx, (Message(m.id, m.role, m.kind, size, m.hash),))
-            if isinstance(op, _RemoveAll):
-                n = lengths.get(op.ctx, 0)
-                if n > 1:
-                    out.append(Remove(op.t, op.ctx, 1, n - 1))
-                    lengths[op.ctx] = 1
-                continue
+
+        def emit(op: Op) -> None:
             out.append(op)
-            _track(lengths, reasoning, op)
-        return out
+            _track(live, op)
+
+        for op in sorted(self.ops, key=lambda o: o.t):
+            match op:
+                case Append() if op.messages[0].id in self.prefixes:
+                    emit(Append(op.t, op.ctx, (self._prefix(op.messages[0]),), op.temporary))
+                case _RemoveAll():
+                    n = len(live.get(op.ctx, ()))
+                    if n > 1:
+                        emit(Remove(op.t, op.ctx, 1, n - 1))
+                case _Compact():
+                    emit(Open(op.t, op.ctx, self.sid, AgentKind.COMPACTOR, op.main, None, True))
+                    emit(Append(op.t, op.ctx, (*live.get(op.main, ()), op.instruction)))
+                case _Rekey():
+                    msgs = list(live.get(op.ctx, ()))
+                    if msgs:
+                        emit(Remove(op.t, op.ctx, 0, len(msgs)))
+                        again = []
+                        for m in msgs:
+                            b = base.setdefault(m.id, m.content_key)
+                            again.append(Message(m.id, m.role, m.kind, m.tokens, f"{b}@{op.model}"))
+                        emit(Append(op.t, op.ctx, tuple(again)))
+                case _:
+                    emit(op)
+        return _calibrated(out, self.prompt_sizes)
+
+
+def _calibrated(ops: list[Op], prompt_sizes: dict[int, int]) -> list[Op]:
+    """Sizes from the provider's counts (R4): at each call that logged its prompt size, the
+    messages its context gained since its last such call (tool results, the last call's outputs,
+    a new prompt) share what the size leaves after the messages already sized, in proportion to
+    their characters-based estimates; a message keeps one size wherever it is copied. Where the
+    estimate of the older messages already exceeds the count, nothing is rescaled."""
+    live: dict[ContextId, list[Message]] = {}
+    size: dict[MessageId, int] = {}
+    settled: set[MessageId] = set()
+    for op in ops:
+        if isinstance(op, Infer) and id(op) in prompt_sizes:
+            msgs = live.get(op.ctx, [])
+            fresh = [m for m in msgs if m.id not in settled]
+            old = sum(size.get(m.id, m.tokens) for m in msgs if m.id in settled)
+            room = prompt_sizes[id(op)] - old
+            if fresh and room >= len(fresh):
+                est = [size.get(m.id, m.tokens) for m in fresh]
+                for m, n in zip(fresh, _shares(room, est), strict=True):
+                    size[m.id] = n
+            settled.update(m.id for m in msgs)
+        _track(live, op)
+    return [_resized(op, size) for op in ops] if size else ops
+
+
+def _shares(total: int, weights: list[int]) -> list[int]:
+    """``total`` split in proportion to ``weights`` (largest remainder), each share at least 1."""
+    spare = total - len(weights)
+    w = sum(weights)
+    raw = [spare * x / w for x in weights]
+    out = [int(r) for r in raw]
+    order = sorted(range(len(raw)), key=lambda i: (out[i] - raw[i], i))
+    for i in order[: spare - sum(out)]:
+        out[i] += 1
+    return [1 + n for n in out]
+
+
+def _resized(op: Op, size: dict[MessageId, int]) -> Op:
+    def fix(m: Message) -> Message:
+        n = size.get(m.id)
+        return m if n is None or n == m.tokens else Message(m.id, m.role, m.kind, n, m.hash)
+
+    match op:
+        case Append():
+            return Append(op.t, op.ctx, tuple(fix(m) for m in op.messages), op.temporary)
+        case Infer():
+            return Infer(op.t, op.ctx, tuple(fix(m) for m in op.output), op.duration)
+        case Return():
+            return Return(op.t, op.ctx, op.into, fix(op.result))
+        case _:
+            return op
 
 
 @attrs.frozen(slots=True)
 class _RemoveAll:
-    """Marker: drop everything after the prefix (resolved once lengths are known)."""
+    """Marker: drop everything after the prefix (resolved once the live messages are known)."""
 
     t: float
     ctx: ContextId
 
 
-def _track(lengths: dict[ContextId, int], reasoning: dict[ContextId, int], op: Op) -> None:
-    """Message counts per context, so that a remove-all marker can name its range."""
+@attrs.frozen(slots=True)
+class _Compact:
+    """Marker: open the one-shot compactor ``ctx`` with a copy of ``main`` and the instruction."""
+
+    t: float
+    ctx: ContextId
+    main: ContextId
+    instruction: Message
+
+
+@attrs.frozen(slots=True)
+class _Rekey:
+    """Marker: the context's next call runs another model; its KV is keyed afresh (R4)."""
+
+    t: float
+    ctx: ContextId
+    model: str
+
+
+_Marker = _RemoveAll | _Compact | _Rekey
+
+
+def _track(live: dict[ContextId, list[Message]], op: Op) -> None:
+    """Each context's live messages, so that a marker can name a range or copy a context."""
     match op:
         case Open():
-            lengths[op.ctx] = reasoning[op.ctx] = 0
-        case Fork():
-            lengths[op.ctx] = lengths.get(op.src, 0)
-            reasoning[op.ctx] = reasoning.get(op.src, 0)
+            live[op.ctx] = []
         case Append():
-            lengths[op.ctx] = lengths.get(op.ctx, 0) + len(op.messages)
+            live.setdefault(op.ctx, []).extend(op.messages)
         case Infer():
-            lengths[op.ctx] = lengths.get(op.ctx, 0) + len(op.output)
-            reasoning[op.ctx] = reasoning.get(op.ctx, 0) + sum(
-                1 for m in op.output if m.kind is MessageKind.REASONING
-            )
+            live.setdefault(op.ctx, []).extend(op.output)
         case Remove():
-            lengths[op.ctx] = lengths.get(op.ctx, 0) - op.count
-            reasoning[op.ctx] = 0  # only used to drop the whole history
+            del live.setdefault(op.ctx, [])[op.index : op.index + op.count]
         case Return():
-            lengths[op.into] = lengths.get(op.into, 0) + 1
+            live.setdefault(op.into, []).append(op.result)
         case TurnEnd():
-            lengths[op.ctx] = lengths.get(op.ctx, 0) - reasoning.get(op.ctx, 0)
-            reasoning[op.ctx] = 0
+            live[op.ctx] = [m for m in live.get(op.ctx, []) if m.kind is not MessageKind.REASONING]
+        case _:
+            pass  # end_session: nothing to track
 
 
 def import_claude_code(paths: Iterable[str | Path]) -> tuple[Trace, ImportReport]:
+    """One trace of every given session on one clock: seconds since the earliest record of any
+    of them (R5)."""
     report = ImportReport()
+    importers = [_Importer(Path(p), report) for p in paths]
+    t0 = min((imp.start() for imp in importers), default=0.0)
     ops: list[Op] = []
     names = []
-    for p in paths:
-        path = Path(p)
-        mine = _Importer(path, report).run()
+    for imp in importers:
+        mine = imp.run(t0)
         ops += mine
-        names.append(path.name)
+        names.append(imp.path.name)
         report.conversations += 1
         report.requests += sum(1 for o in mine if isinstance(o, Infer))
     report.ops = len(ops)

@@ -20,8 +20,10 @@ Token sizes: ``usage.prompt_tokens`` and ``completion_tokens`` (and ``reasoning_
 the log has them -- the messages appended by a request take what ``prompt_tokens`` leaves after
 the context's current messages, so the request totals ``prompt_tokens`` (a replaced message is
 scaled by the request's tokens-per-character) -- else characters / 4. Times: ``created`` where
-present, else one second per request. Records that cannot be interpreted are skipped and
-counted; an unreadable file is a :class:`~kvmodel.errors.TraceError` naming it.
+present, as seconds since the earliest ``created`` of every conversation imported together (one
+clock, spec R5); a conversation with none is one second per request from 0. Records that cannot
+be interpreted are skipped and counted; an unreadable file is a
+:class:`~kvmodel.errors.TraceError` naming it.
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ class ImportReport:
     requests: int = 0
     ops: int = 0
     skipped: int = 0
+    #: conversations with no time in the log: requests one second apart from t = 0 (spec R5)
+    untimed: int = 0
     warnings: list[str] = attrs.field(factory=list)
 
     def skip(self, why: str) -> None:
@@ -242,12 +246,17 @@ class _Builder:
         )
 
     def run(self, t0: float | None) -> list[Op]:
-        self.ops.append(Open(0.0, self.ctx, self.session, AgentKind.MAIN))
+        """The conversation's ops; ``t0`` is the import's clock origin, None for a conversation
+        with no times (one second per request from 0; a request without a time in a timed
+        conversation follows the one before it)."""
+        first = next((r.created for r in self.conv.requests if r.created is not None), None)
+        self.t = 0.0 if t0 is None or first is None else float(first) - t0
+        self.ops.append(Open(self.t, self.ctx, self.session, AgentKind.MAIN))
         for i, req in enumerate(self.conv.requests):
-            if req.created is not None and t0 is not None:
-                self.t = max(self.t, float(req.created) - t0)
-            else:
+            if t0 is None:
                 self.t = float(i)
+            elif req.created is not None:
+                self.t = max(self.t, float(req.created) - t0)
             self.diff(req)
             out = self.outputs(req)
             self.ops.append(Infer(self.t, self.ctx, tuple(m for _, m in out)))
@@ -342,14 +351,17 @@ class _Builder:
 def import_openai(paths: Sequence[str | Path]) -> tuple[Trace, ImportReport]:
     """One trace holding every conversation of the given files, on one timeline."""
     report = ImportReport()
+    convs = [conv for p in paths for conv in conversations(Path(p), report)]
+    # one clock for every conversation: seconds since the earliest logged time (spec R5)
+    created = [r.created for c in convs for r in c.requests if r.created is not None]
+    t0 = min(created) if created else None
     streams: list[list[Op]] = []
-    for p in paths:
-        for conv in conversations(Path(p), report):
-            created = [r.created for r in conv.requests if r.created is not None]
-            b = _Builder(conv, report)
-            streams.append(b.run(min(created) if created else None))
-            report.conversations += 1
-            report.requests += len(conv.requests)
+    for conv in convs:
+        timed = any(r.created is not None for r in conv.requests)
+        streams.append(_Builder(conv, report).run(t0 if timed else None))
+        report.conversations += 1
+        report.untimed += not timed
+        report.requests += len(conv.requests)
     ops = sorted((op for s in streams for op in s), key=lambda o: o.t)
     report.ops = len(ops)
     meta = {"kvtrace": 1, "importer": "openai", "sources": [Path(p).name for p in paths]}
