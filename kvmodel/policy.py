@@ -59,6 +59,7 @@ ENTRY_POINT_GROUP = "kvmodel.policies"
 #: they are found exactly as a third-party ``package.module:Name`` would be.
 BUILTIN_POLICIES: Mapping[str, str] = {
     "belady": "policies.offline:Belady",
+    "discovered": "policies.discovered:Discovered",
     "hbm-first": "policies.hbm_first:HBMFirst",
     "kvtether": "policies.kvtether:KVTether",
     "lachesis": "policies.lachesis:Lachesis",

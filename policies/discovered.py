@@ -33,7 +33,9 @@ _BYPASS: frozenset[BlockClass] = frozenset({_C.TEMPORARY})
 
 
 class Discovered(LachesisDet):
-    name: ClassVar[str] = "discovered:d-ast-smru-lru-dead-bypass-segments"
+    name: ClassVar[str] = "discovered"
+    #: the point of the policy space (policies/space.py) this policy is
+    point: ClassVar[str] = "d-ast-smru-lru-dead-bypass-segments"
     rank: ClassVar[tuple[RankTerm, ...]] = (
         RankTerm("state", order=(_C.DEAD, _C.EXPIRED, _C.ACTIVE, _C.SUSPENDED, _C.TEMPORARY)),
         RankTerm("suspend_time", descending=True, only=frozenset({_C.SUSPENDED})),

@@ -192,7 +192,8 @@ def test_the_shipped_discovered_policy_is_its_candidate_and_passes_the_gate(
 ) -> None:
     from policies.discovered import Discovered
 
-    c = Candidate.parse(Discovered.name.removeprefix("discovered:"))
+    assert Discovered.name == "discovered"  # registered by that name
+    c = Candidate.parse(Discovered.point)
     p = Discovered()
     assert (declared_rank(p), declared_reclaim(p), declared_bypass(p)) == (
         c.rank(), c.reclaim, c.bypasses()

@@ -23,6 +23,7 @@ from kvmodel.io.trace import Close, EndSession, Infer, Op, Remove, Replace, Retu
 from kvmodel.lifecycle import BlockClass, MsgState
 from kvmodel.policy import BasePolicy, Placement, RankTerm, Reclaim, rank_key
 from kvmodel.view import BlockInfo, ModelView, NewBlock
+from policies.discovered import Discovered
 from policies.kvtether import KVTether
 from policies.lachesis import Lachesis, LachesisDet, SegmentClass
 from policies.lru import LRU
@@ -33,17 +34,21 @@ from policies.vllm_prefix import VLLMPrefix
 
 __all__ = [
     "MUTANTS",
+    "AllHBMFirstDiscovered",
     "AllHBMFirstLachesis",
     "AllHBMFirstTetherLachesis",
+    "BoundaryReclaimDiscovered",
     "BoundaryReclaimKVTether",
     "BoundaryReclaimLachesis",
     "BoundaryReclaimLachesisDet",
     "BoundaryReclaimOptPlacement",
     "BoundaryReclaimTetherLachesis",
+    "CappedReclaimDiscovered",
     "CappedReclaimKVTether",
     "CappedReclaimLachesis",
     "CappedReclaimLachesisDet",
     "CappedReclaimTetherLachesis",
+    "DeadAfterSuspendedDiscovered",
     "DeadAfterSuspendedLachesis",
     "DeadAfterSuspendedLachesisDet",
     "DeadAfterSuspendedTetherLachesis",
@@ -56,6 +61,7 @@ __all__ = [
     "IdleTimeoutReclaim",
     "IndexesTemporary",
     "LateDeadReclaim",
+    "LateReclaimDiscovered",
     "LateReclaimKVTether",
     "LateReclaimLachesis",
     "LateReclaimLachesisDet",
@@ -63,9 +69,12 @@ __all__ = [
     "LateReclaimTetherLachesis",
     "LeadInHBM",
     "MRUInverted",
+    "MRUInvertedDiscovered",
     "MRUInvertedTetherLachesis",
+    "NoBypassDiscovered",
     "NoBypassTetherLachesis",
     "RaisesOnCompactor",
+    "ReclaimsExpiredDiscovered",
     "ReclaimsExpiredLachesis",
     "ReclaimsExpiredLachesisDet",
     "ReclaimsExpiredOptPlacement",
@@ -553,6 +562,44 @@ class AllHBMFirstTetherLachesis(_AllHBMFirst, TetherLachesis):
     name: ClassVar[str] = "mutant-all-hbm-first-tether-lachesis"
 
 
+class CappedReclaimDiscovered(_CappedReclaim, Discovered):
+    name: ClassVar[str] = "mutant-capped-reclaim-discovered"
+
+
+class BoundaryReclaimDiscovered(_ReclaimAtBoundaries, Discovered):
+    name: ClassVar[str] = "mutant-boundary-reclaim-discovered"
+
+
+class LateReclaimDiscovered(_ReclaimOneOpLate, Discovered):
+    name: ClassVar[str] = "mutant-late-reclaim-discovered"
+
+
+class ReclaimsExpiredDiscovered(_ReclaimsExpired, Discovered):
+    name: ClassVar[str] = "mutant-reclaims-expired-discovered"
+
+
+class DeadAfterSuspendedDiscovered(_DeadAfterSuspended, Discovered):
+    name: ClassVar[str] = "mutant-dead-after-suspended-discovered"
+
+
+class MRUInvertedDiscovered(Discovered):
+    """The discovered policy with its Suspended order inverted (LRU where MRU is claimed)."""
+
+    name: ClassVar[str] = "mutant-mru-inverted-discovered"
+    rank: ClassVar[tuple[RankTerm, ...]] = tuple(
+        attrs.evolve(t, descending=False) if t.feature == "suspend_time" else t
+        for t in Discovered.rank
+    )
+
+
+class NoBypassDiscovered(_NoBypass, Discovered):
+    name: ClassVar[str] = "mutant-no-bypass-discovered"
+
+
+class AllHBMFirstDiscovered(_AllHBMFirst, Discovered):
+    name: ClassVar[str] = "mutant-all-hbm-first-discovered"
+
+
 #: import path -> the invariant it must be caught breaking
 MUTANTS: Mapping[str, str] = MappingProxyType(
     {
@@ -610,6 +657,16 @@ MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.search.mutants:NoBypassTetherLachesis": "temporary-bypass",
         "checkers.search.mutants:AllHBMFirstLachesis": "deterministic-placement",
         "checkers.search.mutants:AllHBMFirstTetherLachesis": "deterministic-placement",
+        "checkers.search.mutants:CappedReclaimDiscovered": "prefix-closed-residency",
+        "checkers.search.mutants:BoundaryReclaimDiscovered": "no-zombie-kv",
+        "checkers.search.mutants:LateReclaimDiscovered": "free-at-boundary",
+        "checkers.search.mutants:ReclaimsExpiredDiscovered": "reclaim-dead-only",
+        "checkers.search.mutants:DeadAfterSuspendedDiscovered": (
+            "no-live-eviction-before-dead-reclaim"
+        ),
+        "checkers.search.mutants:MRUInvertedDiscovered": "suspended-mru",
+        "checkers.search.mutants:NoBypassDiscovered": "temporary-bypass",
+        "checkers.search.mutants:AllHBMFirstDiscovered": "deterministic-placement",
         # engine bugs that no invariant sees: caught by the engine's self-check
         **ENGINE_MUTANTS,
     }
