@@ -12,10 +12,10 @@ Short-lived KV goes HBM-first, long-lived KV HBF-first (the configured tier orde
 fast-to-flash: first tier = HBM, last = HBF). Dead KV is freed at once (a segment's blocks go at
 its closing boundary). Under pressure: dead/expired first, then least recently used.
 
-**Predictive path** (``lachesis``): workers are ranked by a ridge model over their spawn signal
-(:mod:`policies.spawn_predictor`); among workers spawned together, the shortest-predicted are
-admitted to HBM while HBM's free blocks, after a reservation for reviewers, cover their expected
-footprint; the others go HBF-first.
+**Predictive path** (``lachesis``): every open worker of every session is ranked by a ridge
+model over its spawn signal (:mod:`policies.spawn_predictor`); a worker is admitted to HBM when
+its place in that ranking is within the number of workers HBM's free blocks, after a reservation
+for reviewers, have room for; the others go HBF-first.
 
 :meth:`LachesisDet.segment_table` lists the live segments: id, class, closing boundary, blocks.
 """
@@ -172,22 +172,18 @@ class Lachesis(LachesisDet):
         return self.predictor.predict(info.spawn, self._position.get(ctx, 0))
 
     def _admit(self, view: ModelView, ctx: ContextId) -> bool:
-        info = view.context(ctx)
-        batch = sorted(
-            (
-                c
-                for c in view.open_contexts()
-                if (ci := view.context(c)).agent is AgentKind.WORKER
-                and ci.parent == info.parent
-                and ci.opened_at == info.opened_at
-            ),
+        """Spec §lachesis: the worker's place among *every* open worker of every session the
+        node serves, ranked by predicted lifetime (ties by context id), against the number of
+        workers HBM's free blocks have room for after the reviewer reservation."""
+        ranking = sorted(
+            (c for c in view.open_contexts() if view.context(c).agent is AgentKind.WORKER),
             key=lambda c: (self._predicted(view, c), c),
         )
         hbm = view.tiers()[0]
         reserve = math.ceil(self.reviewer_reserve * hbm.capacity)
         footprint = max(1.0, self.predictor.mean_worker_tokens / view.block_size)
-        k = max(0, int((hbm.free - reserve) // footprint))
-        return batch.index(ctx) < k if ctx in batch else False
+        k = max(0, math.ceil((hbm.free - reserve) / footprint))
+        return ranking.index(ctx) < k if ctx in ranking else False
 
     def segment_class(self, view: ModelView, block: NewBlock) -> SegmentClass:
         if block.agent is not AgentKind.WORKER:

@@ -163,6 +163,47 @@ def test_lachesis_places_lead_in_hbf_worker_in_hbm_and_frees_at_return(policy: s
     assert log_of(e, 6) == ["free 0 d0 reclaim", "free 1 d1 reclaim", "free 2 d2 reclaim"]
 
 
+def _by_context_tokens() -> SpawnPredictor:
+    """A predictor whose predicted lifetime is the spawn's ``context_tokens`` (features:
+    words, context_tokens, position, then 32 hashed buckets); a worker footprint of 8 blocks."""
+    n = 3 + 32
+    return SpawnPredictor(
+        mean=[0.0] * n, scale=[1.0] * n, weights=[0.0, 1.0] + [0.0] * (n - 2),
+        mean_worker_tokens=32.0,
+    )  # fmt: skip
+
+
+def _worker(t: float, ctx: str, session: str, parent: str, tokens: int) -> dict[str, object]:
+    return {
+        "op": "open", "t": t, "ctx": ctx, "session": session, "agent": "worker",
+        "parent": parent, "spawn": {"instruction": f"do {ctx}", "tools": [],
+                                    "context_tokens": tokens},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(("others", "tier"), [(False, "hbm"), (True, "hbf")])
+def test_lachesis_ranks_the_workers_of_every_session(others: bool, tier: str) -> None:
+    # HBM 18 blocks, reserve 2, footprint 8: room for k = 2 workers. Session t's worker w is
+    # predicted longest; session u has two open workers predicted shorter (written nothing yet).
+    # Ranked with them (spec: every session the node serves), w is third and goes HBF-first;
+    # alone -- or ranked only with the workers its own lead spawned with it -- it is first.
+    ops: list[dict[str, object]] = []
+    if others:
+        ops += [
+            {"op": "open", "t": 0, "ctx": "u", "session": "u", "agent": "lead"},
+            _worker(0, "u1", "u", "u", 10),
+            _worker(0, "u2", "u", "u", 20),
+        ]
+    ops += [
+        {"op": "open", "t": 1, "ctx": "t", "session": "t", "agent": "lead"},
+        _worker(1, "w", "t", "t", 900),
+        {"op": "append", "t": 1, "ctx": "w", "messages": [msg("W", 8)]},
+        {"op": "infer", "t": 2, "ctx": "w", "output": []},
+    ]
+    r = replay(trace(*ops), Lachesis(_by_context_tokens()), config(blocks=18, hbf=64))
+    assert [o.tier for o in r.engine.log if o.kind == "alloc"] == [tier, tier]
+
+
 def test_lachesis_det_segments_by_turn_and_table() -> None:
     pol = LachesisDet()
     r = replay(

@@ -60,6 +60,29 @@ def test_multi_agent_worker_statistics(seed: int) -> None:
     assert 3.8 <= statistics.median(lead) / float(np.median(life)) <= 6.5  # paper: 4.0-6.1x
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_multi_agent_review_adds_short_lived_reviewers_and_nothing_else(seed: int) -> None:
+    from kvmodel.io.trace import Infer, Return
+
+    plain = generate_agentic(attrs.evolve(PRESETS["multi-agent"], seed=seed))
+    tr = generate_agentic(attrs.evolve(PRESETS["multi-agent-review"], seed=seed))
+    opens = [op for op in tr.ops if isinstance(op, Open)]
+    reviewers = [op.ctx for op in opens if op.agent.value == "reviewer"]
+    workers = [op.ctx for op in tr.ops if isinstance(op, Open) and op.agent.value == "worker"]
+    assert 0.3 <= len(reviewers) / len(workers) <= 0.7  # p_review = 0.5
+    infers = Counter(op.ctx for op in tr.ops if isinstance(op, Infer))
+    assert all(infers[r] == 1 for r in reviewers)  # one inference, no delegation
+    opened = {op.ctx: op.t for op in tr.ops if isinstance(op, Open)}
+    returned = {op.ctx: op.t for op in tr.ops if isinstance(op, Return)}
+    worker_life = statistics.median(returned[w] - opened[w] for w in workers)
+    reviewer_life = statistics.median(returned[r] - opened[r] for r in reviewers)
+    assert reviewer_life < worker_life / 3  # shorter-lived than a worker (Lachesis §3.4)
+    # the reviewer-free twin is the same workload without them: the first session's lead
+    # starts alike, and multi-agent's own ops are what they were (its golden outputs pin that)
+    assert plain.ops[:3] == tr.ops[:3]
+    assert "p_review" not in plain.header.meta
+
+
 def test_generators_are_deterministic() -> None:
     for name, p in PRESETS.items():
         a = list(iter_trace_lines(generate_agentic(p)))

@@ -62,6 +62,10 @@ class AgenticParams:
     p_fork: float = 0.1  # chance a turn ends with a discarded alternative on a fork
     #: the orchestrating agent is a ``lead`` (multi-agent) rather than a ``main`` agent
     lead: bool = False
+    #: chance that a returned worker's trace is handed to a reviewer (Lachesis §3.4: a reviewer
+    #: reads a completed worker trace and answers in one inference, without delegating)
+    p_review: float = 0.0
+    reviewer_system_tokens: int = 400
 
 
 #: Calibrated presets (tests/test_workloads.py measures them against these ranges):
@@ -72,9 +76,15 @@ class AgenticParams:
 #: * ``multi-agent`` -- one task per session, a lead fanning out workers; worker lifetime
 #:   spread p10->p90 within 3.7-23.6x, Kendall tau between worker lifetime and write volume
 #:   about 0.5-0.7 (paper 0.51-0.72), lead outliving the median worker 4-6x (paper 4.0-6.1x).
+#: * ``multi-agent-review`` -- ``multi-agent`` with a reviewer for half the returned workers
+#:   (the paper's multi-agent trace "as the harness records it"; ``multi-agent`` is its
+#:   reviewer-disabled twin): the same draws, plus the reviewers'.
 PRESETS: dict[str, AgenticParams] = {
     "single-agent": AgenticParams(sessions=24, turns=3, p_spawn=0.0),
     "multi-agent": AgenticParams(sessions=24, turns=1, rounds=4, p_spawn=0.6, lead=True),
+    "multi-agent-review": AgenticParams(
+        sessions=24, turns=1, rounds=4, p_spawn=0.6, lead=True, p_review=0.5
+    ),
 }
 
 
@@ -122,14 +132,41 @@ _TASKS = {
 _TOOL_LATENCY_S = {"grep": 0.5, "read": 1.0, "edit": 1.5, "bash": 4.0, "web": 8.0}
 
 
-def _run_worker(s: _Session, parent: ContextId, wid: ContextId, t: float) -> tuple[float, Message]:
+def _run_reviewer(
+    s: _Session, parent: ContextId, rid: ContextId, t: float, part: str, trace_tokens: int
+) -> tuple[float, Message]:
+    """A reviewer of a returned worker: the worker's trace as its input, one inference, its
+    review returned to ``parent``."""
+    spawn = SpawnRecord(f"review {part}", (), trace_tokens, "reviewer")
+    s.ops.append(Open(t, rid, s.sid, AgentKind.REVIEWER, parent, spawn, False))
+    sys_m = Message(
+        MessageId(f"{rid}.sys"),
+        Role.SYSTEM,
+        MessageKind.SYSTEM,
+        s.p.reviewer_system_tokens,
+        "reviewer-system-prompt",
+    )
+    seq = [sys_m, s.msg(Role.USER, MessageKind.INSTRUCTION, trace_tokens)]
+    s.ops.append(Append(t, rid, tuple(seq)))
+    review = [s.msg(Role.ASSISTANT, MessageKind.OUTPUT, s.lognormal(150))]
+    t = s.infer(t, rid, sum(m.tokens for m in seq), review)
+    result = s.msg(Role.TOOL, MessageKind.RESULT, review[0].tokens)
+    s.ops.append(Return(t, rid, parent, result))
+    return t, result
+
+
+def _run_worker(
+    s: _Session, parent: ContextId, wid: ContextId, t: float
+) -> tuple[float, Message, int, str]:
+    """A worker's ops; its return time, its result, the tokens of its trace and its part."""
     p, rng = s.p, s.rng
     names = sorted(_TOOL_LATENCY_S)
     tools = tuple(sorted(rng.choice(names, size=int(rng.integers(1, 4)), replace=False).tolist()))
     verbs = sorted(_TASKS)
     verb = verbs[int(rng.integers(0, len(verbs)))]
     rounds = 1 + int(rng.poisson(1.0 + _TASKS[verb] + 0.5 * len(tools)))
-    instruction = f"{verb} part {int(rng.integers(0, 100))} using " + ", ".join(tools)
+    part = f"part {int(rng.integers(0, 100))}"
+    instruction = f"{verb} {part} using " + ", ".join(tools)
     ins_tokens = 40 + int(rng.integers(0, 200))
     s.ops.append(
         Open(
@@ -167,7 +204,7 @@ def _run_worker(s: _Session, parent: ContextId, wid: ContextId, t: float) -> tup
     t = s.infer(t, wid, tokens, final)
     result = s.msg(Role.TOOL, MessageKind.RESULT, final[0].tokens)
     s.ops.append(Return(t, wid, parent, result))
-    return t, result
+    return t, result, tokens + final[0].tokens, part
 
 
 def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: float) -> list[Op]:
@@ -206,11 +243,16 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
             t = s.infer(t, main, sum(m.tokens for m in history), out)
             history.extend(out)
             if rng.random() < p.p_spawn:
-                ends = []
+                ends: list[tuple[float, Message]] = []
                 for _w in range(1 + int(rng.integers(0, p.max_workers))):
                     n_workers += 1
                     wid = ContextId(f"s{index}.w{n_workers}")
-                    ends.append(_run_worker(s, main, wid, t))
+                    end, result, trace_tokens, part = _run_worker(s, main, wid, t)
+                    ends.append((end, result))
+                    # drawn only when reviewers are on: the reviewer-free presets keep their draws
+                    if p.p_review > 0 and rng.random() < p.p_review:
+                        rid = ContextId(f"s{index}.r{n_workers}")
+                        ends.append(_run_reviewer(s, main, rid, end, part, trace_tokens))
                 t = max(e for e, _ in ends)
                 history.extend(r for _, r in sorted(ends, key=lambda x: x[0]))
             else:
@@ -284,4 +326,6 @@ def generate_agentic(params: AgenticParams | None = None) -> Trace:
         t0 += float(rng.exponential(p.session_gap_s))
     ops = tuple(_merge(streams))
     meta = {"kvtrace": 1, "generator": "agentic", **attrs.asdict(p)}
+    if not p.p_review:  # a reviewer-free workload's header is what it was before reviewers
+        del meta["p_review"], meta["reviewer_system_tokens"]
     return Trace(TraceHeader(1, meta), ops)
