@@ -15,6 +15,7 @@ from kvmodel.cli.common import (
     atomic_write,
     engine_config,
     int_at_least,
+    number_in,
     workload_args,
 )
 from kvmodel.config import EngineConfig, default_config
@@ -133,6 +134,19 @@ def _cmd_generate(args: argparse.Namespace) -> int:
             raise ConfigError(f"--random-ops must be >= 1 (got {args.random_ops})")
         # every op kind (replace, unpin, partial forks, temporaries, ...), not agent-shaped
         trace = random_trace(RandomParams(seed=args.seed, ops=args.random_ops))
+    elif args.from_traces:
+        from kvmodel.workloads.resample import ResampleParams, resample_sessions
+
+        p = ResampleParams(args.seed, args.sessions, args.session_gap)
+        trace = resample_sessions(
+            [load_trace(f) for f in args.from_traces], p, [Path(f).name for f in args.from_traces]
+        )
+        print(
+            f"{trace.header.meta['sessions']} sessions resampled from "
+            f"{trace.header.meta['pool_sessions']} real sessions, Poisson arrivals every "
+            f"{args.session_gap:g} s on average; {len(trace.ops)} ops",
+            file=sys.stderr,
+        )
     else:
         trace = agentic_from(args)
     text = "".join(line + "\n" for line in iter_trace_lines(trace))
@@ -153,6 +167,21 @@ def add_generate(sub: Subparsers) -> None:
         metavar="N",
         help="instead of an agent workload, N random valid ops over every op kind "
         "(replace, unpin, partial forks, temporaries, ...): the fuzzing and checking generator",
+    )
+    g.add_argument(
+        "--from-traces",
+        nargs="+",
+        metavar="TRACE",
+        help="instead of generating, resample the sessions of imported real traces "
+        "(kvmodel import output) into a multi-tenant workload: --sessions copies (default: "
+        "one per session), Poisson arrivals, each copy sharing only the fixed prefix",
+    )
+    g.add_argument(
+        "--session-gap",
+        type=number_in(0.0, low_open=True),
+        default=30.0,
+        metavar="S",
+        help="with --from-traces: mean seconds between arrivals (default 30)",
     )
     g.set_defaults(func=_cmd_generate)
 

@@ -14,9 +14,6 @@ not calibrated: calibrated generators are a separate piece of work (see the work
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterator
-
 import attrs
 import numpy as np
 
@@ -37,6 +34,7 @@ from kvmodel.io.trace import (
     TurnEnd,
 )
 from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
+from kvmodel.workloads.timeline import merge_streams
 
 __all__ = ["PRESETS", "AgenticParams", "generate_agentic"]
 
@@ -304,16 +302,6 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
     return sorted(s.ops, key=lambda o: o.t)
 
 
-def _merge(streams: list[list[Op]]) -> Iterator[Op]:
-    """Merge per-session op lists on one timeline, stable by (t, session, position)."""
-    heap = [(ops[0].t, i, 0) for i, ops in enumerate(streams) if ops]
-    heapq.heapify(heap)
-    while heap:
-        _, i, j = heapq.heappop(heap)
-        yield streams[i][j]
-        if j + 1 < len(streams[i]):
-            heapq.heappush(heap, (streams[i][j + 1].t, i, j + 1))
-
 
 def generate_agentic(params: AgenticParams | None = None) -> Trace:
     """A deterministic trace for ``params`` (see module docstring)."""
@@ -324,7 +312,7 @@ def generate_agentic(params: AgenticParams | None = None) -> Trace:
     for i in range(p.sessions):
         streams.append(_session_ops(p, rng, i, round(t0, 3)))
         t0 += float(rng.exponential(p.session_gap_s))
-    ops = tuple(_merge(streams))
+    ops = tuple(merge_streams(streams))
     meta = {"kvtrace": 1, "generator": "agentic", **attrs.asdict(p)}
     if not p.p_review:  # a reviewer-free workload's header is what it was before reviewers
         del meta["p_review"], meta["reviewer_system_tokens"]

@@ -1,0 +1,108 @@
+"""A multi-tenant workload resampled from real sessions (``kvmodel generate --from-traces``).
+
+The input is one or more traces of real runs (``kvmodel import`` output). Each *session* in them
+is a pool entry; the output holds ``sessions`` copies drawn uniformly with replacement from the
+pool, the k-th arriving ``gap`` seconds (exponential, mean ``session_gap_s``) after the one
+before: Poisson arrivals, each copy keeping its own session's timing, message sizes and edits.
+
+A copy is another user running the same kind of task. It shares the fixed prefix with every
+other copy -- its ``system`` messages keep their KV identity -- and nothing else: every other
+message's identity is made the copy's own (ids prefixed ``r<k>.``, content hashes suffixed
+``#<k>``), so two copies of one real session do not hit each other's conversation, which two
+users would not send. Every random choice comes from ``numpy.random.default_rng(seed)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from kvmodel.errors import ConfigError
+from kvmodel.ids import ContextId, MessageId, SessionId
+from kvmodel.io.trace import EndSession, Fork, Op, Open, Trace, TraceHeader
+from kvmodel.messages import Message, MessageKind
+from kvmodel.workloads.timeline import merge_streams
+
+__all__ = ["ResampleParams", "resample_sessions", "sessions_of"]
+
+#: op fields that name a context, and the one that names a session
+_CTX_FIELDS = ("ctx", "src", "parent", "into")
+
+
+@attrs.frozen(slots=True)
+class ResampleParams:
+    seed: int = 0
+    sessions: int | None = None  # default: as many as the pool holds
+    session_gap_s: float = 30.0  # mean gap between arrivals
+
+
+def sessions_of(traces: Sequence[Trace]) -> list[list[Op]]:
+    """Each session's ops, in trace order, sessions in order of first appearance."""
+    owner: dict[ContextId, SessionId] = {}
+    out: dict[SessionId, list[Op]] = {}
+    for tr in traces:
+        for op in tr.ops:
+            if isinstance(op, Open):
+                owner[op.ctx] = op.session
+            elif isinstance(op, Fork):
+                owner[op.ctx] = owner[op.src]
+            sid = op.session if isinstance(op, EndSession) else owner[op.ctx]
+            out.setdefault(sid, []).append(op)
+    return list(out.values())
+
+
+def _message(m: Message, k: int) -> Message:
+    if m.kind is MessageKind.SYSTEM:  # the shared fixed prefix keeps its identity
+        return attrs.evolve(m, id=MessageId(f"r{k}.{m.id}"), hash=m.content_key)
+    return attrs.evolve(
+        m, id=MessageId(f"r{k}.{m.id}"), hash=None if m.hash is None else f"{m.hash}#{k}"
+    )
+
+
+def _copy(op: Op, k: int, shift: float) -> Op:
+    """``op`` of copy ``k``: its contexts, session and messages renamed, its time shifted."""
+    changes: dict[str, Any] = {"t": round(op.t + shift, 6)}
+    for f in attrs.fields(type(op)):
+        v = getattr(op, f.name)
+        if v is None:
+            continue
+        if f.name in _CTX_FIELDS:
+            changes[f.name] = ContextId(f"r{k}.{v}")
+        elif f.name == "session":
+            changes[f.name] = SessionId(f"r{k}.{v}")
+        elif isinstance(v, Message):
+            changes[f.name] = _message(v, k)
+        elif isinstance(v, tuple) and v and isinstance(v[0], Message):
+            changes[f.name] = tuple(_message(m, k) for m in v)
+    return attrs.evolve(op, **changes)
+
+
+def resample_sessions(
+    traces: Sequence[Trace], p: ResampleParams, sources: Sequence[str] = ()
+) -> Trace:
+    pool = sessions_of(traces)
+    if not pool:
+        raise ConfigError("--from-traces: the traces hold no session to resample")
+    n = p.sessions if p.sessions is not None else len(pool)
+    rng = np.random.default_rng(p.seed)
+    picks = rng.integers(0, len(pool), size=n)
+    gaps = rng.exponential(p.session_gap_s, size=n)
+    arrivals = np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if n else np.zeros(0)
+    streams = []
+    for k, (i, at) in enumerate(zip(picks.tolist(), arrivals.tolist(), strict=True)):
+        ops = pool[i]
+        shift = float(at) - ops[0].t
+        streams.append([_copy(op, k, shift) for op in ops])
+    meta = {
+        "kvtrace": 1,
+        "generator": "from-traces",
+        "sources": list(sources),
+        "pool_sessions": len(pool),
+        **attrs.asdict(p),
+        "sessions": n,
+    }
+    return Trace(TraceHeader(1, meta), tuple(merge_streams(streams)))
+
