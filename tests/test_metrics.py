@@ -13,6 +13,7 @@ from kvmodel.studies.metrics import (
     Prices,
     Timing,
     compute_metrics,
+    queued_ttfts,
     regretted_evictions,
     share_of_optimum,
 )
@@ -42,6 +43,15 @@ def test_cost_and_latency_formulas() -> None:
     assert m.latency_s_total == pytest.approx((8 / 4 + 1) + (4 / 4 + 1) + 4 * 0.5)
 
 
+def test_queued_ttft_waits_for_the_prefill_servers() -> None:
+    # spec E5: three requests (arrival, order, prefill tokens) at 4 tokens/s, overhead 1 s
+    reqs = [(0.0, 0, 8), (0.0, 1, 4), (10.0, 2, 4)]
+    one = queued_ttfts(reqs, Timing(prefill_tok_per_s=4.0, ttft_overhead_s=1.0))
+    assert one == [2 + 1, 2 + 1 + 1, 1 + 1]  # the second waits 2 s behind the first
+    two = queued_ttfts(reqs, Timing(prefill_tok_per_s=4.0, ttft_overhead_s=1.0, prefill_servers=2))
+    assert two == [3, 2, 2]  # with a second server nobody waits
+
+
 def test_a_rejected_inference_is_costed_as_a_full_recompute() -> None:
     """Spec E1-E3: b's prompt (12 tokens, 3 blocks) cannot fit 2 blocks while a's 2 are Pinned,
     so b is rejected (P7.7); it still costs its whole prompt at the input price and its output
@@ -66,6 +76,11 @@ def test_a_rejected_inference_is_costed_as_a_full_recompute() -> None:
     served = compute_metrics(run("kvtether", config(blocks=8), *ops), prices)
     assert served.rejected == 0
     assert served.cost_usd == pytest.approx(m.cost_usd)  # b shares nothing with a: all missed
+    # E5: the rejected inference still queues, for its whole prompt; E4 leaves it out
+    t = Timing(prefill_tok_per_s=4.0, ttft_overhead_s=1.0)
+    m = compute_metrics(r, prices, t)
+    assert m.ttft_s_mean == pytest.approx(8 / 4 + 1)
+    assert m.queued_ttft_s_mean == pytest.approx(((8 / 4 + 1) + (12 / 4 + 1)) / 2)
 
 
 def test_regretted_evictions_count_keys_written_again() -> None:

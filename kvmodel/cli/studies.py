@@ -62,7 +62,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             f"({m.rejected_prompt_tokens} prompt tokens; spec E3)"
         )
     print(
-        f"  TTFT mean {m.ttft_s_mean * 1000:.0f} ms, modelled latency {m.latency_s_total:.0f} s;"
+        f"  TTFT mean {m.ttft_s_mean * 1000:.0f} ms (queued for prefill: mean "
+        f"{m.queued_ttft_s_mean * 1000:.0f} ms, p99 {m.queued_ttft_s_p99 * 1000:.0f} ms), "
+        f"modelled latency {m.latency_s_total:.0f} s;"
         f" zombie block-s {m.zombie_block_seconds:.0f}; evictions {m.evictions} "
         f"({m.regretted_evictions} regretted)"
     )

@@ -59,12 +59,13 @@ class Comparison:
         lines = [
             "cache policies (single workload):",
             f"  {'policy':<14}{'hit rate':>9}{'cost $':>10}{'input $':>10}{'rejected':>9}"
-            f"{'TTFT ms':>9}{'regrets':>9}",
+            f"{'TTFT ms':>9}{'queued':>9}{'regrets':>9}",
         ]
         for p, m in self.cache.items():
             lines.append(
                 f"  {p:<14}{m.token_hit_rate:>9.1%}{m.cost_usd:>10.3f}{m.input_cost_usd:>10.3f}"
-                f"{m.rejected:>9}{m.ttft_s_mean * 1000:>9.0f}{m.regretted_evictions:>9}"
+                f"{m.rejected:>9}{m.ttft_s_mean * 1000:>9.0f}"
+                f"{m.queued_ttft_s_mean * 1000:>9.0f}{m.regretted_evictions:>9}"
             )
         if "belady" in self.cache:
             best = self.cache["belady"].token_hit_rate

@@ -5,7 +5,8 @@
   admitted inferences, and every rejected inference's prompt as a full recompute) and the output
   side, at configurable prices (default cached = 0.1 x input, as provider prompt caches charge);
 * modelled latency (spec E4): per admitted inference, TTFT = recomputed tokens / prefill rate +
-  a fixed overhead, and decode = output tokens x TPOT;
+  a fixed overhead, and decode = output tokens x TPOT; and with queueing for the prefill servers
+  (spec E5), over every inference;
 * zombie block-seconds, writes per tier, device-years (spec M6, M7);
 * regretted evictions: evicted blocks whose key is written again later (needed after all);
 * share of an offline optimum: ``value / optimum`` for a quantity the optimum maximises.
@@ -13,9 +14,11 @@
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 import attrs
+import numpy as np
 
 from kvmodel.engine import Engine
 from kvmodel.io.observations import AllocObs, EvictObs, InferObs, RejectObs
@@ -26,6 +29,7 @@ __all__ = [
     "Prices",
     "Timing",
     "compute_metrics",
+    "queued_ttfts",
     "regretted_evictions",
     "share_of_optimum",
 ]
@@ -45,6 +49,8 @@ class Timing:
     prefill_tok_per_s: float = 20_000.0
     ttft_overhead_s: float = 0.05
     tpot_s: float = 0.03
+    #: prefill servers the queueing model shares among every inference (spec E5)
+    prefill_servers: int = 1
 
 
 @attrs.frozen
@@ -61,6 +67,10 @@ class Metrics:
     rejected_prompt_tokens: int
     ttft_s_mean: float
     latency_s_total: float
+    #: with queueing for the prefill servers, over every inference, rejected ones retried as
+    #: full recomputes (spec E5)
+    queued_ttft_s_mean: float
+    queued_ttft_s_p99: float
     zombie_block_seconds: float
     regretted_evictions: int
     evictions: int
@@ -86,6 +96,23 @@ def regretted_evictions(engine: Engine) -> int:
     return regrets
 
 
+def queued_ttfts(
+    requests: list[tuple[float, int, int]], timing: Timing
+) -> list[float]:
+    """TTFT of each request ``(arrival, order, prefill tokens)`` under spec E5: first come,
+    first served on ``timing.prefill_servers`` servers, each prefilling one request at a time
+    at ``prefill_tok_per_s``; TTFT = wait + own prefill + the fixed overhead. Open loop: a wait
+    does not delay the trace's later ops."""
+    free = [0.0] * max(1, timing.prefill_servers)  # a heap of the times each server frees
+    out = []
+    for t, _, tokens in sorted(requests):
+        start = max(t, heapq.heappop(free))
+        done = start + tokens / timing.prefill_tok_per_s
+        heapq.heappush(free, done)
+        out.append(done - t + timing.ttft_overhead_s)
+    return out
+
+
 def compute_metrics(
     result: ReplayResult, prices: Prices | None = None, timing: Timing | None = None
 ) -> Metrics:
@@ -101,6 +128,11 @@ def compute_metrics(
     ttfts = [o.miss_tokens / tm.prefill_tok_per_s + tm.ttft_overhead_s for o in served]
     decode = sum(o.output_tokens * tm.tpot_s for o in served)
     refused_prompt = sum(o.prompt_tokens for o in refused)
+    queued = queued_ttfts(
+        [(o.t, o.seq, o.miss_tokens) for o in served]
+        + [(o.t, o.seq, o.prompt_tokens) for o in refused],  # retried from nothing (E3)
+        tm,
+    )
     input_cost = (
         s.miss_tokens * p.input + s.hit_tokens * p.cached_input + refused_prompt * p.input
     ) / 1e6
@@ -116,6 +148,8 @@ def compute_metrics(
         rejected_prompt_tokens=refused_prompt,
         ttft_s_mean=sum(ttfts) / len(ttfts) if ttfts else 0.0,
         latency_s_total=sum(ttfts) + decode,
+        queued_ttft_s_mean=sum(queued) / len(queued) if queued else 0.0,
+        queued_ttft_s_p99=float(np.percentile(queued, 99)) if queued else 0.0,
         zombie_block_seconds=s.zombie_block_seconds,
         regretted_evictions=regretted_evictions(result.engine),
         evictions=sum(s.evictions.values()),
