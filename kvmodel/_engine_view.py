@@ -95,6 +95,9 @@ class EngineView:
     def block_size(self) -> int:
         return self._e.block_size
 
+    def tier_names(self) -> tuple[TierName, ...]:
+        return self._e.memory.names
+
     def tiers(self) -> Sequence[TierInfo]:
         m = self._e.memory
         return [

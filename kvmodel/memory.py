@@ -105,6 +105,8 @@ class Memory:
         if len(set(names)) != len(names):
             raise ConfigError(f"tier names must be unique (got {names})")
         self.tiers: tuple[TierConfig, ...] = tuple(tiers)
+        #: the tiers' names in configuration order (fastest first), fixed at construction
+        self.names: tuple[TierName, ...] = tuple(names)
         self._by_name: dict[TierName, TierConfig] = {t.name: t for t in tiers}
         self._free: dict[TierName, deque[BlockId]] = {}
         self._tier_of: list[TierName] = []
@@ -115,10 +117,6 @@ class Memory:
             base += t.blocks
         self._used: set[BlockId] = set()
         self.writes: dict[TierName, int] = {t.name: 0 for t in tiers}
-
-    @property
-    def names(self) -> tuple[TierName, ...]:
-        return tuple(t.name for t in self.tiers)
 
     def config(self, tier: TierName) -> TierConfig:
         return self._by_name[tier]

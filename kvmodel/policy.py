@@ -225,7 +225,7 @@ class BasePolicy:
             )
 
     def place(self, view: ModelView, block: NewBlock) -> Placement:
-        return Placement(tuple(t.name for t in view.tiers()))
+        return Placement(view.tier_names())
 
     def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
         """Candidates by ascending :func:`rank_key`, produced lazily from a heap.

@@ -48,7 +48,7 @@ class KVTether(BasePolicy):
     bypasses: ClassVar[frozenset[BlockClass] | None] = frozenset({BlockClass.TEMPORARY})
 
     def place(self, view: ModelView, block: NewBlock) -> Placement:
-        tiers = tuple(t.name for t in view.tiers())
+        tiers = view.tier_names()
         return Placement(tiers, bypass=block.state is BlockClass.TEMPORARY)
 
     #: after every op, every Dead block (BasePolicy.on_op applies the rule)

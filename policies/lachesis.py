@@ -104,7 +104,7 @@ class LachesisDet(BasePolicy):
         return classify(block)[0]
 
     def tiers_for(self, view: ModelView, cls: SegmentClass) -> tuple[TierName, ...]:
-        names = tuple(t.name for t in view.tiers())
+        names = view.tier_names()
         return names if cls is SegmentClass.SHORT else names[::-1]
 
     #: place reads the agent kind, context and kinds of a block (its segment class) only

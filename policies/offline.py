@@ -159,7 +159,7 @@ class OptPlacement(BasePolicy):
     bypasses: ClassVar[frozenset[BlockClass] | None] = frozenset()
 
     def place(self, view: ModelView, block: NewBlock) -> Placement:
-        names = tuple(t.name for t in view.tiers())
+        names = view.tier_names()
         if (view.now_op, block.ctx, block.depth) in self._hbm:
             return Placement(names)
         return Placement(names[::-1])
