@@ -45,6 +45,7 @@ import attrs
 from kvmodel.errors import KVModelError, TraceError
 from kvmodel.ids import ContextId, MessageId, SessionId
 from kvmodel.io.importers._limits import count
+from kvmodel.io.importers._sizes import calibrated, track_live
 from kvmodel.io.importers.openai import ImportReport
 from kvmodel.io.jsonl import read_jsonl
 from kvmodel.io.trace import (
@@ -509,7 +510,7 @@ class _Importer:
 
         def emit(op: Op) -> None:
             out.append(op)
-            _track(live, op)
+            track_live(live, op)
 
         for op in sorted(self.ops, key=lambda o: o.t):
             match op:
@@ -533,59 +534,7 @@ class _Importer:
                         emit(Append(op.t, op.ctx, tuple(again)))
                 case _:
                     emit(op)
-        return _calibrated(out, self.prompt_sizes)
-
-
-def _calibrated(ops: list[Op], prompt_sizes: dict[int, int]) -> list[Op]:
-    """Sizes from the provider's counts (R4): at each call that logged its prompt size, the
-    messages its context gained since its last such call (tool results, the last call's outputs,
-    a new prompt) share what the size leaves after the messages already sized, in proportion to
-    their characters-based estimates; a message keeps one size wherever it is copied. Where the
-    estimate of the older messages already exceeds the count, nothing is rescaled."""
-    live: dict[ContextId, list[Message]] = {}
-    size: dict[MessageId, int] = {}
-    settled: set[MessageId] = set()
-    for op in ops:
-        if isinstance(op, Infer) and id(op) in prompt_sizes:
-            msgs = live.get(op.ctx, [])
-            fresh = [m for m in msgs if m.id not in settled]
-            old = sum(size.get(m.id, m.tokens) for m in msgs if m.id in settled)
-            room = prompt_sizes[id(op)] - old
-            if fresh and room >= len(fresh):
-                est = [size.get(m.id, m.tokens) for m in fresh]
-                for m, n in zip(fresh, _shares(room, est), strict=True):
-                    size[m.id] = n
-            settled.update(m.id for m in msgs)
-        _track(live, op)
-    return [_resized(op, size) for op in ops] if size else ops
-
-
-def _shares(total: int, weights: list[int]) -> list[int]:
-    """``total`` split in proportion to ``weights`` (largest remainder), each share at least 1."""
-    spare = total - len(weights)
-    w = sum(weights)
-    raw = [spare * x / w for x in weights]
-    out = [int(r) for r in raw]
-    order = sorted(range(len(raw)), key=lambda i: (out[i] - raw[i], i))
-    for i in order[: spare - sum(out)]:
-        out[i] += 1
-    return [1 + n for n in out]
-
-
-def _resized(op: Op, size: dict[MessageId, int]) -> Op:
-    def fix(m: Message) -> Message:
-        n = size.get(m.id)
-        return m if n is None or n == m.tokens else Message(m.id, m.role, m.kind, n, m.hash)
-
-    match op:
-        case Append():
-            return Append(op.t, op.ctx, tuple(fix(m) for m in op.messages), op.temporary)
-        case Infer():
-            return Infer(op.t, op.ctx, tuple(fix(m) for m in op.output), op.duration)
-        case Return():
-            return Return(op.t, op.ctx, op.into, fix(op.result))
-        case _:
-            return op
+        return calibrated(out, self.prompt_sizes)
 
 
 @attrs.frozen(slots=True)
@@ -616,25 +565,6 @@ class _Rekey:
 
 
 _Marker = _RemoveAll | _Compact | _Rekey
-
-
-def _track(live: dict[ContextId, list[Message]], op: Op) -> None:
-    """Each context's live messages, so that a marker can name a range or copy a context."""
-    match op:
-        case Open():
-            live[op.ctx] = []
-        case Append():
-            live.setdefault(op.ctx, []).extend(op.messages)
-        case Infer():
-            live.setdefault(op.ctx, []).extend(op.output)
-        case Remove():
-            del live.setdefault(op.ctx, [])[op.index : op.index + op.count]
-        case Return():
-            live.setdefault(op.into, []).append(op.result)
-        case TurnEnd():
-            live[op.ctx] = [m for m in live.get(op.ctx, []) if m.kind is not MessageKind.REASONING]
-        case _:
-            pass  # end_session: nothing to track
 
 
 def import_claude_code(paths: Iterable[str | Path]) -> tuple[Trace, ImportReport]:

@@ -40,6 +40,7 @@ import attrs
 from kvmodel.errors import TraceError
 from kvmodel.ids import ContextId, MessageId, SessionId
 from kvmodel.io.importers._limits import count, stamp
+from kvmodel.io.importers._sizes import split_tokens
 from kvmodel.io.trace import (
     Append,
     EndSession,
@@ -331,14 +332,7 @@ class _Builder:
         budget = req.prompt_tokens - sum(m.tokens for _, m in self.live) - len(est)
         if budget < 0:
             return [self.size(req, j) for j in range(j1, j2)]
-        total = sum(est)
-        shares = [budget * e / total for e in est]
-        sizes = [1 + int(x) for x in shares]
-        left = budget - sum(int(x) for x in shares)
-        by_fraction = sorted(range(len(est)), key=lambda i: (-(shares[i] - int(shares[i])), i))
-        for i in by_fraction[:left]:
-            sizes[i] += 1
-        return sizes
+        return split_tokens(budget + len(est), est)
 
     def size(self, req: Request, j: int) -> int:
         est = max(1, len(_text(req.messages[j])) // 4)
