@@ -242,7 +242,42 @@ def prove(
     ``timeout_s`` of wall time as a safety net (checkers/symbolic/z3util.py)."""
     f = fragment or Fragment()
     symbolic = _prove_symbolic(policy, f, invariants, depth, max_k, timeout_s, rlimit)
-    return _corroborate(policy, f, symbolic, cross_depth)
+    scoped = _rank_scope(policy, symbolic, int(timeout_s * 1000), rlimit)
+    return _corroborate(policy, f, scoped, cross_depth)
+
+
+def _rank_scope(
+    policy: str | Policy, answers: list[Answer], timeout_ms: int, rlimit: int
+) -> list[Answer]:
+    """An eviction-order invariant holds in the fragment only over the classes the fragment
+    makes evictable (Dead, Expired, Suspended: it has no Temporary block and no evictable Active
+    one). So its rung above violated stands only if the rank keeps the order for *all* feature
+    values (:mod:`checkers.symbolic.z3rank`); where the rank breaks it for a pair of classes the
+    fragment never puts side by side, holding here is no evidence, and the answer is
+    ``unknown``, naming the pairs (spec/invariants.md §Proofs)."""
+    from checkers.symbolic.z3rank import PROPERTY_OF_CLAIM, order_breaks
+
+    rank = declared_rank(resolve_policy(policy))
+    out = []
+    for a in answers:
+        prop = PROPERTY_OF_CLAIM.get(a.invariant)
+        if rank is None or prop is None or a.rung not in ("proved", "bounded"):
+            out.append(a)
+            continue
+        t0 = time.perf_counter()
+        pairs = order_breaks(rank, prop, timeout_ms=timeout_ms, rlimit=rlimit)
+        dt = time.perf_counter() - t0
+        if not pairs:
+            out.append(attrs.evolve(a, seconds=a.seconds + dt))
+            continue
+        shown = "; ".join(f"{first.value} before {second.value}" for first, second in pairs)
+        reason = (
+            f"{a.rung} in the fragment, but the rank breaks this order for some feature values "
+            f"(evicting {shown}), classes the fragment never makes evictable side by side; "
+            "kvmodel check tests it"
+        )
+        out.append(Answer(a.invariant, "unknown", 0, a.seconds + dt, reason=reason))
+    return out
 
 
 def _corroborate(
@@ -359,7 +394,8 @@ def manifest(policies: Iterable[str], depth: int = 6) -> str:
         "# 1 edit; BMC to depth 6, then k-induction up to k = 3), as `rung:depth` (depth = the",
         "# shortest failing depth, or the induction k). Rungs hold *in the fragment*: a mutant",
         "# whose bug needs forks, temporaries or longer chains is proved here and caught by",
-        "# `kvmodel check`. Regenerate:",
+        "# `kvmodel check`; an eviction order the rank breaks between classes the fragment",
+        "# never makes evictable side by side is `unknown`. Regenerate:",
         "#   python -m checkers.symbolic.bmc > checkers/symbolic/expected_proofs.toml",
         "",
     ]

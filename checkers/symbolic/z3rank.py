@@ -25,7 +25,15 @@ from checkers.symbolic.z3util import RLIMIT, TIMEOUT_MS, Z3_LOGIC, limited
 from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, BlockClass
 from kvmodel.policy import Policy, RankTerm, declared_rank
 
-__all__ = ["PROPERTIES", "Proof", "SymBlock", "before", "prove_policy", "prove_rank"]
+__all__ = [
+    "PROPERTIES",
+    "Proof",
+    "SymBlock",
+    "before",
+    "order_breaks",
+    "prove_policy",
+    "prove_rank",
+]
 
 _CLASSES = list(BlockClass)
 _LIVE = (BlockClass.TEMPORARY, BlockClass.SUSPENDED, BlockClass.ACTIVE)
@@ -141,11 +149,17 @@ class Proof:
 
 
 def prove_rank(
-    rank: Sequence[RankTerm], prop: str, *, timeout_ms: int = TIMEOUT_MS, rlimit: int = RLIMIT
+    rank: Sequence[RankTerm],
+    prop: str,
+    *,
+    timeout_ms: int = TIMEOUT_MS,
+    rlimit: int = RLIMIT,
+    classes: tuple[BlockClass, BlockClass] | None = None,
 ) -> Proof:
     """Prove one property of a rank. ``suspend_time`` is modelled as defined for Suspended
     blocks only (where the engine always has it), so a term may use it only under
-    ``only`` ⊆ {Suspended}; anything else is refused rather than proved unsoundly."""
+    ``only`` ⊆ {Suspended}; anything else is refused rather than proved unsoundly.
+    ``classes`` restricts ``a`` and ``b`` to one class each."""
     import time
 
     for t in rank:
@@ -163,6 +177,8 @@ def prove_rank(
         PROPERTIES[prop](a, b),
         z3.Not(before(rank, a, b)),
     )
+    if classes is not None:
+        s.add(a.is_(classes[0]), b.is_(classes[1]))
     t0 = time.perf_counter()
     r = s.check()
     dt = time.perf_counter() - t0
@@ -181,6 +197,22 @@ def prove_rank(
             cex[blk.name] = vals
         return Proof(prop, "violated", dt, cex)
     return Proof(prop, "unknown", dt)
+
+
+def order_breaks(
+    rank: Sequence[RankTerm], prop: str, *, timeout_ms: int = TIMEOUT_MS, rlimit: int = RLIMIT
+) -> list[tuple[BlockClass, BlockClass]]:
+    """The class pairs ``(first, second)`` for which the rank may evict a ``first`` block before
+    a ``second`` one against ``prop`` (violated, or not shown to hold within the budget); empty
+    when the rank keeps the order for all feature values."""
+    out: list[tuple[BlockClass, BlockClass]] = []
+    evictable = [c for c in _CLASSES if c is not BlockClass.PINNED]
+    for ca in evictable:
+        for cb in evictable:
+            p = prove_rank(rank, prop, timeout_ms=timeout_ms, rlimit=rlimit, classes=(ca, cb))
+            if p.rung != "proved":
+                out.append((cb, ca))  # a must go first; the rank may take b first
+    return out
 
 
 def prove_policy(
