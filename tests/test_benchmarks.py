@@ -74,3 +74,11 @@ def test_bench_hbm_first_runs(capsys: pytest.CaptureFixture[str]) -> None:
     bench = _load("bench_hbm_first")
     assert bench.main(["--sessions", "1", "--turns", "1", "--splits", "1/7"]) == 0
     assert capsys.readouterr().out.count("1/7") == 2
+
+
+def test_bench_load_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _load("bench_load")
+    assert bench.main(["--quick"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("scale  sessions  node sessions/h")
+    assert len(lines) == 3

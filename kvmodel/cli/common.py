@@ -21,12 +21,14 @@ from kvmodel.workloads import PRESETS, AgenticParams, generate_agentic
 __all__ = [
     "Subparsers",
     "agentic_from",
+    "agentic_params",
     "atomic_write",
     "engine_config",
     "int_at_least",
     "number_in",
     "workload",
     "workload_args",
+    "workload_params",
 ]
 
 #: what a command's ``add`` function is given: the ``kvmodel`` parser's subcommands
@@ -90,16 +92,37 @@ def engine_config(path: str | None) -> EngineConfig:
     return load_config(path) if path else default_config()
 
 
-def agentic_from(args: argparse.Namespace) -> Trace:
-    """The built-in generator: a calibrated preset (``--preset``), else the ad-hoc knobs."""
+def agentic_params(args: argparse.Namespace) -> AgenticParams:
+    """The built-in generator's parameters: a calibrated preset (``--preset``), else the ad-hoc
+    knobs."""
     if getattr(args, "preset_workload", None):
         p = attrs.evolve(PRESETS[args.preset_workload], seed=args.seed)
         if args.sessions is not None:
             p = attrs.evolve(p, sessions=args.sessions)
-        return generate_agentic(p)
-    return generate_agentic(
-        AgenticParams(seed=args.seed, sessions=args.sessions or 4, turns=args.turns)
-    )
+        return p
+    return AgenticParams(seed=args.seed, sessions=args.sessions or 4, turns=args.turns)
+
+
+def agentic_from(args: argparse.Namespace) -> Trace:
+    """The built-in generator's trace (:func:`agentic_params`)."""
+    return generate_agentic(agentic_params(args))
+
+
+def workload_params(
+    args: argparse.Namespace,
+    *,
+    default_preset: str | None = None,
+    default_sessions: int | None = None,
+) -> AgenticParams | None:
+    """``--workload``'s generator parameters, or None for a trace file."""
+    if args.workload in PRESETS:
+        args.preset_workload = args.workload
+        args.workload = "agentic"
+    if args.workload != "agentic":
+        return None
+    args.preset_workload = args.preset_workload or default_preset
+    args.sessions = args.sessions or default_sessions
+    return agentic_params(args)
 
 
 def workload(
@@ -109,14 +132,8 @@ def workload(
     default_sessions: int | None = None,
 ) -> Trace:
     """``--workload``: 'agentic', a preset name, or a trace file."""
-    if args.workload in PRESETS:
-        args.preset_workload = args.workload
-        args.workload = "agentic"
-    if args.workload != "agentic":
-        return load_trace(args.workload)
-    args.preset_workload = args.preset_workload or default_preset
-    args.sessions = args.sessions or default_sessions
-    return agentic_from(args)
+    p = workload_params(args, default_preset=default_preset, default_sessions=default_sessions)
+    return load_trace(args.workload) if p is None else generate_agentic(p)
 
 
 def workload_args(sp: argparse.ArgumentParser) -> None:

@@ -19,6 +19,7 @@ from kvmodel.cli.common import (
     number_in,
     workload,
     workload_args,
+    workload_params,
 )
 from kvmodel.config import default_config
 from kvmodel.errors import ConfigError, KVModelError, TraceError
@@ -174,19 +175,35 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     """The paper-style comparison (see kvmodel.studies.compare); --out writes plots and JSON."""
     from kvmodel.studies.compare import CACHE_POLICIES, PLACEMENT_POLICIES, compare
 
-    # Lachesis measures on a multi-agent trace: that preset by default, 8 sessions
-    trace = workload(args, default_preset="multi-agent", default_sessions=8)
     pols = args.policies.split(",") if args.policies else None
     cache = [p for p in (pols or CACHE_POLICIES) if p in CACHE_POLICIES or pols]
     place = [p for p in (pols or PLACEMENT_POLICIES) if p in PLACEMENT_POLICIES]
     for p in cache + place:
         resolve_policy(p)
+    splits = args.splits.split(",")
+    load = None
+    if args.slo_ttft is None:
+        # Lachesis measures on a multi-agent trace: that preset by default, 8 sessions
+        trace = workload(args, default_preset="multi-agent", default_sessions=8)
+    else:
+        from kvmodel.studies.load import find_load
+
+        params = workload_params(args, default_preset="multi-agent", default_sessions=40)
+        if params is None:
+            raise ConfigError(
+                "--slo-ttft sets the session arrivals: use a generator preset, not a trace file"
+            )
+        split = args.load_split or splits[0]
+        node = hardware_config(split, args.model, scale=args.scale)
+        with bar(1, "find load", on=wanted(args.quiet)) as found:
+            load, trace = find_load(params, node, slo_ttft_s=args.slo_ttft, scale=args.scale)
+            found(f"{load.sessions_per_s * 3600:.0f} sessions/h")
     cmp = compare(
         trace,
         engine_config(args.config)
         if args.config
         else default_config(hbm_blocks=256, hbf_blocks=1024),
-        splits=args.splits.split(","),
+        splits=splits,
         model=args.model,
         scale=args.scale,
         cache_policies=[p for p in cache if p not in PLACEMENT_POLICIES],
@@ -194,6 +211,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         progress=wanted(args.quiet),
         workers=args.workers,
         scheduler=args.scheduler,
+        load=load,
     )
     if args.json:
         print(
@@ -204,10 +222,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                         s: {k: v.to_json() for k, v in r.items()} for s, r in cmp.placement.items()
                     },
                     "ratios": cmp.ratios(),
+                    "load": attrs.asdict(load) if load else None,
+                    "claims": [attrs.asdict(c) for c in cmp.claims()],
                 },
                 indent=2,
             )
         )
+    elif args.paper:
+        print(cmp.render_paper())
     else:
         print(cmp.render())
     if args.out:
@@ -228,6 +250,22 @@ def add_compare(sub: Subparsers) -> None:
     cp.add_argument("--model", default="llama-4-maverick")
     cp.add_argument("--scale", type=number_in(0.0, low_open=True), default=0.005)
     cp.add_argument("--config", help="engine config TOML for the cache comparison")
+    cp.add_argument(
+        "--slo-ttft",
+        type=number_in(0.0, low_open=True),
+        metavar="SECONDS",
+        help="generate the workload at the session rate whose mean TTFT meets this target on "
+        "the node (spec E6: load model; default sessions 40); device-years over the settled "
+        "window",
+    )
+    cp.add_argument(
+        "--load-split", help="the split whose node sets the load (default: the first of --splits)"
+    )
+    cp.add_argument(
+        "--paper",
+        action="store_true",
+        help="per paper claim: the paper's figure, the measured one, the optimum's, and why",
+    )
     cp.add_argument("--out", help="directory for plots (PNG)")
     cp.add_argument(
         "--workers",

@@ -7,7 +7,8 @@
 * modelled latency (spec E4): per admitted inference, TTFT = recomputed tokens / prefill rate +
   a fixed overhead, and decode = output tokens x TPOT; and with queueing for the prefill servers
   (spec E5), over every inference;
-* zombie block-seconds, writes per tier, device-years (spec M6, M7);
+* zombie block-seconds, writes per tier, device-years (spec M6, M7), and device-years over the
+  load model's settled window (spec E6);
 * regretted evictions: evicted blocks whose key is written again later (needed after all);
 * share of an offline optimum: ``value / optimum`` for a quantity the optimum maximises.
 """
@@ -22,6 +23,7 @@ import numpy as np
 
 from kvmodel.engine import Engine
 from kvmodel.io.observations import AllocObs, EvictObs, InferObs, RejectObs
+from kvmodel.memory import device_years
 from kvmodel.replay import ReplayResult
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "compute_metrics",
     "queued_ttfts",
     "regretted_evictions",
+    "settled_device_years",
     "share_of_optimum",
 ]
 
@@ -76,6 +79,9 @@ class Metrics:
     evictions: int
     writes: dict[str, int]
     device_years: dict[str, float | None]
+    #: the settled window of the load model (spec E6), and device-years from its writes alone
+    settled_window: tuple[float, float] | None = None
+    device_years_settled: dict[str, float | None] = attrs.field(factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -113,8 +119,38 @@ def queued_ttfts(
     return out
 
 
+def settled_device_years(
+    result: ReplayResult, window: tuple[float, float]
+) -> dict[str, float | None]:
+    """Per tier with endurance: device-years at the write rate of ``window`` alone (spec E6:
+    ramp-up and drain left out), from the blocks written at ``a <= t < b``."""
+    a, b = window
+    mem = result.engine.memory
+    written: dict[str, int] = {}
+    for o in result.engine.log:
+        if isinstance(o, AllocObs) and a <= o.t < b:
+            written[o.tier] = written.get(o.tier, 0) + 1
+    out: dict[str, float | None] = {}
+    for name in mem.names:
+        c = mem.config(name)
+        if c.pe_cycles is None or c.bytes_per_block is None:
+            continue
+        out[name] = device_years(
+            pe_cycles=c.pe_cycles,
+            capacity_bytes=c.blocks * c.bytes_per_block,
+            write_amplification=c.write_amplification,
+            bytes_written=written.get(name, 0) * c.bytes_per_block,
+            seconds=b - a,
+        )
+    return out
+
+
 def compute_metrics(
-    result: ReplayResult, prices: Prices | None = None, timing: Timing | None = None
+    result: ReplayResult,
+    prices: Prices | None = None,
+    timing: Timing | None = None,
+    *,
+    window: tuple[float, float] | None = None,
 ) -> Metrics:
     if not result.engine.observing:
         raise ValueError("metrics read the observation log: replay with observe=True")
@@ -155,6 +191,8 @@ def compute_metrics(
         evictions=sum(s.evictions.values()),
         writes=dict(s.writes),
         device_years=dict(s.device_years),
+        settled_window=window,
+        device_years_settled=settled_device_years(result, window) if window else {},
     )
 
 
