@@ -174,8 +174,9 @@ class Comparison:
         if y is None:
             return "no HBF write in the settled window"
         return (
-            f"at {self.load.sessions_per_s * 3600:.0f} sessions/h (TTFT-bound; the paper's "
-            "tight SLO also bounds TPOT, which this model does not queue)"
+            f"at {self.load.sessions_per_s * 3600:.0f} sessions/h on a {self.load.scale:g} "
+            "slice (TTFT-bound: the paper's tight SLO also bounds TPOT, not queued here; "
+            "absolute only once doubling the scale moves it little: spec E6)"
         )
 
     def render_paper(self) -> str:
