@@ -170,6 +170,13 @@ def test_check_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFix
     assert "never fired" in out
     assert main(["check", "lru", "--invariants", "bogus"]) == 2
     assert main(["check", "nope"]) == 2
+    # two policies of one name would share a row (as a discover --out module and the built-in
+    # `discovered` could): refused before any search
+    from checkers.search.report import check_policies
+    from kvmodel.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="both named 'lru'"):
+        check_policies(["lru", "policies.lru:LRU"])
 
 
 def test_shrink_reaches_one_minimal() -> None:

@@ -19,6 +19,7 @@ from checkers.invariants import FINDINGS, INVARIANTS, STRUCTURAL
 from checkers.search.bundle import write_bundle
 from checkers.search.stateful import CONTRACT_TRACES, PROFILES, WALKS, SearchResult, search
 from kvmodel.config import EngineConfig
+from kvmodel.errors import ConfigError
 from kvmodel.policy import resolve_policy
 
 __all__ = [
@@ -111,6 +112,15 @@ def check_policies(
     ``done(policy)`` is called as each policy's search finishes (progress)."""
     examples, n_steps = PROFILES[profile]
     names = tuple(invariants) if invariants is not None else tuple(INVARIANTS)
+    seen: dict[str, str] = {}
+    for p in policies:  # rows, bundles and the exit status are keyed by the policy's name
+        name = resolve_policy(p).name
+        if name in seen and seen[name] != p:
+            raise ConfigError(
+                f"policies {seen[name]!r} and {p!r} are both named {name!r}: their verdicts "
+                "would share one row; rename one (its class's `name`)"
+            )
+        seen[name] = p
     reports = []
     for p in policies:
         # structural invariants are claimed by every policy: they are the engine's own
