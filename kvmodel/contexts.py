@@ -52,6 +52,7 @@ class Context:
         "messages_by_uid",
         "one_shot",
         "opened_at",
+        "packed",
         "parent",
         "phase",
         "pin_deadline",
@@ -99,6 +100,11 @@ class Context:
         self.pin_deadline: dict[int, float | None] = {}
         self.materialized: list[BlockSpec] = []
         self.valid = 0
+        #: the full blocks of the logical sequence packed so far, a prefix of it (spec B6): edits
+        #: cut it where they cut ``valid``, appends leave it, so an inference packs only the
+        #: blocks it has not packed before -- whatever is resident (a rejected inference, or a
+        #: chain evicted under pressure, re-packed the whole context every time)
+        self.packed: list[BlockSpec] = []
         self.last_infer: float | None = None
         self.last_infer_op = -1
         self.suspended_at: float | None = None
@@ -183,17 +189,23 @@ class Context:
         return min(i for i, (_, uid) in enumerate(self.entries) if uid in self.temporaries)
 
     def pack_from(self, first_block: int) -> list[BlockSpec]:
-        """Packed blocks of the logical sequence from ``first_block`` on (tail may be partial)."""
-        parent = self.materialized[first_block - 1].key if first_block else ROOT_KEY
+        """Packed blocks of the logical sequence from ``first_block`` on (tail may be partial),
+        ``first_block <= valid``. Packs only what :attr:`packed` does not hold yet."""
+        if first_block > len(self.packed):
+            # (the valid chain is a prefix of the logical sequence: it is what packing gives)
+            self.packed[len(self.packed) :] = self.materialized[len(self.packed) : first_block]
+        done = len(self.packed)
+        parent = self.packed[done - 1].key if done else ROOT_KEY
         if parent is None:
-            raise InternalError("a materialized chain entry has no key")
-        return pack(
-            self.entries,
-            self.starts,
-            first_block=first_block,
-            parent=parent,
-            block_size=self.block_size,
+            raise InternalError("a packed block has no key")
+        fresh = pack(
+            self.entries, self.starts, first_block=done, parent=parent, block_size=self.block_size
         )
+        if fresh and fresh[-1].key is None:  # the partial tail is never kept
+            self.packed += fresh[:-1]
+            return [*self.packed[first_block:], fresh[-1]]
+        self.packed += fresh
+        return self.packed[first_block:]
 
     def chain_keys(self) -> list[BlockKey]:
         return [s.key for s in self.materialized if s.key is not None]
@@ -245,7 +257,9 @@ class Context:
     def _invalidate_from(self, index: int) -> None:
         """Suffix invalidation from message ``index`` (spec B5)."""
         if index < len(self.starts):
-            self.valid = min(self.valid, self.starts[index] // self.block_size)
+            cut = self.starts[index] // self.block_size
+            self.valid = min(self.valid, cut)
+            del self.packed[cut:]
 
     def _restart(self, index: int) -> None:
         """Recompute token offsets from message ``index`` on."""

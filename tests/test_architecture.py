@@ -104,7 +104,7 @@ def test_every_command_is_an_entry_point_and_the_install_is_current() -> None:
     model = sorted(n for n, v in declared.items() if v.startswith("kvmodel."))
     assert model == [
         *("compare", "demo", "export-itf", "generate", "import", "lachesis"),
-        *("policies", "replay", "simulate", "sweep"),
+        *("policies", "replay", "simulate", "stats", "sweep"),
     ]
 
 

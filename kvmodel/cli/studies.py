@@ -34,7 +34,14 @@ from kvmodel.workloads import PRESETS
 if TYPE_CHECKING:
     from policies.spawn_predictor import WorkerSample
 
-__all__ = ["add_compare", "add_import", "add_lachesis", "add_simulate", "add_sweep"]
+__all__ = [
+    "add_compare",
+    "add_import",
+    "add_lachesis",
+    "add_simulate",
+    "add_stats",
+    "add_sweep",
+]
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
@@ -391,3 +398,58 @@ def add_lachesis(sub: Subparsers) -> None:
     lc.add_argument("--select", type=number_in(0.0, 1.0, low_open=True), default=0.1)
     lc.add_argument("--json", action="store_true")
     lc.set_defaults(func=_cmd_lachesis_cv)
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    """``kvmodel stats``: the calibration statistics of traces and generator presets side by
+    side; ``--fit BASE`` fits BASE's generator to each trace (spec R8)."""
+    from kvmodel.workloads import generate_agentic
+    from kvmodel.workloads.stats import fit_generator, render_side_by_side, workload_stats
+
+    presets = [x for x in args.presets.split(",") if x] if args.presets is not None else []
+    if bad := [x for x in presets if x not in PRESETS]:
+        raise ConfigError(f"unknown preset {bad[0]!r}; presets: {', '.join(PRESETS)}")
+    if args.fit is not None and args.fit not in PRESETS:
+        raise ConfigError(f"--fit: unknown preset {args.fit!r}; presets: {', '.join(PRESETS)}")
+    if not args.traces and not presets:
+        presets = list(PRESETS)
+    columns = {}
+    fitted = {}
+    for path in args.traces:
+        name = Path(path).name.removesuffix(".jsonl")
+        columns[name] = workload_stats(load_trace(path))
+        if args.fit is not None:
+            params, stats = fit_generator(columns[name], PRESETS[args.fit])
+            columns[f"fit:{name}"] = stats
+            base = attrs.asdict(PRESETS[args.fit])
+            fitted[name] = {k: v for k, v in attrs.asdict(params).items() if v != base[k]}
+    for p in presets:
+        columns[p] = workload_stats(generate_agentic(PRESETS[p]))
+    if args.json:
+        print(json.dumps({"stats": {k: attrs.asdict(v) for k, v in columns.items()},
+                          "fitted": fitted}, indent=2))  # fmt: skip
+        return 0
+    print(render_side_by_side(columns))
+    for name, changed in fitted.items():
+        knobs = ", ".join(f"{k}={v}" for k, v in changed.items()) or "the preset as it is"
+        print(f"fit:{name} = {args.fit} with {knobs}")
+    return 0
+
+
+def add_stats(sub: Subparsers) -> None:
+    st = sub.add_parser(
+        "stats", help="calibration statistics of traces and generator presets, side by side"
+    )
+    st.add_argument("traces", nargs="*", metavar="TRACE", help="trace files (e.g. imported)")
+    st.add_argument(
+        "--presets",
+        help="comma-separated generator presets to print beside them (default: all, when no "
+        "trace is given; none otherwise)",
+    )
+    st.add_argument(
+        "--fit",
+        metavar="PRESET",
+        help="fit this preset's generator to each trace and print the fit beside it",
+    )
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=_cmd_stats)

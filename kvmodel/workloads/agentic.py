@@ -64,6 +64,10 @@ class AgenticParams:
     #: reads a completed worker trace and answers in one inference, without delegating)
     p_review: float = 0.0
     reviewer_system_tokens: int = 400
+    #: multipliers of every tool observation's size and of every generated message's (reasoning,
+    #: answers, reviews): the knobs a calibration to real traces turns (kvmodel stats --fit)
+    observation_scale: float = 1.0
+    output_scale: float = 1.0
 
 
 #: Calibrated presets (tests/test_workloads.py measures them against these ranges):
@@ -146,7 +150,7 @@ def _run_reviewer(
     )
     seq = [sys_m, s.msg(Role.USER, MessageKind.INSTRUCTION, trace_tokens)]
     s.ops.append(Append(t, rid, tuple(seq)))
-    review = [s.msg(Role.ASSISTANT, MessageKind.OUTPUT, s.lognormal(150))]
+    review = [s.msg(Role.ASSISTANT, MessageKind.OUTPUT, s.lognormal(150 * s.p.output_scale))]
     t = s.infer(t, rid, sum(m.tokens for m in seq), review)
     result = s.msg(Role.TOOL, MessageKind.RESULT, review[0].tokens)
     s.ops.append(Return(t, rid, parent, result))
@@ -189,16 +193,16 @@ def _run_worker(
     tokens = sum(m.tokens for m in seq)
     for _ in range(rounds):
         out = [
-            s.msg(Role.ASSISTANT, MessageKind.REASONING, s.lognormal(300)),
+            s.msg(Role.ASSISTANT, MessageKind.REASONING, s.lognormal(300 * s.p.output_scale)),
             s.msg(Role.ASSISTANT, MessageKind.TOOL_CALL, 40),
         ]
         t = s.infer(t, wid, tokens, out)
         tool = tools[int(rng.integers(0, len(tools)))]
         t += round(s.lognormal(_TOOL_LATENCY_S[tool], 0.5), 3)
-        obs = s.msg(Role.TOOL, MessageKind.OBSERVATION, s.lognormal(500))
+        obs = s.msg(Role.TOOL, MessageKind.OBSERVATION, s.lognormal(500 * p.observation_scale))
         s.ops.append(Append(t, wid, (obs,)))
         tokens += sum(m.tokens for m in out) + obs.tokens
-    final = [s.msg(Role.ASSISTANT, MessageKind.OUTPUT, s.lognormal(200))]
+    final = [s.msg(Role.ASSISTANT, MessageKind.OUTPUT, s.lognormal(200 * s.p.output_scale))]
     t = s.infer(t, wid, tokens, final)
     result = s.msg(Role.TOOL, MessageKind.RESULT, final[0].tokens)
     s.ops.append(Return(t, wid, parent, result))
@@ -235,7 +239,7 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
                 note = s.msg(Role.SYSTEM, MessageKind.INSTRUCTION, 30 + int(rng.integers(0, 60)))
                 s.ops.append(Append(t, main, (note,), temporary=True))
             out = [
-                s.msg(Role.ASSISTANT, MessageKind.REASONING, s.lognormal(400)),
+                s.msg(Role.ASSISTANT, MessageKind.REASONING, s.lognormal(400 * s.p.output_scale)),
                 s.msg(Role.ASSISTANT, MessageKind.TOOL_CALL, 60),
             ]
             t = s.infer(t, main, sum(m.tokens for m in history), out)
@@ -255,12 +259,14 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
                 history.extend(r for _, r in sorted(ends, key=lambda x: x[0]))
             else:
                 t += round(s.lognormal(3.0), 3)
-                obs = s.msg(Role.TOOL, MessageKind.OBSERVATION, s.lognormal(600))
+                obs = s.msg(
+                    Role.TOOL, MessageKind.OBSERVATION, s.lognormal(600 * p.observation_scale)
+                )
                 s.ops.append(Append(t, main, (obs,)))
                 history.append(obs)
         out = [
-            s.msg(Role.ASSISTANT, MessageKind.REASONING, s.lognormal(300)),
-            s.msg(Role.ASSISTANT, MessageKind.OUTPUT, s.lognormal(150)),
+            s.msg(Role.ASSISTANT, MessageKind.REASONING, s.lognormal(300 * s.p.output_scale)),
+            s.msg(Role.ASSISTANT, MessageKind.OUTPUT, s.lognormal(150 * s.p.output_scale)),
         ]
         t = s.infer(t, main, sum(m.tokens for m in history), out)
         history.extend(out)
@@ -276,7 +282,7 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
                 t,
                 branch,
                 sum(m.tokens for m in history) + alt.tokens,
-                [s.msg(Role.ASSISTANT, MessageKind.OUTPUT, s.lognormal(150))],
+                [s.msg(Role.ASSISTANT, MessageKind.OUTPUT, s.lognormal(150 * s.p.output_scale))],
             )
             s.ops.append(Close(t_b, branch))
             t = t_b  # the harness waits for the alternative before going on
@@ -302,7 +308,6 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
     return sorted(s.ops, key=lambda o: o.t)
 
 
-
 def generate_agentic(params: AgenticParams | None = None) -> Trace:
     """A deterministic trace for ``params`` (see module docstring)."""
     p = params or AgenticParams()
@@ -316,4 +321,7 @@ def generate_agentic(params: AgenticParams | None = None) -> Trace:
     meta = {"kvtrace": 1, "generator": "agentic", **attrs.asdict(p)}
     if not p.p_review:  # a reviewer-free workload's header is what it was before reviewers
         del meta["p_review"], meta["reviewer_system_tokens"]
+    for knob in ("observation_scale", "output_scale"):  # likewise before calibration
+        if meta[knob] == 1.0:
+            del meta[knob]
     return Trace(TraceHeader(1, meta), ops)

@@ -1,0 +1,203 @@
+"""The statistics a generator is calibrated by, measured the same way on any trace -- generated
+or imported from a real agent's log -- so the two can be printed side by side
+(``kvmodel stats``; spec/importers.md R8).
+
+Per trace: sessions; inferences per session; prompt tokens per inference (p10, p50, p90); the
+input:output token ratio; the wait of a context between the end of one of its inferences and
+its next op (the tool's or user's time, p50 and p90); sub-agents (worker contexts), reviewers and
+compactions (compactor contexts) per session; and the share of prompt tokens the previous
+inference of the same context already held (the reuse a prefix cache can have at most).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import attrs
+import numpy as np
+
+from kvmodel.config import EngineConfig
+from kvmodel.ids import TierName
+from kvmodel.io.observations import InferObs
+from kvmodel.io.trace import Infer, Open, Trace
+from kvmodel.memory import TierConfig
+from kvmodel.messages import AgentKind
+from kvmodel.replay import replay
+from kvmodel.workloads.agentic import AgenticParams, generate_agentic
+
+__all__ = [
+    "FIT_GRID",
+    "FIT_TARGETS",
+    "ROWS",
+    "WorkloadStats",
+    "fit_error",
+    "fit_generator",
+    "render_side_by_side",
+    "workload_stats",
+]
+
+
+@attrs.frozen
+class WorkloadStats:
+    sessions: int
+    inferences: int
+    inferences_per_session: float
+    prompt_p10: float
+    prompt_p50: float
+    prompt_p90: float
+    input_output_ratio: float
+    wait_p50_s: float
+    wait_p90_s: float
+    subagents_per_session: float
+    reviewers_per_session: float
+    compactions_per_session: float
+    #: prompt tokens the same context's previous inference already held, over all prompt tokens
+    carried_share: float
+
+
+#: the rows of the side-by-side table: (field, label, format)
+ROWS: tuple[tuple[str, str, str], ...] = (
+    ("sessions", "sessions", "{:.0f}"),
+    ("inferences_per_session", "inferences / session", "{:.1f}"),
+    ("prompt_p10", "prompt tokens p10", "{:.0f}"),
+    ("prompt_p50", "prompt tokens p50", "{:.0f}"),
+    ("prompt_p90", "prompt tokens p90", "{:.0f}"),
+    ("input_output_ratio", "input : output tokens", "{:.1f}"),
+    ("wait_p50_s", "wait between inferences p50 s", "{:.1f}"),
+    ("wait_p90_s", "wait between inferences p90 s", "{:.1f}"),
+    ("subagents_per_session", "sub-agents / session", "{:.2f}"),
+    ("reviewers_per_session", "reviewers / session", "{:.2f}"),
+    ("compactions_per_session", "compactions / session", "{:.2f}"),
+    ("carried_share", "prompt carried from last inference", "{:.1%}"),
+)
+
+
+def _pct(xs: Sequence[float], q: float) -> float:
+    return float(np.percentile(xs, q)) if len(xs) else 0.0
+
+
+def workload_stats(trace: Trace) -> WorkloadStats:
+    """The statistics of ``trace``. Prompt sizes are logical, whatever the memory: they come from
+    a replay on one slot, where every inference is rejected (P7.7) and no KV is kept, as
+    :class:`kvmodel.logical.Sequences` runs the trace's meaning alone."""
+    res = replay(trace, "lru", EngineConfig(16, (TierConfig(TierName("logical"), 1),)))
+    infers = [o for o in res.engine.log if isinstance(o, InferObs)]
+    prompts = [float(o.prompt_tokens) for o in infers]
+    outputs = sum(o.output_tokens for o in infers)
+    carried = 0
+    last: dict[str, int] = {}  # context -> its previous inference's prompt + output
+    for o in infers:
+        prev = last.get(o.ctx)
+        if prev is not None:
+            carried += min(prev, o.prompt_tokens)
+        last[o.ctx] = o.prompt_tokens + o.output_tokens
+    sessions: set[str] = set()
+    kinds: dict[AgentKind, int] = {}
+    waits: list[float] = []
+    ended: dict[str, float] = {}  # context -> end of its last inference, until its next op
+    for op in trace.ops:
+        ctx = getattr(op, "ctx", None)
+        if ctx is not None and ctx in ended:
+            waits.append(max(0.0, op.t - ended.pop(ctx)))
+        if isinstance(op, Open):
+            sessions.add(op.session)
+            kinds[op.agent] = kinds.get(op.agent, 0) + 1
+        elif isinstance(op, Infer):
+            ended[op.ctx] = op.t + op.duration
+    n = max(1, len(sessions))
+    return WorkloadStats(
+        sessions=len(sessions),
+        inferences=len(infers),
+        inferences_per_session=len(infers) / n,
+        prompt_p10=_pct(prompts, 10),
+        prompt_p50=_pct(prompts, 50),
+        prompt_p90=_pct(prompts, 90),
+        input_output_ratio=sum(prompts) / outputs if outputs else float("inf"),
+        wait_p50_s=_pct(waits, 50),
+        wait_p90_s=_pct(waits, 90),
+        subagents_per_session=kinds.get(AgentKind.WORKER, 0) / n,
+        reviewers_per_session=kinds.get(AgentKind.REVIEWER, 0) / n,
+        compactions_per_session=kinds.get(AgentKind.COMPACTOR, 0) / n,
+        carried_share=carried / sum(prompts) if prompts else 0.0,
+    )
+
+
+def render_side_by_side(columns: Mapping[str, WorkloadStats]) -> str:
+    """One row per statistic, one column per trace."""
+    names = list(columns)
+    width = max(12, *(len(n) + 2 for n in names))
+    lines = [f"{'statistic':<36}" + "".join(f"{n:>{width}}" for n in names)]
+    for field, label, fmt in ROWS:
+        cells = "".join(f"{fmt.format(getattr(columns[n], field)):>{width}}" for n in names)
+        lines.append(f"{label:<36}{cells}")
+    return "\n".join(lines)
+
+
+#: what :func:`fit_generator` matches, and the grids it searches (deterministic)
+FIT_TARGETS = ("prompt_p10", "prompt_p50", "prompt_p90", "input_output_ratio",
+               "inferences_per_session")  # fmt: skip
+FIT_GRID: dict[str, tuple[float, ...]] = {
+    # rounds first: it alone sets inferences per session, which the size knobs cannot mend
+    "rounds": (2, 4, 8, 16, 32, 64),
+    "observation_scale": (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0),
+    "output_scale": (0.125, 0.25, 0.5, 1.0, 2.0),
+    "system_tokens": (600, 1200, 2400, 6000, 12000, 26000, 50000),
+}
+
+
+def fit_error(got: WorkloadStats, target: WorkloadStats) -> float:
+    """Sum of squared log ratios over :data:`FIT_TARGETS`."""
+    err = 0.0
+    for f in FIT_TARGETS:
+        a, b = getattr(got, f), getattr(target, f)
+        err += float(np.log(max(a, 1e-9) / max(b, 1e-9))) ** 2
+    return err
+
+
+def fit_generator(
+    target: WorkloadStats, base: AgenticParams, *, sessions: int = 4, passes: int = 3
+) -> tuple[AgenticParams, WorkloadStats]:
+    """Generator parameters whose statistics come closest to ``target``'s (spec R8): the
+    structure set from the target (no sub-agents, reviewers or compactions where it has none),
+    then the joint grid of ``rounds`` x ``observation_scale``, then coordinate descent over
+    :data:`FIT_GRID` -- each knob in turn set to its best grid value with the others fixed, up
+    to ``passes`` times or until nothing moves -- scoring :func:`fit_error` on ``sessions``
+    generated sessions. A local search: deterministic, not guaranteed to find the grid's best."""
+    p = attrs.evolve(base, sessions=sessions)
+    if not target.subagents_per_session:
+        p = attrs.evolve(p, p_spawn=0.0, lead=False)
+    if not target.reviewers_per_session:
+        p = attrs.evolve(p, p_review=0.0)
+    if not target.compactions_per_session:
+        p = attrs.evolve(p, compact_at_tokens=10**9)
+
+    def score(q: AgenticParams) -> tuple[float, WorkloadStats]:
+        st = workload_stats(generate_agentic(q))
+        return fit_error(st, target), st
+
+    # rounds and observation size trade off against each other (both grow prompts): search
+    # them jointly first, then every knob in turn
+    best, best_stats = score(p)
+    start = p
+    joint = FIT_GRID["rounds"] if passes else ()
+    for r in joint:
+        for o in FIT_GRID["observation_scale"]:
+            q = attrs.evolve(start, rounds=int(r), observation_scale=float(o))
+            if q == start:
+                continue
+            e, st = score(q)
+            if e < best:
+                best, best_stats, p = e, st, q
+    for _ in range(passes):
+        moved = False
+        for knob, grid in FIT_GRID.items():
+            for v in grid:
+                q = attrs.evolve(p, **{knob: type(getattr(p, knob))(v)})
+                if q == p:
+                    continue
+                e, st = score(q)
+                if e < best:
+                    best, best_stats, p, moved = e, st, q, True
+        if not moved:
+            break
+    return attrs.evolve(p, sessions=base.sessions), best_stats
