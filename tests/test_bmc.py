@@ -136,46 +136,6 @@ def test_kvtether_is_proved_for_all_depths() -> None:
     assert {a.rung for a in prove("kvtether", depth=4)} == {"proved"}
 
 
-def test_an_order_the_fragment_cannot_show_is_unknown_never_proved() -> None:
-    """lachesis-det ranks Suspended blocks after Active ones. The fragment never makes an Active
-    block evictable (its one edit replaces the only message), so state-priority-eviction holds
-    there by construction: the symbolic rungs alone say proved, and kvmodel check violates it."""
-    from checkers.symbolic.z3rank import order_breaks
-    from checkers.symbolic.z3util import RLIMIT
-    from kvmodel.policy import declared_rank, resolve_policy
-
-    inv = ["state-priority-eviction"]
-    [raw] = bmc._prove_symbolic("lachesis-det", F, inv, 4, 3, 600.0, RLIMIT)
-    assert raw.rung == "proved"
-    [a] = prove("lachesis-det", inv, depth=4)
-    assert a.rung == "unknown"
-    assert "evicting active before suspended" in a.reason
-    rank = declared_rank(resolve_policy("lachesis-det"))
-    assert rank is not None
-    assert order_breaks(rank, "class-priority") == [(BlockClass.ACTIVE, BlockClass.SUSPENDED)]
-    # a rank that keeps the order for all feature values keeps its proof
-    [k] = prove("kvtether", inv, depth=4)
-    assert (k.rung, k.depth) == ("proved", 1)
-
-
-def test_no_rung_above_violated_contradicts_what_kvmodel_check_found() -> None:
-    """The two manifests agree: no policy or mutant is proved (or bounded) in the fragment for an
-    invariant kvmodel check violates. If this fails, prove prints a promise the policy breaks:
-    grow the fragment to reach the bug, or make prove say unknown with the reason."""
-    verdicts = tomllib.loads(
-        (Path(__file__).parent.parent / "checkers/search/expected_verdicts.toml").read_text()
-    )["policies"]
-    violated = [(p, inv) for p, v in verdicts.items() for inv in v.get("violated", [])]
-    violated += list(MUTANTS.items())
-    bad = [
-        (p, inv, MANIFEST[p][inv])
-        for p, inv in violated
-        if inv in FRAGMENT_INVARIANTS and MANIFEST[p][inv].split(":")[0] in ("proved", "bounded")
-    ]
-    assert bad == []
-    assert len(violated) > 50  # the table and the zoo were read
-
-
 def test_prove_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["prove", "lru", "--depth", "4", "--invariant", "no-zombie-kv"]) == 0
     out = capsys.readouterr().out

@@ -26,6 +26,7 @@ from kvmodel.replay import replay
 from kvmodel.workloads.agentic import AgenticParams, generate_agentic
 
 __all__ = [
+    "COMPACTION_GRID",
     "FIT_GRID",
     "FIT_TARGETS",
     "ROWS",
@@ -142,7 +143,10 @@ FIT_GRID: dict[str, tuple[float, ...]] = {
     "observation_scale": (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0),
     "output_scale": (0.125, 0.25, 0.5, 1.0, 2.0),
     "system_tokens": (600, 1200, 2400, 6000, 12000, 26000, 50000),
+    "turns": (1, 2, 3, 5, 8),
 }
+#: searched as well when the target compacts (otherwise compaction is switched off)
+COMPACTION_GRID: tuple[int, ...] = (12_000, 25_000, 50_000, 100_000, 200_000)
 
 
 def fit_error(got: WorkloadStats, target: WorkloadStats) -> float:
@@ -160,9 +164,10 @@ def fit_generator(
     """Generator parameters whose statistics come closest to ``target``'s (spec R8): the
     structure set from the target (no sub-agents, reviewers or compactions where it has none),
     then the joint grid of ``rounds`` x ``observation_scale``, then coordinate descent over
-    :data:`FIT_GRID` -- each knob in turn set to its best grid value with the others fixed, up
-    to ``passes`` times or until nothing moves -- scoring :func:`fit_error` on ``sessions``
-    generated sessions. A local search: deterministic, not guaranteed to find the grid's best."""
+    :data:`FIT_GRID` (and :data:`COMPACTION_GRID` when the target compacts) -- each knob in
+    turn set to its best grid value with the others fixed, up to ``passes`` times or until
+    nothing moves -- scoring :func:`fit_error` on ``sessions`` generated sessions. A local
+    search: deterministic, not guaranteed to find the grid's best."""
     p = attrs.evolve(base, sessions=sessions)
     if not target.subagents_per_session:
         p = attrs.evolve(p, p_spawn=0.0, lead=False)
@@ -188,9 +193,12 @@ def fit_generator(
             e, st = score(q)
             if e < best:
                 best, best_stats, p = e, st, q
+    grids = dict(FIT_GRID)
+    if target.compactions_per_session:
+        grids["compact_at_tokens"] = COMPACTION_GRID
     for _ in range(passes):
         moved = False
-        for knob, grid in FIT_GRID.items():
+        for knob, grid in grids.items():
             for v in grid:
                 q = attrs.evolve(p, **{knob: type(getattr(p, knob))(v)})
                 if q == p:
