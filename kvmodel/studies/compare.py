@@ -280,11 +280,13 @@ def _cost_reason(
     diluted = f"input side alone {input_side:+.1%}; output is {share:.0%} of the baseline's cost"
     if lo <= m <= hi:
         return f"within the paper's +-10 pp ({diluted})"
-    if m > hi and opt is not None and opt > hi:
+    if m < lo:
+        return f"saves more than the paper reports ({diluted})"
+    if opt is not None and opt > hi:
         return f"Belady itself saves only {-opt:.1%} here: no policy can ({diluted})"
-    if m > hi and opt is not None and opt < 0:
+    if opt is not None and opt < 0:
         return f"captures {m / opt:.0%} of Belady's saving ({diluted})"
-    return f"saves more than the paper reports ({diluted})"
+    return f"saves less than the paper reports ({diluted})"
 
 
 def _ratio_reason(m: float, opt: float | None, lo: float, hi: float) -> str:
