@@ -16,13 +16,9 @@ from collections.abc import Mapping, Sequence
 import attrs
 import numpy as np
 
-from kvmodel.config import EngineConfig
-from kvmodel.ids import TierName
-from kvmodel.io.observations import InferObs
 from kvmodel.io.trace import Infer, Open, Trace
-from kvmodel.memory import TierConfig
+from kvmodel.logical import Sequences
 from kvmodel.messages import AgentKind
-from kvmodel.replay import replay
 from kvmodel.workloads.agentic import AgenticParams, generate_agentic
 
 __all__ = [
@@ -78,20 +74,14 @@ def _pct(xs: Sequence[float], q: float) -> float:
 
 
 def workload_stats(trace: Trace) -> WorkloadStats:
-    """The statistics of ``trace``. Prompt sizes are logical, whatever the memory: they come from
-    a replay on one slot, where every inference is rejected (P7.7) and no KV is kept, as
-    :class:`kvmodel.logical.Sequences` runs the trace's meaning alone."""
-    res = replay(trace, "lru", EngineConfig(16, (TierConfig(TierName("logical"), 1),)))
-    infers = [o for o in res.engine.log if isinstance(o, InferObs)]
-    prompts = [float(o.prompt_tokens) for o in infers]
-    outputs = sum(o.output_tokens for o in infers)
+    """The statistics of ``trace``, in one pass. Prompt sizes are logical, whatever the memory:
+    the context's sequence at each ``infer``, from :class:`kvmodel.logical.Sequences` (the trace's
+    meaning alone, no KV kept)."""
+    seqs = Sequences(16)
+    prompts: list[float] = []
+    outputs = 0
     carried = 0
     last: dict[str, int] = {}  # context -> its previous inference's prompt + output
-    for o in infers:
-        prev = last.get(o.ctx)
-        if prev is not None:
-            carried += min(prev, o.prompt_tokens)
-        last[o.ctx] = o.prompt_tokens + o.output_tokens
     sessions: set[str] = set()
     kinds: dict[AgentKind, int] = {}
     waits: list[float] = []
@@ -104,12 +94,21 @@ def workload_stats(trace: Trace) -> WorkloadStats:
             sessions.add(op.session)
             kinds[op.agent] = kinds.get(op.agent, 0) + 1
         elif isinstance(op, Infer):
+            prompt = sum(m.tokens for m in seqs.messages(op.ctx))
+            out = sum(m.tokens for m in op.output)
+            prev = last.get(op.ctx)
+            if prev is not None:
+                carried += min(prev, prompt)
+            last[op.ctx] = prompt + out
+            prompts.append(float(prompt))
+            outputs += out
             ended[op.ctx] = op.t + op.duration
+        seqs.apply(op)
     n = max(1, len(sessions))
     return WorkloadStats(
         sessions=len(sessions),
-        inferences=len(infers),
-        inferences_per_session=len(infers) / n,
+        inferences=len(prompts),
+        inferences_per_session=len(prompts) / n,
         prompt_p10=_pct(prompts, 10),
         prompt_p50=_pct(prompts, 50),
         prompt_p90=_pct(prompts, 90),
