@@ -1,6 +1,6 @@
 """The load model (spec E6): the M/G/1 inversion, its agreement with a discrete FIFO queue, the
 settled window, the fixed point over replays, device-years over the window, and
-``kvmodel compare --slo-ttft/--paper``."""
+``kvmodel compare --slo-ttft/--paper``; the decode model and a TPOT target (spec E7)."""
 
 from __future__ import annotations
 
@@ -11,22 +11,25 @@ import attrs
 import numpy as np
 import pytest
 
-from kvmodel import EngineConfig, TierConfig
+from kvmodel import EngineConfig, Message, MessageKind, Role, TierConfig
 from kvmodel.cli import main
 from kvmodel.errors import ConfigError
-from kvmodel.ids import ContextId, SessionId, TierName
+from kvmodel.ids import ContextId, MessageId, SessionId, TierName
 from kvmodel.io.observations import AllocObs
-from kvmodel.io.trace import EndSession, Infer, Open, Trace, TraceHeader
+from kvmodel.io.trace import Append, EndSession, Infer, Open, Trace, TraceHeader
 from kvmodel.messages import AgentKind
 from kvmodel.replay import replay
 from kvmodel.studies.load import (
+    DecodeNode,
+    decode_batch,
     find_load,
     service_times,
     settled_window,
     sustainable_rate,
+    tpot_p99,
 )
 from kvmodel.studies.metrics import Timing, compute_metrics, queued_ttfts
-from kvmodel.studies.presets import hardware_config
+from kvmodel.studies.presets import decode_node, hardware_config
 from kvmodel.workloads.agentic import PRESETS, generate_agentic
 
 
@@ -189,3 +192,100 @@ def test_each_claim_reason_follows_from_the_figures() -> None:
         "below the paper's range",
         "above the paper's range",
     ]
+
+
+# ----------------------------------------------------------------- E7: decode and a TPOT target
+
+
+def test_a_decode_step_reads_the_weights_and_the_batch_kv() -> None:
+    node = DecodeNode(weight_bytes=1e9, kv_bytes_per_token=100, read_bytes_per_s=1e10)
+    assert node.tpot(0) == pytest.approx(0.1)
+    assert node.tpot(1e7) == pytest.approx(0.2)
+    # Llama-4-Maverick on eight GPUs: 400B bf16 parameters / 8 read at 8 TB/s = 12.5 ms,
+    # and 196,608 B of KV per token
+    maverick = decode_node("llama-4-maverick")
+    assert maverick.tpot(0) == pytest.approx(0.0125)
+    assert maverick.kv_bytes_per_token == 196_608
+    with pytest.raises(ConfigError, match="unknown model"):
+        decode_node("gpt-2")
+
+
+def test_the_decode_batch_is_each_inference_s_last_output_seconds() -> None:
+    ctx = ContextId("s.main")
+    ops = (
+        Open(0.0, ctx, SessionId("s"), AgentKind.MAIN),
+        Append(0.0, ctx, (Message(MessageId("u"), Role.USER, MessageKind.USER, 100),)),
+        Infer(
+            5.0,
+            ctx,
+            (Message(MessageId("a"), Role.ASSISTANT, MessageKind.OUTPUT, 10),),
+            duration=1.0,
+        ),
+        Infer(7.0, ctx, (), duration=0.5),  # no output: nothing decodes
+    )
+    trace = Trace(TraceHeader(), ops)
+    # 10 tokens at 30 ms: the last 0.3 s of the second; the prompt and half the output
+    [(start, end, kv)] = decode_batch(trace, 0.03)
+    assert (start, end, kv) == (pytest.approx(5.7), 6.0, 105.0)
+
+
+TOY = DecodeNode(weight_bytes=1e9, kv_bytes_per_token=100, read_bytes_per_s=1e10)
+
+
+def test_the_p99_tpot_is_over_output_tokens() -> None:
+    # [0, 5): one sequence at 0.1 s/token (50 tokens); [5, 10): two at 0.2 s (2 x 25 tokens)
+    batch = [(0.0, 10.0, 0.0), (5.0, 10.0, 1e7)]
+    assert tpot_p99(batch, TOY) == pytest.approx(0.2)
+    # the slow step carries 0.5% of the tokens: the 99th percentile is the fast one
+    brief = [(0.0, 10.0, 0.0), (9.95, 10.0, 1e7)]
+    assert tpot_p99(brief, TOY) == pytest.approx(0.1)
+    assert tpot_p99(batch, TOY, window=(0.0, 5.0)) == pytest.approx(0.1)
+    assert tpot_p99([], TOY) is None
+
+
+def test_the_node_is_slices_like_the_simulated_one() -> None:
+    # one sequence decoding through the window on a half slice: two copies, cyclically
+    # shifted, always both decoding -- the node's KV is the slice's over the scale
+    batch = [(0.0, 10.0, 1e7)]
+    assert tpot_p99(batch, TOY, scale=0.5) == pytest.approx(TOY.tpot(2e7))
+    # a tenth of a slice busy: ten copies at seeded offsets, the same figure every run
+    short = [(0.0, 1.0, 1e7), (0.0, 10.0, 0.0)]
+    once = tpot_p99(short, TOY, scale=0.1, seed=3)
+    assert once == tpot_p99(short, TOY, scale=0.1, seed=3)
+    assert TOY.tpot(1e7) <= once <= TOY.tpot(1e8)  # type: ignore[operator]
+
+
+def test_a_tpot_target_bounds_the_load_when_it_binds() -> None:
+    small = attrs.evolve(SMALL, sessions=4)
+    free, _ = find_load(small, NODE, slo_ttft_s=2.0, scale=0.01)
+    maverick = decode_node("llama-4-maverick")
+    loose, _ = find_load(small, NODE, slo_ttft_s=2.0, scale=0.01, slo_tpot_s=1.0, decode=maverick)
+    assert loose.sessions_per_s == free.sessions_per_s  # a target met everywhere changes nothing
+    assert loose.binding == free.binding == "TTFT"
+    assert loose.tpot_p99_s is not None
+    assert loose.tpot_p99_s < 1.0
+    target = (maverick.tpot(0) + loose.tpot_p99_s) / 2  # below what the TTFT-bound load gives
+    tight, _ = find_load(
+        small, NODE, slo_ttft_s=2.0, scale=0.01, slo_tpot_s=target, decode=maverick
+    )
+    assert tight.binding == "TPOT"
+    assert tight.sessions_per_s < free.sessions_per_s
+    assert tight.tpot_p99_s is not None
+    assert tight.tpot_p99_s <= target
+    assert "p99 TPOT" in tight.render()
+    assert "TPOT binds" in tight.render()
+    with pytest.raises(ConfigError, match="weight read"):
+        find_load(small, NODE, slo_ttft_s=2.0, scale=0.01, slo_tpot_s=0.01, decode=maverick)
+    with pytest.raises(ConfigError, match="needs the decode node"):
+        find_load(small, NODE, slo_ttft_s=2.0, scale=0.01, slo_tpot_s=0.05)
+
+
+def test_compare_refuses_a_tpot_target_without_the_ttft_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["compare", "--slo-tpot", "0.06", "--sessions", "2", "--quiet"]) == 2
+    assert "give --slo-ttft too" in capsys.readouterr().err
+    code = main(["compare", "--slo-ttft", "2", "--slo-tpot", "0.005", "--sessions", "2",
+                 "--splits", "1/7", "--quiet"])  # fmt: skip
+    assert code == 2
+    assert "no load meets it" in capsys.readouterr().err

@@ -28,7 +28,7 @@ from kvmodel.logical import Sequences
 from kvmodel.policy import resolve_policy
 from kvmodel.progress import bar, wanted
 from kvmodel.replay import replay
-from kvmodel.studies.presets import hardware_config
+from kvmodel.studies.presets import decode_node, hardware_config
 from kvmodel.workloads import PRESETS
 
 if TYPE_CHECKING:
@@ -189,6 +189,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         resolve_policy(p)
     splits = args.splits.split(",")
     load = None
+    if args.slo_tpot is not None and args.slo_ttft is None:
+        raise ConfigError("--slo-tpot joins the load model's TTFT target: give --slo-ttft too")
     if args.slo_ttft is None:
         # Lachesis measures on a multi-agent trace: that preset by default, 8 sessions
         trace = workload(args, default_preset="multi-agent", default_sessions=8)
@@ -203,7 +205,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         split = args.load_split or splits[0]
         node = hardware_config(split, args.model, scale=args.scale)
         with bar(1, "find load", on=wanted(args.quiet)) as found:
-            load, trace = find_load(params, node, slo_ttft_s=args.slo_ttft, scale=args.scale)
+            load, trace = find_load(
+                params,
+                node,
+                slo_ttft_s=args.slo_ttft,
+                scale=args.scale,
+                slo_tpot_s=args.slo_tpot,
+                decode=None if args.slo_tpot is None else decode_node(args.model),
+            )
             found(f"{load.sessions_per_s * 3600:.0f} sessions/h")
     cmp = compare(
         trace,
@@ -264,6 +273,13 @@ def add_compare(sub: Subparsers) -> None:
         help="generate the workload at the session rate whose mean TTFT meets this target on "
         "the node (spec E6: load model; default sessions 40); device-years over the settled "
         "window",
+    )
+    cp.add_argument(
+        "--slo-tpot",
+        type=number_in(0.0, low_open=True),
+        metavar="SECONDS",
+        help="with --slo-ttft: the load must also meet this p99 time per output token (spec "
+        "E7: a decode step reads the GPU's share of the weights and its batch's KV)",
     )
     cp.add_argument(
         "--load-split", help="the split whose node sets the load (default: the first of --splits)"

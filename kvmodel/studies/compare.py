@@ -173,10 +173,13 @@ class Comparison:
             return "no settled window: too few sessions (raise --sessions)"
         if y is None:
             return "no HBF write in the settled window"
+        if self.load.slo_tpot_s is None:
+            bound = "TTFT target only (the paper's tight SLO also bounds p99 TPOT: --slo-tpot)"
+        else:
+            bound = f"{self.load.binding or 'neither target'} binds"
         return (
             f"at {self.load.sessions_per_s * 3600:.0f} sessions/h on a {self.load.scale:g} "
-            "slice (TTFT-bound: the paper's tight SLO also bounds TPOT, not queued here; "
-            "absolute only once doubling the scale moves it little: spec E6)"
+            f"slice ({bound}; absolute only once doubling the scale moves it little: spec E6)"
         )
 
     def render_paper(self) -> str:

@@ -17,10 +17,15 @@ The service times depend on the cache (a miss is a prefill), and the cache on th
 concurrent sessions, more pressure): the rate is the fixed point, found by bisection on the
 log of the session gap over replays of a baseline policy, every candidate gap giving the same
 sessions (the generator draws gaps as scaled standard exponentials) shifted in time.
+
+With a TPOT target (spec E7) a candidate must also meet it at the 99th percentile: a decode step
+reads the GPU's share of the weights and its batch's KV (:class:`DecodeNode`), so the load is
+also bounded by how much context decodes at once.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -30,22 +35,40 @@ import numpy as np
 from kvmodel.config import EngineConfig
 from kvmodel.errors import ConfigError
 from kvmodel.io.observations import InferObs, RejectObs
-from kvmodel.io.trace import EndSession, Open, Trace
+from kvmodel.io.trace import EndSession, Infer, Open, Trace
+from kvmodel.logical import Sequences
 from kvmodel.replay import ReplayResult, replay
 from kvmodel.studies.metrics import Timing
 from kvmodel.workloads.agentic import AgenticParams, generate_agentic
 
 __all__ = [
+    "DecodeNode",
     "Load",
     "concurrency",
+    "decode_batch",
     "find_load",
     "service_times",
     "settled_window",
     "sustainable_rate",
+    "tpot_p99",
 ]
 
 #: bisection steps on log(gap): the bracket [gap/64, 64 gap] narrows to a factor 2^(12/2^10)
 _STEPS = 10
+
+
+@attrs.frozen
+class DecodeNode:
+    """One GPU's decode step (spec E7): it reads ``weight_bytes`` and the KV of every sequence
+    in the batch at ``read_bytes_per_s`` (one bandwidth for both tiers)."""
+
+    weight_bytes: float
+    kv_bytes_per_token: int
+    read_bytes_per_s: float
+
+    def tpot(self, kv_tokens: float) -> float:
+        """Seconds per step with ``kv_tokens`` of context decoding on the GPU."""
+        return (self.weight_bytes + kv_tokens * self.kv_bytes_per_token) / self.read_bytes_per_s
 
 
 @attrs.frozen
@@ -66,6 +89,11 @@ class Load:
     window: tuple[float, float] | None
     #: mean open sessions in the window (the slice's; the node's is this / scale)
     concurrency: float
+    #: the p99 TPOT target (None: TTFT alone), the p99 at the load found (None without a
+    #: target), and the target the last infeasible candidate failed ("" if none failed)
+    slo_tpot_s: float | None = None
+    tpot_p99_s: float | None = None
+    binding: str = ""
 
     def render(self) -> str:
         w = self.window
@@ -75,9 +103,16 @@ class Load:
             if w
             else "no settled window (too few sessions: raise --sessions)"
         )
+        targets = f"mean TTFT meets {self.slo_ttft_s:g} s"
+        if self.slo_tpot_s is not None and self.tpot_p99_s is not None:
+            targets += (
+                f" and p99 TPOT {self.slo_tpot_s * 1000:g} ms (E7: {self.tpot_p99_s * 1000:.1f} "
+                "ms at this load)"
+            )
+        bound = f"; {self.binding} binds" if self.binding else ""
         return (
             f"load (spec E6): {self.sessions_per_s * 3600:.0f} sessions/h on the node, the most "
-            f"whose mean TTFT meets {self.slo_ttft_s:g} s under {self.baseline} (M/G/1 prefill "
+            f"whose {targets}{bound} under {self.baseline} (M/G/1 prefill "
             f"queue: utilisation {self.utilisation:.0%}, {self.requests_per_session:.1f} "
             f"requests per session, mean prefill {self.mean_prefill_s * 1000:.0f} ms, predicted "
             f"TTFT {self.predicted_ttft_s:.2f} s); simulated slice: one session every "
@@ -113,6 +148,77 @@ def sustainable_rate(
     if es2 == 0:
         return math.inf
     return 2 * wait / (es2 + 2 * wait * es) / requests_per_session
+
+
+def decode_batch(trace: Trace, tpot_s: float) -> list[tuple[float, float, float]]:
+    """Each inference's decode as ``(start, end, context tokens)``: the last ``output tokens x
+    tpot_s`` seconds of its ``duration`` (clipped at its start), its prompt plus half its output
+    (spec E7). From the trace's logical sequences: no cache is involved."""
+    seqs = Sequences(16)
+    out: list[tuple[float, float, float]] = []
+    for op in trace.ops:
+        if isinstance(op, Infer):
+            prompt = sum(m.tokens for m in seqs.messages(op.ctx))
+            output = sum(m.tokens for m in op.output)
+            end = op.t + op.duration
+            start = max(op.t, end - output * tpot_s)
+            if output and end > start:
+                out.append((start, end, prompt + output / 2))
+        seqs.apply(op)
+    return out
+
+
+def tpot_p99(
+    batch: Sequence[tuple[float, float, float]],
+    node: DecodeNode,
+    *,
+    scale: float = 1.0,
+    window: tuple[float, float] | None = None,
+    seed: int = 0,
+) -> float | None:
+    """The 99th percentile over output tokens of the node's TPOT (spec E7), or None when
+    nothing decodes. The node is ``round(1 / scale)`` slices like the simulated one, arriving
+    independently: the slice's decodes within ``window`` (default: the run), cyclically shifted
+    in it by seeded offsets (the first by none) and summed, the KV times ``1 / (scale x
+    copies)`` so its mean is the slice's over ``scale``. Between two decode events the ``n``
+    sequences decode ``n x length / TPOT`` tokens at the TPOT of the KV decoding then."""
+    if not batch:
+        return None
+    a, b = window if window is not None else (min(x[0] for x in batch), max(x[1] for x in batch))
+    span = b - a
+    if span <= 0:
+        return None
+    copies = max(1, round(1 / scale))
+    weight = 1 / (scale * copies)
+    offsets = [0.0, *np.random.default_rng(seed).uniform(0.0, span, copies - 1).tolist()]
+    events: list[tuple[float, int, float]] = []
+    for lo, hi, kv in batch:
+        lo, hi = max(lo, a), min(hi, b)
+        if hi <= lo:
+            continue
+        for off in offsets:
+            s0 = a + (lo - a + off) % span
+            s1 = s0 + hi - lo
+            pieces = [(s0, s1)] if s1 <= b else [(s0, b), (a, s1 - span)]  # wraps round
+            for x, y in pieces:
+                if y > x:
+                    events += [(x, 1, kv * weight), (y, -1, -kv * weight)]
+    events.sort()
+    tpots: list[float] = []
+    weights: list[float] = []
+    n, kv_now = 0, 0.0
+    for (t, dn, dkv), nxt in itertools.pairwise(events):
+        n, kv_now = n + dn, kv_now + dkv
+        if n > 0 and nxt[0] > t:
+            tpot = node.tpot(max(kv_now, 0.0))
+            tpots.append(tpot)
+            weights.append(n * weight * (nxt[0] - t) / tpot)
+    if not tpots:
+        return None
+    order = np.argsort(tpots, kind="stable")
+    cum = np.cumsum(np.asarray(weights)[order])
+    at = int(np.searchsorted(cum, 0.99 * cum[-1]))
+    return float(np.asarray(tpots)[order][min(at, len(order) - 1)])
 
 
 def _session_times(trace: Trace) -> tuple[dict[str, float], dict[str, float]]:
@@ -157,10 +263,20 @@ def find_load(
     scale: float,
     baseline: str = "hbm-first",
     timing: Timing | None = None,
+    slo_tpot_s: float | None = None,
+    decode: DecodeNode | None = None,
 ) -> tuple[Load, Trace]:
     """The sustainable load of the node ``config`` is a ``scale`` slice of, and the trace of
-    ``params``'s sessions arriving at it. Deterministic: ten bisection steps, each a replay."""
+    ``params``'s sessions arriving at it. Deterministic: ten bisection steps, each a replay.
+    ``slo_tpot_s``: also meet this p99 TPOT on ``decode`` (spec E7)."""
     tm = timing or Timing()
+    if (slo_tpot_s is None) != (decode is None):
+        raise ConfigError("a TPOT target needs the decode node it is met on, and only then")
+    if slo_tpot_s is not None and decode is not None and decode.tpot(0.0) >= slo_tpot_s:
+        raise ConfigError(
+            f"TPOT target {slo_tpot_s * 1000:g} ms is below one decode step's weight read "
+            f"({decode.tpot(0.0) * 1000:.1f} ms): no load meets it"
+        )
     if tm.prefill_servers != 1:
         raise ConfigError("the load model queues for one prefill server (M/G/1)")
     if params.sessions < 2:
@@ -173,19 +289,34 @@ def find_load(
         rate = sustainable_rate(services, len(services) / params.sessions, slo_ttft_s, overhead_s)
         return 1 / (rate * scale), tr, services
 
+    def tpot_at(trace: Trace) -> float | None:
+        if decode is None:
+            return None
+        batch = decode_batch(trace, tm.tpot_s)
+        return tpot_p99(batch, decode, scale=scale, window=settled_window(trace))
+
+    def failed(gap: float) -> tuple[list[str], Trace, list[float], float | None]:
+        need, tr, services = implied_gap(gap)
+        tpot = tpot_at(tr)
+        bad = ["TTFT"] if need > gap * (1 + 1e-9) else []
+        if slo_tpot_s is not None and tpot is not None and tpot > slo_tpot_s:
+            bad.append("TPOT")
+        return bad, tr, services, tpot
+
     lo, hi = math.log(params.session_gap_s / 64), math.log(params.session_gap_s * 64)
-    for _ in range(_STEPS):  # f(gap) = implied(gap) - gap decreases in gap
+    binding = ""
+    for _ in range(_STEPS):  # both figures fall as the gap widens
         mid = (lo + hi) / 2
-        need, _, _ = implied_gap(math.exp(mid))
-        if need > math.exp(mid):
-            lo = mid  # arrivals too dense for the target: widen the gap
+        bad, _, _, _ = failed(math.exp(mid))
+        if bad:
+            lo, binding = mid, " and ".join(bad)  # too dense for a target: widen the gap
         else:
             hi = mid
     gap = math.exp(hi)  # the feasible end of the bracket
-    need, trace, services = implied_gap(gap)
-    if need > gap * (1 + 1e-9):
+    bad, trace, services, tpot = failed(gap)
+    if bad:
         raise ConfigError(
-            f"no session rate meets a mean TTFT of {slo_ttft_s:g} s under {baseline}: even one "
+            f"no session rate meets the {' and '.join(bad)} target under {baseline}: even one "
             f"session every {gap:.0f} s on the slice is too many"
         )
     s = np.asarray(services)
@@ -208,5 +339,8 @@ def find_load(
         predicted_ttft_s=overhead_s + es + wait,
         window=window,
         concurrency=concurrency(trace, window) if window else 0.0,
+        slo_tpot_s=slo_tpot_s,
+        tpot_p99_s=tpot,
+        binding=binding,
     )
     return load, trace

@@ -102,9 +102,7 @@ def regretted_evictions(engine: Engine) -> int:
     return regrets
 
 
-def queued_ttfts(
-    requests: list[tuple[float, int, int]], timing: Timing
-) -> list[float]:
+def queued_ttfts(requests: list[tuple[float, int, int]], timing: Timing) -> list[float]:
     """TTFT of each request ``(arrival, order, prefill tokens)`` under spec E5: first come,
     first served on ``timing.prefill_servers`` servers, each prefilling one request at a time
     at ``prefill_tok_per_s``; TTFT = wait + own prefill + the fixed overhead. Open loop: a wait

@@ -13,6 +13,14 @@ behind them, Ha et al.). An HBF stack holds 512 GB (Sandisk, as Lachesis uses); 
 at 16x HBM's per-stack capacity (Lachesis §2.2), so an HBM stack is taken as 512/16 = 32 GB.
 HBF endurance: 100,000 P/E cycles (SLC), write amplification 1.02 (Lachesis §5).
 
+Decode (spec E7) -- a step reads a GPU's share of the weights and its batch's KV at one read
+bandwidth for both tiers (Lachesis §5: the tiers differ in write bandwidth only). Each model is
+served across eight GPUs with its experts sharded (expert parallelism), so a step reads an
+eighth of the weights: bf16, the published total parameter counts (Llama-4-Maverick 400B, Meta's
+model card; Qwen3-235B-A22B 235B, its name), every local expert touched at a large batch (an
+upper bound). Read bandwidth 1 TB/s per stack slot, 8 TB/s for the eight (HBM3E-class: an
+assumption, as the papers give no figure).
+
 ``kv_fraction`` is the share of HBM left for KV after weights and activations (the papers do
 not give one number; the default 0.5 is an assumption to override), and ``scale`` shrinks every
 capacity alike so that a study runs in seconds (device-years scale with it: report ratios).
@@ -27,6 +35,7 @@ from kvmodel.config import EngineConfig
 from kvmodel.errors import ConfigError
 from kvmodel.ids import TierName
 from kvmodel.memory import ModelShape, TierConfig
+from kvmodel.studies.load import DecodeNode
 
 __all__ = [
     "HBF_PE_CYCLES",
@@ -34,7 +43,10 @@ __all__ = [
     "HBF_WRITE_AMPLIFICATION",
     "HBM_STACK_BYTES",
     "MODELS",
+    "MODEL_PARAMS",
+    "READ_BYTES_PER_S",
     "SPLITS",
+    "decode_node",
     "hardware_config",
 ]
 
@@ -49,6 +61,16 @@ MODELS: Mapping[str, ModelShape] = MappingProxyType(
         "qwen3-235b-a22b": ModelShape(layers=94, kv_heads=4, head_dim=128, dtype_bytes=2),
     }
 )
+
+#: total parameters of each model (experts included)
+MODEL_PARAMS: Mapping[str, int] = MappingProxyType(
+    {"llama-4-maverick": 400 * 10**9, "qwen3-235b-a22b": 235 * 10**9}
+)
+#: one GPU's read bandwidth over its eight stack slots, the same for HBM and HBF
+READ_BYTES_PER_S = 8 * 10**12
+#: GPUs a model is served across (attention by data parallelism, experts by expert parallelism)
+_GPUS = 8
+_WEIGHT_BYTES = 2  # bf16
 
 #: split name -> (HBM stacks, HBF stacks)
 SPLITS: Mapping[str, tuple[int, int]] = MappingProxyType(
@@ -89,4 +111,17 @@ def hardware_config(
             ),
         ),
         shape,
+    )
+
+
+def decode_node(model: str, *, block_size: int = 16) -> DecodeNode:
+    """One GPU's decode step for ``model`` (spec E7): an eighth of the weights and the batch's
+    KV read at :data:`READ_BYTES_PER_S`."""
+    if model not in MODELS:
+        raise ConfigError(f"unknown model {model!r}; known: {', '.join(MODELS)}")
+    shape = MODELS[model]
+    return DecodeNode(
+        weight_bytes=MODEL_PARAMS[model] * _WEIGHT_BYTES / _GPUS,
+        kv_bytes_per_token=shape.bytes_per_block(block_size) // block_size,
+        read_bytes_per_s=READ_BYTES_PER_S,
     )
