@@ -11,7 +11,7 @@ is the largest session rate whose mean TTFT (own prefill + wait + overhead) meet
 A study at ``scale`` simulates a ``scale`` slice of that node: every capacity times ``scale``
 (the preset) *and* the session rate times ``scale``. Memory demanded per byte of memory, and
 bytes written per byte of flash per second, are then those of the whole node, so device-years
-tend to absolute figures as the slice grows -- measured, not yet at 0.05 or 0.1 (spec E6).
+tend to absolute figures as the slice grows -- measured, settled by 0.1, not at 0.05 (spec E6).
 
 The service times depend on the cache (a miss is a prefill), and the cache on the load (more
 concurrent sessions, more pressure): the rate is the fixed point, found by bisection on the
