@@ -61,6 +61,7 @@ BUILTIN_POLICIES: Mapping[str, str] = {
     "belady": "policies.offline:Belady",
     "discovered": "policies.discovered:Discovered",
     "hbm-first": "policies.hbm_first:HBMFirst",
+    "hbm-first-static": "policies.hbm_first:HBMFirstStatic",
     "kvtether": "policies.kvtether:KVTether",
     "lachesis": "policies.lachesis:Lachesis",
     "lachesis-det": "policies.lachesis:LachesisDet",

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, RankTerm
 
-__all__ = ["HBMFirst"]
+__all__ = ["HBMFirst", "HBMFirstStatic"]
 
 
 class HBMFirst(BasePolicy):
@@ -22,3 +22,16 @@ class HBMFirst(BasePolicy):
         RankTerm("depth", descending=True),
     )
     claims: ClassVar[frozenset[str]] = STRUCTURAL_CLAIMS
+
+
+class HBMFirstStatic(HBMFirst):
+    """HBM-first whose HBM does not turn over (the Lachesis paper's reading, spec/policies.md
+    §hbm-first): under pressure it evicts from the last tier first, so a block written to HBM
+    stays there until HBF has nothing evictable."""
+
+    name: ClassVar[str] = "hbm-first-static"
+    rank: ClassVar[tuple[RankTerm, ...]] = (
+        RankTerm("tier", descending=True),
+        RankTerm("last_access"),
+        RankTerm("depth", descending=True),
+    )

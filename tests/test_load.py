@@ -131,12 +131,15 @@ def test_compare_at_a_sustainable_load_prints_the_paper_claims(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     args = ["compare", "--slo-ttft", "2", "--sessions", "6", "--splits", "1/7", "--scale",
-            "0.01", "--policies", "hbm-first,lachesis-det,opt-placement", "--quiet"]  # fmt: skip
+            "0.01", "--policies", "hbm-first,hbm-first-static,lachesis-det,opt-placement",
+            "--quiet"]  # fmt: skip
     assert main([*args, "--paper"]) == 0
     out = capsys.readouterr().out
     assert "load (spec E6):" in out
     assert "sessions/h on the node" in out
-    assert "Lachesis-det HBF lifetime vs HBM-first @ 1/7" in out
+    # the paper's baseline (HBM does not turn over), the turning one beside it
+    assert "Lachesis-det HBF lifetime vs hbm-first-static @ 1/7" in out
+    assert "vs hbm-first, whose HBM turns over:" in out
     assert "Lachesis HBF device-years" not in out  # no lachesis cell was asked for
     assert main([*args, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

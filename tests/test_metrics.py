@@ -9,6 +9,7 @@ from scenario import config, msg, run
 
 from kvmodel.cli import main
 from kvmodel.errors import ConfigError
+from kvmodel.studies.compare import PLACEMENT_POLICIES
 from kvmodel.studies.metrics import (
     Prices,
     Timing,
@@ -166,7 +167,7 @@ def test_compare_json_has_every_policy_and_split(capsys) -> None:  # type: ignor
     assert main(["compare", "--sessions", "2", "--turns", "1", "--splits", "1/7", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert set(d["cache"]) == {"kvtether", "lru", "mori", "belady"}
-    assert set(d["placement"]["1/7"]) == {"lachesis", "lachesis-det", "hbm-first", "opt-placement"}
+    assert set(d["placement"]["1/7"]) == set(PLACEMENT_POLICIES)
     # Belady bounds the online cache policies' hits on this workload
     assert all(
         d["cache"]["belady"]["token_hit_rate"] >= m["token_hit_rate"] for m in d["cache"].values()

@@ -131,6 +131,27 @@ def test_hbm_first_fills_hbm_then_hbf() -> None:
     ]
 
 
+def test_hbm_first_static_keeps_hbm_where_hbm_first_turns_it_over() -> None:
+    """Both tiers full of a closed context's KV: HBM-first evicts HBM first, so the next writes
+    land in HBM (its HBM turns over); hbm-first-static evicts from HBF, so HBM keeps the blocks
+    it was written with (the Lachesis paper's baseline: spec/policies.md §hbm-first)."""
+    ops = (
+        {"op": "open", "t": 0, "ctx": "a", "session": "s", "agent": "main"},
+        {"op": "append", "t": 0, "ctx": "a", "messages": [msg("A", 16)]},
+        {"op": "infer", "t": 1, "ctx": "a", "output": []},
+        {"op": "close", "t": 2, "ctx": "a"},
+        {"op": "open", "t": 3, "ctx": "b", "session": "s", "agent": "main"},
+        {"op": "append", "t": 3, "ctx": "b", "messages": [msg("B", 8)]},
+        {"op": "infer", "t": 4, "ctx": "b", "output": []},
+    )
+    turning = log_of(run("hbm-first", config(blocks=2, hbf=2), *ops).engine, 6)
+    static = log_of(run("hbm-first-static", config(blocks=2, hbf=2), *ops).engine, 6)
+    assert turning[1:] == ["evict 1 d1 dead", "alloc 1 d0 hbm active", "evict 0 d0 dead",
+                           "alloc 0 d1 hbm active"]  # fmt: skip
+    assert static[1:] == ["evict 3 d3 dead", "alloc 3 d0 hbf active", "evict 2 d2 dead",
+                          "alloc 2 d1 hbf active"]  # fmt: skip
+
+
 LEAD_WORKER = (
     {"op": "open", "t": 0, "ctx": "lead", "session": "s", "agent": "lead"},
     {"op": "append", "t": 0, "ctx": "lead", "messages": [msg("L", 8)]},
