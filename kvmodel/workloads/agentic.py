@@ -81,11 +81,27 @@ class AgenticParams:
 #: * ``multi-agent-review`` -- ``multi-agent`` with a reviewer for half the returned workers
 #:   (the paper's multi-agent trace "as the harness records it"; ``multi-agent`` is its
 #:   reviewer-disabled twin): the same draws, plus the reviewers'.
+#: * ``mini-swe-agent-fit``, ``tau-bench-fit`` -- ``single-agent`` fitted to the shared real
+#:   traces (``kvmodel stats TRACE --fit single-agent``; spec R8, the figures there): the knobs
+#:   the fit moved, nothing else. A local search over the generator's knobs, not a claim that
+#:   the generator can make every real shape.
 PRESETS: dict[str, AgenticParams] = {
     "single-agent": AgenticParams(sessions=24, turns=3, p_spawn=0.0),
     "multi-agent": AgenticParams(sessions=24, turns=1, rounds=4, p_spawn=0.6, lead=True),
     "multi-agent-review": AgenticParams(
         sessions=24, turns=1, rounds=4, p_spawn=0.6, lead=True, p_review=0.5
+    ),
+    "mini-swe-agent-fit": AgenticParams(
+        sessions=24, turns=2, rounds=16, p_spawn=0.0, compact_at_tokens=10**9, output_scale=0.5
+    ),
+    "tau-bench-fit": AgenticParams(
+        sessions=24,
+        turns=3,
+        rounds=2,
+        p_spawn=0.0,
+        compact_at_tokens=10**9,
+        observation_scale=0.5,
+        output_scale=0.125,
     ),
 }
 
