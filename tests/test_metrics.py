@@ -6,6 +6,7 @@ import json
 
 import pytest
 from scenario import config, msg, run
+from scenario import trace as scenario_trace
 
 from kvmodel.cli import main
 from kvmodel.errors import ConfigError
@@ -236,3 +237,45 @@ def test_cost_lies_between_all_cached_and_all_recomputed(seed: int) -> None:
     assert (prompt * prices.cached_input + out) / 1e6 <= m.cost_usd + 1e-12
     assert m.cost_usd <= (prompt * prices.input + out) / 1e6 + 1e-12
     assert m.output_cost_usd == pytest.approx(out / 1e6)
+
+
+# ------------------------------------------------------------- E8: capacity from the footprint
+
+FOOTPRINT_OPS = (
+    {"op": "open", "t": 0, "ctx": "a", "session": "s", "agent": "main"},
+    {"op": "append", "t": 0, "ctx": "a", "messages": [msg("A", 16)]},
+    {"op": "infer", "t": 1, "ctx": "a", "output": []},
+    {"op": "open", "t": 1, "ctx": "b", "session": "s", "agent": "main"},
+    {"op": "append", "t": 1, "ctx": "b", "messages": [msg("B", 8)]},
+    {"op": "infer", "t": 2, "ctx": "b", "output": []},
+    {"op": "close", "t": 3, "ctx": "a"},
+    {"op": "close", "t": 3, "ctx": "b"},
+    {"op": "open", "t": 4, "ctx": "c", "session": "s", "agent": "main"},
+    {"op": "append", "t": 4, "ctx": "c", "messages": [msg("C", 4)]},
+    {"op": "infer", "t": 5, "ctx": "c", "output": []},
+)
+
+
+def test_the_footprint_is_the_most_kv_held_at_once() -> None:
+    from kvmodel.studies.compare import capacity_config, footprint
+
+    t = scenario_trace(*FOOTPRINT_OPS)
+    # a's 4 blocks and b's 2 are held together; after both close (eager reclaim) c needs 1
+    assert footprint(t, 4) == 6
+    cfg, cap = capacity_config(t, 0.5, 4)
+    assert cap == (0.5, 6, 3)
+    assert [(x.name, x.blocks) for x in cfg.tiers] == [("hbm", 3)]
+    assert capacity_config(t, 0.01, 4)[1] == (0.01, 6, 1)  # never an empty memory
+
+
+def test_compare_sizes_the_cache_from_the_footprint(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["compare", "--sessions", "2", "--turns", "1", "--policies", "kvtether,lru",
+            "--capacity", "0.5", "--quiet"]  # fmt: skip
+    assert main([*args, "--json"]) == 0
+    cap = json.loads(capsys.readouterr().out)["capacity"]
+    assert cap["fraction"] == 0.5
+    assert cap["blocks"] == round(0.5 * cap["footprint"])
+    assert main(args) == 0
+    assert f"0.5 x the footprint of {cap['footprint']:,} blocks" in capsys.readouterr().out
+    assert main([*args, "--config", "nope.toml"]) == 2
+    assert "drop --config" in capsys.readouterr().err

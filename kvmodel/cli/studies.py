@@ -214,11 +214,20 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 decode=None if args.slo_tpot is None else decode_node(args.model),
             )
             found(f"{load.sessions_per_s * 3600:.0f} sessions/h")
+    if args.capacity is not None and args.config:
+        raise ConfigError("--capacity sizes the cache memory from the workload: drop --config")
+    capacity = None
+    if args.capacity is not None:
+        from kvmodel.studies.compare import capacity_config
+
+        cache_config, capacity = capacity_config(trace, args.capacity)
+    elif args.config:
+        cache_config = engine_config(args.config)
+    else:
+        cache_config = default_config(hbm_blocks=256, hbf_blocks=1024)
     cmp = compare(
         trace,
-        engine_config(args.config)
-        if args.config
-        else default_config(hbm_blocks=256, hbf_blocks=1024),
+        cache_config,
         splits=splits,
         model=args.model,
         scale=args.scale,
@@ -228,6 +237,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         workers=args.workers,
         scheduler=args.scheduler,
         load=load,
+        capacity=capacity,
     )
     if args.json:
         print(
@@ -239,6 +249,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                     },
                     "ratios": cmp.ratios(),
                     "load": attrs.asdict(load) if load else None,
+                    "capacity": dict(
+                        zip(("fraction", "footprint", "blocks"), capacity, strict=True)
+                    )
+                    if capacity
+                    else None,
                     "claims": [attrs.asdict(c) for c in cmp.claims()],
                 },
                 indent=2,
@@ -266,6 +281,13 @@ def add_compare(sub: Subparsers) -> None:
     cp.add_argument("--model", default="llama-4-maverick")
     cp.add_argument("--scale", type=number_in(0.0, low_open=True), default=0.005)
     cp.add_argument("--config", help="engine config TOML for the cache comparison")
+    cp.add_argument(
+        "--capacity",
+        type=number_in(0.0, low_open=True),
+        metavar="F",
+        help="the cache comparison on one tier of F x the workload's footprint (spec E8: the "
+        "most blocks kvtether holds at once on memory that never fills)",
+    )
     cp.add_argument(
         "--slo-ttft",
         type=number_in(0.0, low_open=True),

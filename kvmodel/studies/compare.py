@@ -12,7 +12,10 @@ from typing import Any
 import attrs
 
 from kvmodel.config import EngineConfig
-from kvmodel.io.trace import Trace
+from kvmodel.engine import Engine
+from kvmodel.ids import TierName
+from kvmodel.io.trace import Append, Infer, Op, Trace
+from kvmodel.memory import TierConfig
 from kvmodel.progress import bar
 from kvmodel.replay import replay
 from kvmodel.studies.load import Load
@@ -27,7 +30,9 @@ __all__ = [
     "PLACEMENT_POLICIES",
     "Claim",
     "Comparison",
+    "capacity_config",
     "compare",
+    "footprint",
     "measure",
 ]
 
@@ -92,6 +97,9 @@ class Comparison:
     load: Load | None = None
     #: split -> HBM blocks of its node (to tell how often HBM-first's HBM turned over)
     hbm_blocks: dict[str, int] = attrs.field(factory=dict)
+    #: ``--capacity``: (the fraction, the workload's footprint, the tier's blocks) the cache
+    #: comparison ran on (spec E8); None when its configuration was given
+    capacity: tuple[float, int, int] | None = None
 
     def years(self, m: Metrics) -> float | None:
         """HBF device-years: over the settled window when there is one (E6), else the run."""
@@ -209,7 +217,13 @@ class Comparison:
     def render(self) -> str:
         lines = [
             *([self.load.render()] if self.load else []),
-            "cache policies (single workload):",
+            "cache policies (single workload"
+            + (
+                f"; one tier of {self.capacity[0]:g} x the footprint of {self.capacity[1]:,} "
+                f"blocks = {self.capacity[2]:,}):"
+                if self.capacity
+                else "):"
+            ),
             f"  {'policy':<14}{'hit rate':>9}{'cost $':>10}{'input $':>10}{'rejected':>9}"
             f"{'TTFT ms':>9}{'queued':>9}{'regrets':>9}",
         ]
@@ -321,6 +335,38 @@ def _ratio_reason(m: float, opt: float | None, lo: float, hi: float) -> str:
     return "below the paper's range" if m < lo else "above the paper's range"
 
 
+def footprint(trace: Trace, block_size: int = 16) -> int:
+    """The workload's KV footprint (spec E8): the most blocks resident at once when ``kvtether``
+    runs it on one tier that never fills (eager reclaim: no Dead block stays; nothing is evicted
+    or rejected)."""
+    tokens = sum(m.tokens for op in trace.ops if isinstance(op, Append) for m in op.messages)
+    tokens += sum(m.tokens for op in trace.ops if isinstance(op, Infer) for m in op.output)
+    # every token in its own partial block, every inference a partial tail: more than fits
+    ample = tokens // block_size + 2 * len(trace.ops) + 1
+    peak = [0]
+
+    def after(e: Engine, _i: int, _op: Op) -> None:
+        peak[0] = max(peak[0], ample - e.memory.total_free())
+
+    cfg = EngineConfig(block_size, (TierConfig(TierName("hbm"), ample),))
+    replay(trace, "kvtether", cfg, after_op=after, observe=False)
+    return peak[0]
+
+
+def capacity_config(
+    trace: Trace, fraction: float, block_size: int = 16
+) -> tuple[EngineConfig, tuple[float, int, int]]:
+    """One tier of ``fraction`` of :func:`footprint` blocks (at least one), and what it was sized
+    from (:attr:`Comparison.capacity`): ``compare --capacity``."""
+    foot = footprint(trace, block_size)
+    blocks = max(1, round(fraction * foot))
+    return EngineConfig(block_size, (TierConfig(TierName("hbm"), blocks),)), (
+        fraction,
+        foot,
+        blocks,
+    )
+
+
 def measure(
     trace: Trace,
     policy: str,
@@ -345,6 +391,7 @@ def compare(
     workers: int | None = None,
     scheduler: str | None = None,
     load: Load | None = None,
+    capacity: tuple[float, int, int] | None = None,
 ) -> Comparison:
     """Every cell is an independent task (:func:`kvmodel.studies.sweep.run_tasks`): serial by
     default, on a Dask cluster with ``workers`` or ``scheduler``; the same result either way.
@@ -376,4 +423,4 @@ def compare(
             cache[policy] = m
         else:
             placement[split][policy] = m
-    return Comparison(cache, placement, load, hbm_blocks)
+    return Comparison(cache, placement, load, hbm_blocks, capacity)
