@@ -425,6 +425,7 @@ class Context:
             self._expire(uid, Event.CLOSE)
         self.entries = []
         self.starts = []
+        self.packed = []  # a closed context never infers again: keep no specs for it
         self._first_reasoning = -1
         self.is_open = False
         self.closed_at = t

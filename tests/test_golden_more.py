@@ -11,8 +11,8 @@ import pytest
 from scenario import config, log_of, msg, run, trace
 
 from kvmodel import BasePolicy, Engine, Placement, PolicyError, PolicyNotFoundError, resolve_policy
-from kvmodel.ids import BlockId, TierName
-from kvmodel.io.trace import Op
+from kvmodel.ids import BlockId, ContextId, TierName
+from kvmodel.io.trace import Close, Op
 from kvmodel.lifecycle import BlockClass, MsgState
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 
@@ -242,3 +242,19 @@ def test_message_states_follow_the_phase() -> None:
     e.apply(trace({"op": "infer", "t": 1, "ctx": "a", "output": [msg("O", 4, "output")]}).ops[0])
     assert states(e, "a") == [("U", "suspended"), ("O", "suspended")]
     assert e.contexts["a"].phase is MsgState.SUSPENDED  # type: ignore[index]
+
+
+def test_a_closed_context_keeps_no_packed_blocks() -> None:
+    """A closed context is kept (to name it in errors) but never infers again: the specs it
+    packed go with it (a 1M-op replay held 370 MiB of them: benchmarks/bench_replay.py)."""
+    r = run(
+        "lru",
+        config(blocks=2),  # too small: the inference is rejected, its blocks packed, not kept
+        {"op": "open", "t": 0, "ctx": "a", "session": "s", "agent": "main"},
+        {"op": "append", "t": 0, "ctx": "a", "messages": [msg("A", 16)]},
+        {"op": "infer", "t": 1, "ctx": "a", "output": []},
+    )
+    a = r.engine.contexts[ContextId("a")]
+    assert len(a.packed) == 4
+    r.engine.apply(Close(2.0, ContextId("a")))
+    assert a.packed == []
