@@ -279,3 +279,23 @@ def test_compare_sizes_the_cache_from_the_footprint(capsys: pytest.CaptureFixtur
     assert f"0.5 x the footprint of {cap['footprint']:,} blocks" in capsys.readouterr().out
     assert main([*args, "--config", "nope.toml"]) == 2
     assert "drop --config" in capsys.readouterr().err
+
+
+def test_the_footprint_is_not_capped_by_its_first_guess() -> None:
+    """Forks and edits rewrite the same tokens under new keys, so the blocks held at once can
+    exceed the tokens appended: the footprint grows its memory until nothing is evicted."""
+    from kvmodel.studies.compare import footprint
+
+    ops: list[dict[str, object]] = [
+        {"op": "open", "t": 0, "ctx": "a", "session": "s", "agent": "main"},
+        {"op": "append", "t": 0, "ctx": "a", "messages": [msg("A", 64)]},
+        {"op": "infer", "t": 1, "ctx": "a", "output": []},
+    ]
+    for i in range(8):  # eight branches, each rewriting all 16 blocks under a new first message
+        ops += [
+            {"op": "fork", "t": 2 + i, "src": "a", "ctx": f"b{i}"},
+            {"op": "replace", "t": 2 + i, "ctx": f"b{i}", "index": 0, "message": msg(f"R{i}", 64)},
+            {"op": "infer", "t": 2 + i, "ctx": f"b{i}", "output": []},
+        ]
+    t = scenario_trace(*ops)
+    assert footprint(t, 4) == 16 * 9  # a's 16 blocks and each branch's 16, all held

@@ -338,19 +338,22 @@ def _ratio_reason(m: float, opt: float | None, lo: float, hi: float) -> str:
 def footprint(trace: Trace, block_size: int = 16) -> int:
     """The workload's KV footprint (spec E8): the most blocks resident at once when ``kvtether``
     runs it on one tier that never fills (eager reclaim: no Dead block stays; nothing is evicted
-    or rejected)."""
+    or rejected -- checked: a tier that did fill is doubled and the run repeated)."""
     tokens = sum(m.tokens for op in trace.ops if isinstance(op, Append) for m in op.messages)
     tokens += sum(m.tokens for op in trace.ops if isinstance(op, Infer) for m in op.output)
-    # every token in its own partial block, every inference a partial tail: more than fits
+    # a first guess (forks and edits can rewrite the same tokens under new keys: checked below)
     ample = tokens // block_size + 2 * len(trace.ops) + 1
-    peak = [0]
+    while True:
+        peak = [0]
 
-    def after(e: Engine, _i: int, _op: Op) -> None:
-        peak[0] = max(peak[0], ample - e.memory.total_free())
+        def after(e: Engine, _i: int, _op: Op, size: int = ample, peak: list[int] = peak) -> None:
+            peak[0] = max(peak[0], size - e.memory.total_free())
 
-    cfg = EngineConfig(block_size, (TierConfig(TierName("hbm"), ample),))
-    replay(trace, "kvtether", cfg, after_op=after, observe=False)
-    return peak[0]
+        cfg = EngineConfig(block_size, (TierConfig(TierName("hbm"), ample),))
+        s = replay(trace, "kvtether", cfg, after_op=after, observe=False).summary
+        if not s.rejected and not sum(s.evictions.values()):
+            return peak[0]
+        ample *= 2
 
 
 def capacity_config(
