@@ -193,6 +193,8 @@ def test_comparison_reproduces_the_papers_directions() -> None:
         splits=list(SPLITS),
         model="llama-4-maverick",
         scale=0.005,
+        # the policies the directions are about (hbm-first-static has its own tests)
+        placement_policies=["lachesis", "lachesis-det", "hbm-first", "opt-placement"],
         progress=False,
     )
     c = cmp.cache
