@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from scenario import config, msg, run
@@ -281,6 +282,30 @@ def test_compare_sizes_the_cache_from_the_footprint(capsys: pytest.CaptureFixtur
     assert f"0.5 x the footprint of {cap['footprint']:,} blocks" in capsys.readouterr().out
     assert main([*args, "--config", "nope.toml"]) == 2
     assert "drop --config" in capsys.readouterr().err
+
+
+def test_paper_claims_say_what_cache_memory_they_were_measured_on(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from kvmodel.studies.compare import PAPER_CAPACITY
+
+    args = ["compare", "--sessions", "2", "--turns", "1", "--policies", "kvtether,lru",
+            "--paper", "--quiet"]  # fmt: skip
+    # --paper sizes the memory from the workload unless told otherwise (spec E8)
+    assert main([*args, "--json"]) == 0
+    cap = json.loads(capsys.readouterr().out)["capacity"]
+    assert cap["fraction"] == PAPER_CAPACITY
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"cache memory: one tier of {PAPER_CAPACITY:g} x the workload's footprint of "
+        f"{cap['footprint']:,} blocks = {cap['blocks']:,}"
+    ) in out
+    assert "KVTether cost vs LRU" in out
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('block_size = 16\n[[tiers]]\nname = "hbm"\nblocks = 64\n')
+    assert main([*args, "--config", str(cfg)]) == 0
+    assert "cache memory: the configuration given (--config)" in capsys.readouterr().out
 
 
 def test_the_footprint_is_not_capped_by_its_first_guess() -> None:

@@ -26,6 +26,7 @@ from kvmodel.studies.sweep import run_tasks
 __all__ = [
     "CACHE_POLICIES",
     "PAPER_BASELINE",
+    "PAPER_CAPACITY",
     "PAPER_CLAIMS",
     "PLACEMENT_POLICIES",
     "Claim",
@@ -41,6 +42,11 @@ PLACEMENT_POLICIES = ("lachesis", "lachesis-det", "hbm-first", "hbm-first-static
 #: the baseline of the Lachesis paper's lifetime claims: HBM-first whose HBM does not turn over
 #: (spec/policies.md, deviation HBM turnover); ``hbm-first`` where a comparison lacks it
 PAPER_BASELINE = "hbm-first-static"
+
+#: ``--paper``'s cache memory when none is given: one tier of this fraction of the workload's
+#: footprint (spec E8: the middle of KVTether's 0.1x-1.0x sweep, where its measured gain has
+#: settled on a coding-agent workload), not a fixed size that starves long prompts
+PAPER_CAPACITY = 0.5
 
 #: what the papers report, for the side-by-side lines
 PAPER = {
@@ -212,7 +218,17 @@ class Comparison:
         rows = [c.render() for c in self.claims()]
         load = self.load.render() if self.load else "no load model: the workload's own arrivals"
         return "\n".join(["paper claims (spec E6; optimum: belady / opt-placement):", load,
-                          head, *rows])  # fmt: skip
+                          self.cache_memory(), head, *rows])  # fmt: skip
+
+    def cache_memory(self) -> str:
+        """What memory the cache claims were measured on (spec E8)."""
+        if self.capacity is None:
+            return "cache memory: the configuration given (--config), not sized from the workload"
+        f, foot, blocks = self.capacity
+        return (
+            f"cache memory: one tier of {f:g} x the workload's footprint of {foot:,} blocks = "
+            f"{blocks:,} (spec E8; --capacity F for another)"
+        )
 
     def render(self) -> str:
         lines = [
