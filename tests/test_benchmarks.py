@@ -70,6 +70,14 @@ def test_bench_reclaim_timing_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert out.count("hbm    64:") == 2
 
 
+def test_bench_kvtether_ablation_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _load("bench_kvtether_ablation")
+    assert bench.main(["--presets", "tau-bench-fit", "--capacity", "0.5", "--sessions", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "on the user (median" in out
+    assert out.count("%") == len(bench.VARIANTS) + 1
+
+
 def test_bench_hbm_first_runs(capsys: pytest.CaptureFixture[str]) -> None:
     bench = _load("bench_hbm_first")
     assert bench.main(["--sessions", "1", "--turns", "1", "--splits", "1/7"]) == 0

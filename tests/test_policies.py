@@ -89,6 +89,36 @@ def test_eager_reclaim_forgets_a_shared_prompt_that_dead_first_keeps() -> None:
     assert hits == {"kvtether": 0, dead_first: 16}
 
 
+def test_mru_within_suspended_is_what_loses_where_user_and_tool_waits_mix() -> None:
+    """spec policies.md, kvtether, "MRU within Suspended": on ``tau-bench-fit`` (a quarter of
+    the waits on a user, 45x a tool's) at 0.25x its footprint, KVTether costs more than LRU; the
+    same policy with LRU within Suspended costs less, and without eager reclaim it costs the
+    same -- the order within Suspended, not the reclaim rule, is the loss."""
+    import attrs
+
+    from kvmodel.policy import Reclaim
+    from kvmodel.studies.compare import capacity_config
+    from kvmodel.studies.metrics import compute_metrics
+    from kvmodel.workloads import PRESETS
+    from policies.space import Candidate
+
+    t = generate_agentic(attrs.evolve(PRESETS["tau-bench-fit"], sessions=24, seed=0))
+    cfg, _ = capacity_config(t, 0.25)
+    k = Candidate()
+    cost = {
+        name: compute_metrics(replay(t, p, cfg)).cost_usd
+        for name, p in (
+            ("kvtether", "kvtether"),
+            ("lru", "lru"),
+            ("susp-lru", attrs.evolve(k, suspended="lru").path),
+            ("dead-first", attrs.evolve(k, reclaim=Reclaim.NONE).path),
+        )
+    }
+    assert cost["kvtether"] > 1.05 * cost["lru"]
+    assert cost["susp-lru"] < cost["lru"]
+    assert cost["dead-first"] == pytest.approx(cost["kvtether"], rel=0.005)
+
+
 def test_vllm_prefix_reproduces_the_free_queue_order() -> None:
     """Worked by hand from vLLM's rule: a (3 blocks) and b (2 blocks) finish at the same t, a's
     request first; both release tail-first to the back of the queue. Queue front to back:
