@@ -28,6 +28,7 @@ from kvmodel.logical import Sequences
 from kvmodel.policy import resolve_policy
 from kvmodel.progress import bar, wanted
 from kvmodel.replay import replay
+from kvmodel.studies.metrics import Timing
 from kvmodel.studies.presets import decode_node, hardware_config
 from kvmodel.workloads import PRESETS
 
@@ -194,6 +195,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         resolve_policy(p)
     splits = args.splits.split(",")
     load = None
+    timing = Timing(prefill_servers=args.prefill_servers)
     if args.slo_tpot is not None and args.slo_ttft is None:
         raise ConfigError("--slo-tpot joins the load model's TTFT target: give --slo-ttft too")
     if args.slo_ttft is None:
@@ -215,6 +217,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 node,
                 slo_ttft_s=args.slo_ttft,
                 scale=args.scale,
+                timing=timing,
                 slo_tpot_s=args.slo_tpot,
                 decode=None if args.slo_tpot is None else decode_node(args.model),
             )
@@ -246,6 +249,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         scheduler=args.scheduler,
         load=load,
         capacity=capacity,
+        timing=timing,
     )
     if args.json:
         print(
@@ -311,6 +315,14 @@ def add_compare(sub: Subparsers) -> None:
         metavar="SECONDS",
         help="with --slo-ttft: the load must also meet this p99 time per output token (spec "
         "E7: a decode step reads the GPU's share of the weights and its batch's KV)",
+    )
+    cp.add_argument(
+        "--prefill-servers",
+        type=int_at_least(1, 1024),
+        default=1,
+        metavar="N",
+        help="prefill servers the requests queue for (spec E5/E6; 1: prefill shares the node, "
+        "more: a disaggregated prefill pool, M/G/N in the load model)",
     )
     cp.add_argument(
         "--load-split", help="the split whose node sets the load (default: the first of --splits)"

@@ -19,7 +19,7 @@ from kvmodel.memory import TierConfig
 from kvmodel.progress import bar
 from kvmodel.replay import replay
 from kvmodel.studies.load import Load
-from kvmodel.studies.metrics import Metrics, compute_metrics
+from kvmodel.studies.metrics import Metrics, Timing, compute_metrics
 from kvmodel.studies.presets import hardware_config
 from kvmodel.studies.sweep import run_tasks
 
@@ -391,10 +391,12 @@ def measure(
     policy: str,
     config: EngineConfig,
     window: tuple[float, float] | None = None,
+    timing: Timing | None = None,
 ) -> Metrics:
     """One cell of a comparison: the metrics of ``trace`` under ``policy`` on ``config``
-    (device-years also over the load model's settled ``window``, spec E6)."""
-    return compute_metrics(replay(trace, policy, config), window=window)
+    (device-years also over the load model's settled ``window``, spec E6; latency on
+    ``timing``'s prefill servers, E5)."""
+    return compute_metrics(replay(trace, policy, config), timing=timing, window=window)
 
 
 def compare(
@@ -411,20 +413,21 @@ def compare(
     scheduler: str | None = None,
     load: Load | None = None,
     capacity: tuple[float, int, int] | None = None,
+    timing: Timing | None = None,
 ) -> Comparison:
     """Every cell is an independent task (:func:`kvmodel.studies.sweep.run_tasks`): serial by
     default, on a Dask cluster with ``workers`` or ``scheduler``; the same result either way.
     ``progress``: a bar on stderr (:mod:`kvmodel.progress`)."""
     window = load.window if load else None
-    tasks: list[tuple[str, EngineConfig, tuple[float, float] | None]] = [
-        (p, cache_config, window) for p in cache_policies
+    tasks: list[tuple[str, EngineConfig, tuple[float, float] | None, Timing | None]] = [
+        (p, cache_config, window, timing) for p in cache_policies
     ]
     cells: list[tuple[str | None, str]] = [(None, p) for p in cache_policies]
     hbm_blocks = {}
     for s in splits:
         cfg = hardware_config(s, model, scale=scale)
         hbm_blocks[s] = cfg.tiers[0].blocks
-        tasks += [(p, cfg, window) for p in placement_policies]
+        tasks += [(p, cfg, window, timing) for p in placement_policies]
         cells += [(s, p) for p in placement_policies]
     with bar(len(tasks), "compare", on=progress) as done:
         results = run_tasks(

@@ -2,11 +2,14 @@
 settled window in which its figures are read.
 
 The node is a hardware preset (:func:`kvmodel.studies.presets.hardware_config`) that prefills at
-``Timing.prefill_tok_per_s`` on one server. Its requests queue for prefill first come, first
-served; with Poisson session arrivals the mean wait is the Pollaczek-Khinchine formula of an
-M/G/1 queue, ``W = λ E[S²] / (2 (1 - λ E[S]))``, over the request service times ``S`` (recomputed
-tokens / prefill rate; a rejected request its whole prompt, spec E3). The **sustainable load**
-is the largest session rate whose mean TTFT (own prefill + wait + overhead) meets the target.
+``Timing.prefill_tok_per_s`` on each of ``Timing.prefill_servers`` servers (one: prefill shares
+the node; more: a disaggregated prefill pool). Its requests queue for prefill first come, first
+served; with Poisson session arrivals the mean wait over the request service times ``S``
+(recomputed tokens / prefill rate; a rejected request its whole prompt, spec E3) is the
+Pollaczek-Khinchine formula of an M/G/1 queue, ``W = λ E[S²] / (2 (1 - λ E[S]))``, on one server,
+and on ``c`` the M/M/c wait (Erlang C) times ``E[S²] / (2 E[S]²)`` (:func:`mean_wait`). The
+**sustainable load** is the largest session rate whose mean TTFT (own prefill + wait + overhead)
+meets the target.
 
 A study at ``scale`` simulates a ``scale`` slice of that node: every capacity times ``scale``
 (the preset) *and* the session rate times ``scale``. Memory demanded per byte of memory, and
@@ -47,6 +50,7 @@ __all__ = [
     "concurrency",
     "decode_batch",
     "find_load",
+    "mean_wait",
     "service_times",
     "settled_window",
     "sustainable_rate",
@@ -94,6 +98,8 @@ class Load:
     slo_tpot_s: float | None = None
     tpot_p99_s: float | None = None
     binding: str = ""
+    #: prefill servers the requests queue for (1: M/G/1; more: M/G/c, a disaggregated pool)
+    prefill_servers: int = 1
 
     def render(self) -> str:
         w = self.window
@@ -112,7 +118,7 @@ class Load:
         bound = f"; {self.binding} binds" if self.binding else ""
         return (
             f"load (spec E6): {self.sessions_per_s * 3600:.0f} sessions/h on the node, the most "
-            f"whose {targets}{bound} under {self.baseline} (M/G/1 prefill "
+            f"whose {targets}{bound} under {self.baseline} (M/G/{self.prefill_servers} prefill "
             f"queue: utilisation {self.utilisation:.0%}, {self.requests_per_session:.1f} "
             f"requests per session, mean prefill {self.mean_prefill_s * 1000:.0f} ms, predicted "
             f"TTFT {self.predicted_ttft_s:.2f} s); simulated slice: one session every "
@@ -130,13 +136,40 @@ def service_times(result: ReplayResult, prefill_tok_per_s: float) -> list[float]
     ]
 
 
+def mean_wait(es: float, es2: float, lam: float, servers: int = 1) -> float:
+    """Mean wait for a prefill server at request rate ``lam``, service moments ``E[S]``, ``E[S²]``
+    (infinite at or past saturation). One server: Pollaczek-Khinchine, exact for M/G/1. ``c``
+    servers: the M/M/c wait (Erlang C, by the Erlang B recursion) scaled by ``(1 + C_s²) / 2 =
+    E[S²] / (2 E[S]²)`` (the Lee-Longton approximation: exact for exponential services and for
+    one server, where it is Pollaczek-Khinchine)."""
+    if es <= 0:
+        return 0.0
+    a = lam * es  # offered load, in servers
+    rho = a / servers
+    if rho >= 1:
+        return math.inf
+    b = 1.0  # Erlang B with 0 servers
+    for k in range(1, servers + 1):
+        b = a * b / (k + a * b)
+    erlang_c = b / (1 - rho * (1 - b))
+    return erlang_c * es / (servers * (1 - rho)) * es2 / (2 * es * es)
+
+
 def sustainable_rate(
-    services: Sequence[float], requests_per_session: float, slo_ttft_s: float, overhead_s: float
+    services: Sequence[float],
+    requests_per_session: float,
+    slo_ttft_s: float,
+    overhead_s: float,
+    servers: int = 1,
 ) -> float:
-    """Sessions per second whose M/G/1 mean TTFT is ``slo_ttft_s`` (Pollaczek-Khinchine solved
-    for the rate): with ``w`` the wait the target leaves, ``λ = 2w / (E[S²] + 2w E[S])``."""
+    """Sessions per second whose mean TTFT is ``slo_ttft_s`` on ``servers`` prefill servers.
+    One server: Pollaczek-Khinchine solved for the rate (with ``w`` the wait the target leaves,
+    ``λ = 2w / (E[S²] + 2w E[S])``); more: :func:`mean_wait` (increasing in the rate) inverted
+    by bisection below saturation, to a relative 1e-12."""
     if not services or requests_per_session <= 0:
         raise ConfigError("the load model needs at least one inference in the workload")
+    if servers < 1:
+        raise ConfigError(f"prefill servers must be at least 1 (got {servers})")
     s = np.asarray(services, dtype=float)
     es, es2 = float(s.mean()), float((s * s).mean())
     wait = slo_ttft_s - overhead_s - es
@@ -147,7 +180,16 @@ def sustainable_rate(
         )
     if es2 == 0:
         return math.inf
-    return 2 * wait / (es2 + 2 * wait * es) / requests_per_session
+    if servers == 1:
+        return 2 * wait / (es2 + 2 * wait * es) / requests_per_session
+    lo, hi = 0.0, servers / es  # the wait is 0 at no load and infinite at saturation
+    while hi - lo > 1e-12 * hi:
+        mid = (lo + hi) / 2
+        if mean_wait(es, es2, mid, servers) > wait:
+            hi = mid
+        else:
+            lo = mid
+    return lo / requests_per_session
 
 
 def decode_batch(trace: Trace, tpot_s: float) -> list[tuple[float, float, float]]:
@@ -277,8 +319,7 @@ def find_load(
             f"TPOT target {slo_tpot_s * 1000:g} ms is below one decode step's weight read "
             f"({decode.tpot(0.0) * 1000:.1f} ms): no load meets it"
         )
-    if tm.prefill_servers != 1:
-        raise ConfigError("the load model queues for one prefill server (M/G/1)")
+    servers = tm.prefill_servers
     if params.sessions < 2:
         raise ConfigError("the load model needs at least two sessions")
     prefill_tok_per_s, overhead_s = tm.prefill_tok_per_s, tm.ttft_overhead_s
@@ -286,7 +327,8 @@ def find_load(
     def implied_gap(gap: float) -> tuple[float, Trace, list[float]]:
         tr = generate_agentic(attrs.evolve(params, session_gap_s=gap))
         services = service_times(replay(tr, baseline, config), prefill_tok_per_s)
-        rate = sustainable_rate(services, len(services) / params.sessions, slo_ttft_s, overhead_s)
+        per = len(services) / params.sessions
+        rate = sustainable_rate(services, per, slo_ttft_s, overhead_s, servers)
         return 1 / (rate * scale), tr, services
 
     def tpot_at(trace: Trace) -> float | None:
@@ -324,8 +366,8 @@ def find_load(
     rate = 1 / (gap * scale)
     lam = rate * per_session
     es, es2 = float(s.mean()), float((s * s).mean())
-    rho = lam * es
-    wait = lam * es2 / (2 * (1 - rho)) if rho < 1 else math.inf
+    rho = lam * es / servers
+    wait = mean_wait(es, es2, lam, servers)
     window = settled_window(trace)
     load = Load(
         slo_ttft_s=slo_ttft_s,
@@ -342,5 +384,6 @@ def find_load(
         slo_tpot_s=slo_tpot_s,
         tpot_p99_s=tpot,
         binding=binding,
+        prefill_servers=servers,
     )
     return load, trace
