@@ -154,6 +154,22 @@ def test_console_script_runs() -> None:
     assert {p["name"] for p in json.loads(r.stdout)} >= {"lru", "kvtether", "hbm-first"}
 
 
+def test_a_closed_output_pipe_ends_the_command_without_a_traceback() -> None:
+    """``kvmodel compare | head``: the reader is gone before the table is printed."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "kvmodel.cli", "demo", "--sessions", "2", "--turns", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as p:
+        assert p.stdout is not None
+        assert p.stderr is not None
+        p.stdout.close()  # before the command writes anything
+        err = p.stderr.read().decode()
+        assert p.wait() == 1
+    assert "Traceback" not in err
+    assert "BrokenPipe" not in err
+
+
 def test_lachesis_fit_and_cv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     traces = []
     for seed in range(5):

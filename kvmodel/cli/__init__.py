@@ -10,7 +10,8 @@ Exit codes, the same for every command:
 
 * 0 -- done; every verdict asked for held (a check, a proof, a conformance verdict OK);
 * 1 -- a negative verdict (a claimed invariant violated, a finding, an illegal log, a violated
-  rung, a discovery whose gate nobody passed), or a failure inside a policy or kvmodel itself;
+  rung, a discovery whose gate nobody passed), a failure inside a policy or kvmodel itself, or
+  a reader that closed the output pipe early (no traceback);
 * 2 -- bad input: a trace, config, log, policy name, invariant name or usage error, reported
   with the file, line, op and field it is about;
 * 3 -- undecided: the oracle could not tell whether a log is legal (an UNKNOWN verdict).
@@ -22,6 +23,7 @@ failed run leaves no partial file.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import EntryPoint, entry_points
@@ -96,6 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
+    except BrokenPipeError:
+        # the reader went away (``kvmodel compare | head``): stop like a Unix filter, with no
+        # traceback; stdout now points at devnull so the interpreter's last flush cannot fail
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
     except (TraceError, ConfigError, PolicyNotFoundError, PolicyDefinitionError) as e:
         print(f"kvmodel: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
