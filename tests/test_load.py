@@ -177,6 +177,7 @@ def test_compare_at_a_sustainable_load_prints_the_paper_claims(
     assert "Lachesis-det HBF lifetime vs hbm-first-static @ 1/7" in out
     assert "vs hbm-first, whose HBM turns over:" in out
     assert "Lachesis HBF device-years" not in out  # no lachesis cell was asked for
+    assert "cache memory" not in out  # nor a cache policy: no memory is sized for one
     assert main([*args, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["load"]["slo_ttft_s"] == 2.0

@@ -226,7 +226,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError("--capacity sizes the cache memory from the workload: drop --config")
     capacity = None
     fraction = args.capacity
-    if fraction is None and args.paper and not args.config:
+    cache_policies = [p for p in cache if p not in PLACEMENT_POLICIES]
+    if fraction is None and args.paper and not args.config and cache_policies:
         fraction = PAPER_CAPACITY  # the claims are measured where the workload is under pressure
     if fraction is not None:
         from kvmodel.studies.compare import capacity_config
@@ -242,7 +243,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         splits=splits,
         model=args.model,
         scale=args.scale,
-        cache_policies=[p for p in cache if p not in PLACEMENT_POLICIES],
+        cache_policies=cache_policies,
         placement_policies=place,
         progress=wanted(args.quiet),
         workers=args.workers,

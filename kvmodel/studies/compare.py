@@ -217,8 +217,9 @@ class Comparison:
         head = f"  {'claim':<52}{'paper':>12}{'measured':>10}{'optimum':>10}  verdict"
         rows = [c.render() for c in self.claims()]
         load = self.load.render() if self.load else "no load model: the workload's own arrivals"
+        memory = [self.cache_memory()] if self.cache else []
         return "\n".join(["paper claims (spec E6; optimum: belady / opt-placement):", load,
-                          self.cache_memory(), head, *rows])  # fmt: skip
+                          *memory, head, *rows])  # fmt: skip
 
     def cache_memory(self) -> str:
         """What memory the cache claims were measured on (spec E8)."""
