@@ -70,6 +70,16 @@ def test_bench_reclaim_timing_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert out.count("hbm    64:") == 2
 
 
+def test_bench_checkers_prints_both_searches_throughput(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench = _load("bench_checkers")
+    assert bench.main(["--profile", "dev", "--policies", "lru", "--no-mutants"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("ops/s") == 2  # the machine's line and the walks'
+    assert "steps/s" in out
+
+
 def test_bench_kvtether_ablation_runs(capsys: pytest.CaptureFixture[str]) -> None:
     bench = _load("bench_kvtether_ablation")
     assert bench.main(["--presets", "tau-bench-fit", "--capacity", "0.5", "--sessions", "2"]) == 0

@@ -6,22 +6,28 @@ must agree after every op, on every field (spec/invariants.md §Self-checks of t
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import attrs
 import numpy as np
 import pytest
 
 from checkers.invariants import INVARIANTS
+from checkers.invariants.monitor import COMPARE_EVERY, FULL_COMPARE_OPS
 from checkers.invariants.nversion import KEEP, TETHER, Shadow, contract_violation, diverge
 from checkers.invariants.replay import check_ops
 from checkers.search.engine_check import SELF_CHECK_BLOCK_SIZES, engine_self_check
 from checkers.search.engine_mutants import ENGINE_MUTANTS
 from checkers.search.swarm import draw_config
+from kvmodel import EngineConfig, TierConfig
 from kvmodel._engine_view import EngineView
 from kvmodel._resident import ResidentBlock
 from kvmodel.engine import Engine
-from kvmodel.io.trace import Append, Fork, Infer, Open, Pin, Remove, Return, TurnEnd
+from kvmodel.ids import ContextId, SessionId, TierName
+from kvmodel.io.observations import InferObs
+from kvmodel.io.trace import Append, Fork, Infer, Op, Open, Pin, Remove, Return, TurnEnd
 from kvmodel.lifecycle import BlockClass
-from kvmodel.messages import Message, MessageKind, Role
+from kvmodel.messages import AgentKind, Message, MessageKind, Role
 from kvmodel.policy import registered_policies, resolve_policy
 from kvmodel.replay import replay
 from kvmodel.view import BlockInfo
@@ -183,3 +189,48 @@ def test_the_monitor_judges_evictions_by_the_contract_not_by_the_engines_view() 
             "suspended-mru",
             "no-live-eviction-before-dead-reclaim",
         }, seed
+
+
+class _MiscountsOneOutput(Engine):
+    """Logs one inference's output tokens one too many: an error in a record alone, with the
+    state right, so only a comparison on that very op can see it."""
+
+    wrong_op: ClassVar[int] = 50
+
+    def apply(self, op: Op) -> None:
+        start = len(self.log)
+        super().apply(op)
+        if self._ops_seen == self.wrong_op:
+            recs = self.log.records
+            for i in range(start, len(recs)):
+                if isinstance(r := recs[i], InferObs):
+                    recs[i] = attrs.evolve(r, output_tokens=r.output_tokens + 1)
+        self._ops_seen += 1
+
+    _ops_seen = 0
+
+
+class _TetherMiscounting(KVTether):
+    engine_class = _MiscountsOneOutput
+
+
+def test_an_ops_inference_figures_are_compared_on_every_op() -> None:
+    """spec/invariants.md, Self-checks of the engine: the state comparison is sampled after
+    FULL_COMPARE_OPS, the inference figures never are. The wrong record is on op 50, past the
+    full prefix and between two samples."""
+    k = _MiscountsOneOutput.wrong_op
+    assert k >= FULL_COMPARE_OPS
+    assert k % COMPARE_EVERY
+    ctx = ContextId("c")
+    ops: list[Op] = [Open(0.0, ctx, SessionId("s"), AgentKind.MAIN)]
+    while len(ops) < 60:
+        t = float(len(ops))
+        ops.append(Append(t, ctx, (msg(f"u{len(ops)}", 3),)))
+        ops.append(Infer(t, ctx, (Message(f"a{len(ops)}", Role.ASSISTANT, MessageKind.OUTPUT, 2),)))
+    assert isinstance(ops[k], Infer)
+    config = EngineConfig(4, (TierConfig(TierName("hbm"), 1024),))
+    run = check_ops(ops, _TetherMiscounting(), config, ["engine-contract"])
+    [v] = run.violations
+    assert v.op == k
+    assert "inference figures" in v.message
+    assert not check_ops(ops, KVTether(), config, ["engine-contract"]).violations

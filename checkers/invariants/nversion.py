@@ -760,9 +760,12 @@ def diverge(
     return None
 
 
-def compare(k: int, e: Engine, s: Shadow, records: Sequence[object]) -> Divergence | None:
+def compare(
+    k: int, e: Engine, s: Shadow, records: Sequence[object], *, full: bool = True
+) -> Divergence | None:
     """After op ``k``: the first field on which the engine (its view and the op's ``records``)
-    and the shadow differ."""
+    and the shadow differ. ``full=False`` compares the op's inference figures alone (constant
+    work; they exist only on the op itself), not every context and resident block."""
 
     def differ(what: str, ev: object, sv: object) -> Divergence | None:
         return None if ev == sv else Divergence(k, what, ev, sv)
@@ -783,6 +786,8 @@ def compare(k: int, e: Engine, s: Shadow, records: Sequence[object]) -> Divergen
         )
         if (d := differ(f"inference figures of {infer.ctx}", got, fig)) is not None:
             return d
+    if not full:
+        return None
     view = e.view
     for cid, c in s.ctxs.items():
         info = view.context(cid)
