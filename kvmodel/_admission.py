@@ -77,6 +77,9 @@ class AdmissionHost(Protocol):
     def bypass_rule(self) -> frozenset[BlockClass] | None: ...
 
     @property
+    def fixed_placement(self) -> Placement | None: ...
+
+    @property
     def probe(self) -> EngineProbe | None: ...
 
     def context(self, ctx: ContextId, field: str = "ctx") -> Context: ...
@@ -115,7 +118,7 @@ def evict(e: AdmissionHost, victim: ResidentBlock, ctx: ContextId) -> None:
                 victim.spec.key,
                 victim.tier,
                 victim.depth,
-                e.view.block(victim.id).state,  # the features the order just read: a cache hit
+                e.block_class(victim),
             )
         )
     e.stats.evictions[victim.tier] += 1
@@ -192,9 +195,7 @@ def infer(e: AdmissionHost, op: Infer) -> None:
     if needed > free:
         # orphans among the misses are recomputed in place: evictable now, in flight soon
         orphans = sum(
-            1
-            for s in misses
-            if (b := res.hit(s.key)) is not None and res.evictable(b, e.view)
+            1 for s in misses if (b := res.hit(s.key)) is not None and res.evictable(b, e.view)
         )
         available = free + e.victims.evictable() - orphans
         if needed > available:
@@ -233,10 +234,10 @@ def write_misses(
     needed: int,
     prompt_full: int,
 ) -> bool:
-    view = e.view
     res = e.residency
     reasoning_block = c.first_reasoning_block()
     turn_start_block = min(c.turn_start, c.total_tokens) // e.block_size
+    fixed = e.fixed_placement if e.probe is None else None
     for s in misses:
         orphan = res.hit(s.key)
         if orphan is not None:
@@ -264,34 +265,26 @@ def write_misses(
             placed.append(Placed(s, b, bypass=False, fresh=False))
             continue
         state = c.covered_class(s.uids)
-        nb = NewBlock(
-            s.key,
-            s.depth,
-            c.id,
-            c.session,
-            c.agent,
-            state,
-            s.kinds,
-            in_prompt=s.key is not None and s.depth < prompt_full,
-            partial=s.key is None,
-            turn=c.turns,
-            turn_start_block=turn_start_block,
-            reasoning_block=reasoning_block,
-        )
-        try:
-            pl = e.policy.place(view, nb)
-        except KVModelError:
-            raise
-        except Exception as err:
-            raise policy_raised(e.policy.name, "place", err) from err
-        check_placement(e, pl)
-        if e.bypass_rule is not None and pl.bypass is not (state in e.bypass_rule):
-            raise PolicyError(
-                f"policy {e.policy.name!r} declares bypasses = "
-                f"{sorted(x.value for x in e.bypass_rule)} but place() returned "
-                f"bypass={pl.bypass} for a {state.value} block (spec PP2, declared bypass)",
-                kind="bad-placement",
+        if fixed is not None:
+            # the base class's place(): the configured tier order for every block, whatever
+            # the block; the NewBlock it would ignore is not built (checked once: Engine)
+            pl = fixed
+        else:
+            nb = NewBlock(
+                s.key,
+                s.depth,
+                c.id,
+                c.session,
+                c.agent,
+                state,
+                s.kinds,
+                in_prompt=s.key is not None and s.depth < prompt_full,
+                partial=s.key is None,
+                turn=c.turns,
+                turn_start_block=turn_start_block,
+                reasoning_block=reasoning_block,
             )
+            pl = place(e, nb)
         bid = allocate(e, pl.tiers, c)
         if bid is None:
             rollback(e, placed)
@@ -341,6 +334,26 @@ def write_misses(
             res.index_block(b)
         placed.append(Placed(s, b, bypass=bypass, fresh=True))
     return True
+
+
+def place(e: AdmissionHost, nb: NewBlock) -> Placement:
+    """The policy's placement of a new block, checked (spec PP2)."""
+    try:
+        pl = e.policy.place(e.view, nb)
+    except KVModelError:
+        raise
+    except Exception as err:
+        raise policy_raised(e.policy.name, "place", err) from err
+    check_placement(e, pl)
+    rule = e.bypass_rule
+    if rule is not None and pl.bypass is not (nb.state in rule):
+        raise PolicyError(
+            f"policy {e.policy.name!r} declares bypasses = "
+            f"{sorted(x.value for x in rule)} but place() returned "
+            f"bypass={pl.bypass} for a {nb.state.value} block (spec PP2, declared bypass)",
+            kind="bad-placement",
+        )
+    return pl
 
 
 def check_placement(e: AdmissionHost, pl: Placement) -> None:
@@ -411,4 +424,3 @@ def commit(
             e.free(p.block, FreeReason.PARTIAL)
         elif p.bypass:
             e.free(p.block, FreeReason.BYPASS)
-

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from kvmodel.contexts import Context
 from kvmodel.ids import BlockId, BlockKey, ContextId, SessionId, TierName
@@ -17,7 +17,23 @@ from kvmodel.view import BlockInfo, ContextInfo, TierInfo
 if TYPE_CHECKING:
     from kvmodel._resident import ResidentBlock
 
-__all__ = ["EngineView", "ViewHost", "named_contexts"]
+__all__ = ["EngineView", "Features", "ViewHost", "named_contexts"]
+
+
+class Features(NamedTuple):
+    """A resident block's rank features (:class:`~kvmodel.view.Featured`), without the rest of a
+    :class:`~kvmodel.view.BlockInfo` snapshot: what the rank index keys a block by. A tuple,
+    as one is built for every block keyed."""
+
+    id: BlockId
+    tier_index: int
+    depth: int
+    state: BlockClass
+    last_access: float
+    last_op: int
+    suspend_time: float | None
+    alloc_time: float
+    holders: tuple[ContextId, ...]
 
 
 class ViewHost(Protocol):
@@ -78,10 +94,11 @@ class EngineView:
 
     def __init__(self, engine: ViewHost) -> None:
         self._e = engine
-        #: a block's BlockInfo is reused while its stamp (its own version and its holders',
-        #: all drawn from one counter) is unchanged; a slot's entry outlives its block, but a
-        #: new block in that slot has a newer version, so the old entry never matches
-        self._info: dict[BlockId, tuple[tuple[int, ...], BlockInfo]] = {}
+        #: a block's BlockInfo is reused while its stamp (the newest of its own version and its
+        #: holders', all drawn from one counter) is unchanged; a slot's entry outlives its
+        #: block, but a new block in that slot has a newer version, so the old entry never
+        #: matches
+        self._info: dict[BlockId, tuple[int, BlockInfo]] = {}
 
     @property
     def now(self) -> float:
@@ -109,15 +126,41 @@ class EngineView:
         e = self._e
         b = e.blocks[block]
         ctxs = e.contexts
-        stamp = (b.version, *(ctxs[h].version for h in b.holders))
+        # the newest version among the block and its holders: every change to the block's
+        # features draws a newer one from the shared counter (a holder joining or leaving bumps
+        # the block itself), so a cached snapshot is current iff this is its stamp
+        stamp = b.version
+        for h in b.holders:
+            v = ctxs[h].version
+            if v > stamp:
+                stamp = v
         hit = self._info.get(block)
         if hit is not None and hit[0] == stamp:
             return hit[1]
-        info = self._compute(b)
+        f = self.features(b)
+        info = BlockInfo(
+            b.id,
+            b.spec.key,
+            b.tier,
+            f.tier_index,
+            b.depth,
+            f.state,
+            f.last_access,
+            f.last_op,
+            f.suspend_time,
+            b.alloc_time,
+            f.holders,
+            b.writer,
+            b.writer_agent,
+            b.spec.kinds,
+            b.indexed,
+        )
         self._info[block] = (stamp, info)
         return info
 
-    def _compute(self, b: ResidentBlock) -> BlockInfo:
+    def features(self, b: ResidentBlock) -> Features:
+        """The features of ``b`` that a rank reads (spec PP3): those of its :meth:`block`
+        snapshot, computed here once for both."""
         e = self._e
         classes = []
         suspend: float | None = None
@@ -138,10 +181,8 @@ class EngineView:
             if c.last_infer_op > last_op:
                 last_op = c.last_infer_op
         state = aggregate_across_contexts(classes) if classes else e.block_class(b)
-        return BlockInfo(
+        return Features(
             b.id,
-            b.spec.key,
-            b.tier,
             e.tier_index[b.tier],
             b.depth,
             state,
@@ -150,10 +191,6 @@ class EngineView:
             suspend,
             b.alloc_time,
             tuple(sorted(b.holders)),
-            b.writer,
-            b.writer_agent,
-            b.spec.kinds,
-            b.indexed,
         )
 
     def resident(self) -> Sequence[BlockId]:

@@ -16,16 +16,16 @@ answers for a rank policy; a differential test replays random traces through bot
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kvmodel.contexts import Context
 from kvmodel.errors import KVModelError, PolicyError, policy_raised
 from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
 from kvmodel.lifecycle import BlockClass
-from kvmodel.policy import Policy, RankTerm, rank_key
+from kvmodel.policy import Policy, RankTerm, key_function
 from kvmodel.residency import Residency
-from kvmodel.view import BlockInfo, ModelView
+from kvmodel.view import BlockInfo, Featured, ModelView
 
 if TYPE_CHECKING:
     from kvmodel._resident import ResidentBlock
@@ -70,6 +70,9 @@ class PolicyOrder:
         """Nothing to do: the snapshot is retaken every inference."""
 
     def mark_ctx(self, cid: ContextId) -> None:
+        """Nothing to do: the snapshot is retaken every inference."""
+
+    def forget(self, bid: BlockId) -> None:
         """Nothing to do: the snapshot is retaken every inference."""
 
     def candidates(self) -> list[BlockInfo]:
@@ -164,7 +167,7 @@ class PolicyOrder:
 
 
 class RankIndex:
-    """A persistent min-heap of ``(rank key, block id, entry seq)`` with lazy deletion.
+    """A persistent min-heap of ``(*rank key, block id, entry seq)`` with lazy deletion.
 
     An entry is live iff ``entry[block] == seq``. Re-keying pushes a new entry; removal forgets
     the seq. Pinned blocks have no entry. A block popped while in flight is forgotten: it is
@@ -172,10 +175,19 @@ class RankIndex:
     inference touched), so it comes back with its new key.
     """
 
-    def __init__(self, engine: EvictionHost, terms: Sequence[RankTerm]) -> None:
+    def __init__(
+        self,
+        engine: EvictionHost,
+        terms: Sequence[RankTerm],
+        features: Callable[[ResidentBlock], Featured],
+    ) -> None:
+        """``features``: a resident block's rank features, as its view snapshot has them."""
         self.e = engine
         self.terms = tuple(terms)
-        self.heap: list[tuple[tuple[float, ...], BlockId, int]] = []
+        self.features = features
+        self.key = key_function(self.terms)
+        #: entries ``(*rank key, block id, seq)``: flat, so the heap compares floats, not tuples
+        self.heap: list[tuple[Any, ...]] = []
         self.entry: dict[BlockId, int] = {}
         self.pinned: set[BlockId] = set()
         self.dirty_blocks: set[BlockId] = set()
@@ -188,7 +200,15 @@ class RankIndex:
     def mark_ctx(self, cid: ContextId) -> None:
         self.dirty_ctxs.add(cid)
 
+    def forget(self, bid: BlockId) -> None:
+        """``bid`` left memory: its entry goes (a popped entry of it is stale from now on)."""
+        self.entry.pop(bid, None)
+        self.pinned.discard(bid)
+        self.dirty_blocks.discard(bid)
+
     def refresh(self) -> None:
+        if not self.dirty_blocks and not self.dirty_ctxs:
+            return
         e = self.e
         if self.dirty_ctxs:
             for cid in self.dirty_ctxs:
@@ -197,8 +217,10 @@ class RankIndex:
                         self.dirty_blocks.add(e.index[s.key])
             self.dirty_ctxs.clear()
         flying = e.residency.flying
+        features = self.features
         for bid in self.dirty_blocks:
-            if bid not in e.blocks:
+            b = e.blocks.get(bid)
+            if b is None:
                 self.entry.pop(bid, None)
                 self.pinned.discard(bid)
                 continue
@@ -208,18 +230,18 @@ class RankIndex:
                 # once, then, not at every look in between. A stale entry popped meanwhile is
                 # forgotten by next_victim.
                 continue
-            info = e.view.block(bid)
+            info = features(b)
             if info.state is BlockClass.PINNED:
                 self.pinned.add(bid)
                 self.entry.pop(bid, None)
                 continue
             self.pinned.discard(bid)
             self.seq += 1
-            heapq.heappush(self.heap, (rank_key(self.terms, info), bid, self.seq))
+            heapq.heappush(self.heap, (*self.key(info), bid, self.seq))
             self.entry[bid] = self.seq
         self.dirty_blocks.clear()
         if len(self.heap) > 2 * len(self.entry) + 1024:
-            self.heap = [x for x in self.heap if self.entry.get(x[1]) == x[2]]
+            self.heap = [x for x in self.heap if self.entry.get(x[-2]) == x[-1]]
             heapq.heapify(self.heap)
 
     def evictable(self) -> int:
@@ -238,11 +260,12 @@ class RankIndex:
     def next_victim(self, tiers: Sequence[TierName]) -> ResidentBlock | None:
         self.refresh()
         e = self.e
-        stash: list[tuple[tuple[float, ...], BlockId, int]] = []
+        stash: list[tuple[Any, ...]] = []
         found: ResidentBlock | None = None
         while self.heap:
             item = heapq.heappop(self.heap)
-            _, bid, seq = item
+            bid: BlockId = item[-2]
+            seq: int = item[-1]
             if self.entry.get(bid) != seq:
                 continue
             b = e.blocks.get(bid)

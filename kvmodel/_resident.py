@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import attrs
+from typing import NamedTuple
 
 from kvmodel.blocks import BlockSpec
 from kvmodel.ids import BlockId, ContextId, TierName
@@ -61,9 +61,8 @@ class ResidentBlock:
         self.version = 0
 
 
-@attrs.frozen(slots=True)
-class Placed:
-    """A block an inference wrote (or rewrote in place)."""
+class Placed(NamedTuple):
+    """A block an inference wrote (or rewrote in place); a tuple: one is built per block."""
 
     spec: BlockSpec
     block: ResidentBlock

@@ -62,6 +62,7 @@ from kvmodel.memory import Memory
 from kvmodel.messages import AgentKind
 from kvmodel.policy import (
     BasePolicy,
+    Placement,
     Policy,
     Reclaim,
     declared_bypass,
@@ -126,7 +127,8 @@ class Engine:
         self.op_index = -1
         self._pins: list[tuple[float, int, ContextId, int]] = []
         self._pin_seq = 0
-        self.view: ModelView = EngineView(self)
+        view = EngineView(self)
+        self.view: ModelView = view
         #: checkers observe decisions as they are made (None: no observer)
         self.probe: EngineProbe | None = None
         #: the policy's declarations, read once, here (spec PP4): the classes it bypasses
@@ -134,6 +136,14 @@ class Engine:
         #: None: its on_op is code) and its rank. A run that changes one is refused, so what a
         #: proof inlined from them is what ran.
         self.bypass_rule = declared_bypass(policy)
+        #: every new block's placement when the policy's place() is the base class's (the
+        #: configured tier order, no bypass) and no declared bypass must be checked against it:
+        #: admission then builds no NewBlock for a call whose answer does not depend on it
+        self.fixed_placement: Placement | None = (
+            Placement(self.memory.names)
+            if getattr(policy.place, "__func__", None) is BasePolicy.place and not self.bypass_rule
+            else None
+        )
         self.reclaim_rule = declared_reclaim(policy)
         rank = declared_rank(policy)
         self._declared = _declarations(policy)
@@ -145,9 +155,18 @@ class Engine:
             raise ValueError(f"policy {policy.name!r} has no declarative rank: no fast path")
         #: where victims come from (spec PP1): the rank index or the policy's order
         self.victims: PolicyOrder | RankIndex = (
-            RankIndex(self, rank) if rank is not None and fast is not False else PolicyOrder(self)
+            RankIndex(self, rank, view.features)
+            if rank is not None and fast is not False
+            else PolicyOrder(self)
         )
         self.residency.marks = self.victims
+
+    def use_view(self, view: EngineView) -> None:
+        """Show policies ``view`` from now on, and key the rank index by its features (an
+        engine variant with a view of its own: the checkers' engine mutants)."""
+        self.view = view
+        if isinstance(self.victims, RankIndex):
+            self.victims.features = view.features
 
     # ------------------------------------------------------------------ driving
 

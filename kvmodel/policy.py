@@ -33,7 +33,7 @@ from kvmodel.errors import PolicyDefinitionError, PolicyNotFoundError
 from kvmodel.ids import BlockId, TierName
 from kvmodel.io.trace import Op
 from kvmodel.lifecycle import BlockClass
-from kvmodel.view import BlockInfo, ModelView, NewBlock
+from kvmodel.view import BlockInfo, Featured, ModelView, NewBlock
 
 __all__ = [
     "BUILTIN_POLICIES",
@@ -48,9 +48,11 @@ __all__ = [
     "declared_bypass",
     "declared_rank",
     "declared_reclaim",
+    "key_function",
     "rank_key",
     "registered_policies",
     "resolve_policy",
+    "term_function",
 ]
 
 ENTRY_POINT_GROUP = "kvmodel.policies"
@@ -109,7 +111,7 @@ class Policy(Protocol):
 
 
 #: Numeric block features a rank term may name. ``None`` sorts as -inf.
-FEATURES: Mapping[str, Callable[[BlockInfo], float | None]] = {
+FEATURES: Mapping[str, Callable[[Featured], float | None]] = {
     "last_access": lambda b: b.last_access,
     "last_op": lambda b: float(b.last_op),
     "suspend_time": lambda b: b.suspend_time,
@@ -146,24 +148,83 @@ class RankTerm:
                 + ", ".join(sorted(FEATURES))
             )
 
-    def value(self, b: BlockInfo) -> float:
-        if self.only is not None and b.state not in self.only:
-            return 0.0
-        if self.feature == "state":
-            v: float | None = (
-                float(self.order.index(b.state))
-                if b.state in self.order
-                else float(len(self.order))
-            )
+    def value(self, b: Featured) -> float:
+        """The term's value for ``b`` (the term's compiled function: :func:`term_function`)."""
+        return term_function(self)(b)
+
+
+_TERM_FUNCTIONS: dict[RankTerm, Callable[[Featured], float]] = {}
+
+
+def term_function(t: RankTerm) -> Callable[[Featured], float]:
+    """``t``'s value as a function of a block, built once per term: the one definition of what a
+    term means, read by :meth:`RankTerm.value`, :func:`rank_key` and :func:`key_function`.
+
+    ``None`` sorts as -inf; ``descending`` negates; a state term is the class's first position
+    in ``order`` (a class not listed: after all listed); ``only`` makes it 0 for other classes.
+    """
+    fn = _TERM_FUNCTIONS.get(t)
+    if fn is None:
+        fn = _TERM_FUNCTIONS[t] = _compile_term(t)
+    return fn
+
+
+def _compile_term(t: RankTerm) -> Callable[[Featured], float]:
+    raw: Callable[[Featured], float]
+    if t.feature == "state":
+        pos: dict[BlockClass, float] = {}
+        for i, c in enumerate(t.order):
+            pos.setdefault(c, float(i))
+        unlisted = float(len(t.order))
+        if t.descending:
+
+            def raw(b: Featured) -> float:
+                return -pos.get(b.state, unlisted)
+
         else:
-            v = FEATURES[self.feature](b)
-        x = -math.inf if v is None else v
-        return -x if self.descending else x
+
+            def raw(b: Featured) -> float:
+                return pos.get(b.state, unlisted)
+
+    else:
+        get = FEATURES[t.feature]
+        if t.descending:
+
+            def raw(b: Featured) -> float:
+                v = get(b)
+                return math.inf if v is None else -v
+
+        else:
+
+            def raw(b: Featured) -> float:
+                v = get(b)
+                return -math.inf if v is None else v
+
+    only = t.only
+    if only is None:
+        return raw
+    return lambda b: raw(b) if b.state in only else 0.0
 
 
-def rank_key(terms: Sequence[RankTerm], b: BlockInfo) -> tuple[float, ...]:
+def rank_key(terms: Sequence[RankTerm], b: Featured) -> tuple[float, ...]:
     """The full sort key: the terms, then the block id (the universal tie-break)."""
-    return (*(t.value(b) for t in terms), float(b.id))
+    return (*[term_function(t)(b) for t in terms], float(b.id))
+
+
+def key_function(terms: Sequence[RankTerm]) -> Callable[[Featured], tuple[float, ...]]:
+    """``rank_key(terms, ·)`` as one function, for a caller that keys many blocks by one rank
+    (the engine's rank index)."""
+    fns = tuple(term_function(t) for t in terms)
+    if len(fns) == 1:
+        (f0,) = fns
+        return lambda b: (f0(b), float(b.id))
+    if len(fns) == 2:
+        f0, f1 = fns
+        return lambda b: (f0(b), f1(b), float(b.id))
+    if len(fns) == 3:
+        f0, f1, f2 = fns
+        return lambda b: (f0(b), f1(b), f2(b), float(b.id))
+    return lambda b: (*[f(b) for f in fns], float(b.id))
 
 
 class Reclaim(enum.Enum):

@@ -34,6 +34,8 @@ class Marks(Protocol):
 
     def mark_ctx(self, cid: ContextId) -> None: ...
 
+    def forget(self, bid: BlockId) -> None: ...
+
     def invalidate(self) -> None: ...
 
 
@@ -42,6 +44,9 @@ class _Unmarked:
         pass
 
     def mark_ctx(self, cid: ContextId) -> None:
+        pass
+
+    def forget(self, bid: BlockId) -> None:
         pass
 
     def invalidate(self) -> None:
@@ -72,11 +77,13 @@ class Residency:
 
     def bump(self, x: ResidentBlock | Context) -> None:
         """``x``'s features may have changed: a new version (cached features go stale) and a
-        mark for the victim source."""
+        mark for the victim source -- except for a block of the request in flight, which is no
+        candidate until the request ends, and :meth:`end_flight` marks every such block then."""
         self._tick += 1
         x.version = self._tick
         if isinstance(x, ResidentBlock):
-            self.marks.mark_block(x.id)
+            if x.id not in self._flying:
+                self.marks.mark_block(x.id)
         else:
             self.marks.mark_ctx(x.id)
 
@@ -119,9 +126,9 @@ class Residency:
 
     def add(self, b: ResidentBlock) -> None:
         """A block just written for the request in flight."""
+        self._flying.add(b.id)
         self.bump(b)
         self.blocks[b.id] = b
-        self._flying.add(b.id)
 
     def index_block(self, b: ResidentBlock) -> None:
         """``b``, a full block, can be hit from now on (B6)."""
@@ -144,7 +151,7 @@ class Residency:
             c.valid = min(c.valid, b.depth)
         b.holders.clear()
         del self.blocks[b.id]
-        self.marks.mark_block(b.id)  # the index forgets it on its next look
+        self.marks.forget(b.id)
         self.dead.discard(b.id)
         self._flying.discard(b.id)
         self.memory.free(b.id)
@@ -170,7 +177,7 @@ class Residency:
         """The inference is over: what it used is classed by its holders again."""
         flying = self._flying
         self._flight_ctx, self._flight_valid, self._flying = None, 0, set()
-        for bid in sorted(flying):
+        for bid in sorted(flying):  # (bump marks each: it is no longer flying)
             b = self.blocks.get(bid)
             if b is not None:
                 self.bump(b)

@@ -16,7 +16,40 @@ from kvmodel.ids import BlockId, BlockKey, ContextId, SessionId, TierName
 from kvmodel.lifecycle import BlockClass, MsgState
 from kvmodel.messages import AgentKind, MessageKind, SpawnRecord
 
-__all__ = ["BlockInfo", "ContextInfo", "ModelView", "NewBlock", "TierInfo"]
+__all__ = ["BlockInfo", "ContextInfo", "Featured", "ModelView", "NewBlock", "TierInfo"]
+
+
+class Featured(Protocol):
+    """The block features a rank term reads (spec PP3, :data:`kvmodel.policy.FEATURES`): a
+    :class:`BlockInfo` has them, and so has the engine's leaner record of the same values,
+    computed by the same code, from which its rank index keys blocks without a snapshot."""
+
+    @property
+    def id(self) -> BlockId: ...
+
+    @property
+    def tier_index(self) -> int: ...
+
+    @property
+    def depth(self) -> int: ...
+
+    @property
+    def state(self) -> BlockClass: ...
+
+    @property
+    def last_access(self) -> float: ...
+
+    @property
+    def last_op(self) -> int: ...
+
+    @property
+    def suspend_time(self) -> float | None: ...
+
+    @property
+    def alloc_time(self) -> float: ...
+
+    @property
+    def holders(self) -> tuple[ContextId, ...]: ...
 
 
 @attrs.frozen(slots=True)

@@ -20,7 +20,7 @@ from checkers.search.engine_check import SELF_CHECK_BLOCK_SIZES, engine_self_che
 from checkers.search.engine_mutants import ENGINE_MUTANTS
 from checkers.search.swarm import draw_config
 from kvmodel import EngineConfig, TierConfig
-from kvmodel._engine_view import EngineView
+from kvmodel._engine_view import EngineView, Features
 from kvmodel._resident import ResidentBlock
 from kvmodel.engine import Engine
 from kvmodel.ids import ContextId, SessionId, TierName
@@ -30,7 +30,6 @@ from kvmodel.lifecycle import BlockClass
 from kvmodel.messages import AgentKind, Message, MessageKind, Role
 from kvmodel.policy import registered_policies, resolve_policy
 from kvmodel.replay import replay
-from kvmodel.view import BlockInfo
 from kvmodel.workloads.agentic import AgenticParams, generate_agentic
 from kvmodel.workloads.random_ops import RandomParams, random_trace
 from policies.kvtether import KVTether
@@ -150,17 +149,17 @@ def test_every_engine_mutant_diverges_when_followed_under_pressure(mutant: str) 
 class _LyingView(EngineView):
     """Shows every Suspended block as Active (and so hides MRU order from the policy)."""
 
-    def _compute(self, b: ResidentBlock) -> BlockInfo:
-        info = super()._compute(b)
-        if info.state is BlockClass.SUSPENDED:
-            return attrs.evolve(info, state=BlockClass.ACTIVE, suspend_time=None)
-        return info
+    def features(self, b: ResidentBlock) -> Features:
+        f = super().features(b)
+        if f.state is BlockClass.SUSPENDED:
+            return f._replace(state=BlockClass.ACTIVE, suspend_time=None)
+        return f
 
 
 class _LyingEngine(Engine):
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.view = _LyingView(self)
+        self.use_view(_LyingView(self))
 
 
 class _TetherOnALyingEngine(KVTether):

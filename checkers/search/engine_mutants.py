@@ -13,9 +13,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import ClassVar
 
-import attrs
-
-from kvmodel._engine_view import EngineView
+from kvmodel._engine_view import EngineView, Features
 from kvmodel._resident import ResidentBlock
 from kvmodel.contexts import Context
 from kvmodel.engine import Engine
@@ -23,7 +21,6 @@ from kvmodel.io.observations import FreeReason
 from kvmodel.io.trace import Fork, Op, Pin, Remove, Replace, Return, TurnEnd, Unpin
 from kvmodel.lifecycle import BlockClass, Event, MsgState
 from kvmodel.messages import MessageKind
-from kvmodel.view import BlockInfo
 from policies.kvtether import KVTether
 
 __all__ = [
@@ -79,15 +76,15 @@ class IndexesPartial(Engine):
 
 
 class _LatestView(EngineView):
-    def _compute(self, b: ResidentBlock) -> BlockInfo:
-        info = super()._compute(b)
+    def features(self, b: ResidentBlock) -> Features:
+        f = super().features(b)
         waits = [
             c.suspended_at
             for h in b.holders
             if (c := self._e.contexts[h]).block_class(b.depth) is BlockClass.SUSPENDED
             and c.suspended_at is not None
         ]
-        return info if not waits else attrs.evolve(info, suspend_time=max(waits))
+        return f if not waits else f._replace(suspend_time=max(waits))
 
 
 class LatestSuspension(Engine):
@@ -96,7 +93,7 @@ class LatestSuspension(Engine):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.view = _LatestView(self)
+        self.use_view(_LatestView(self))
 
 
 class ReturnWithoutRun(Engine):
