@@ -34,13 +34,21 @@ def throughput(n_ops: int) -> None:
         dt = time.perf_counter() - t0
         recs = sum(1 for o in r.engine.log if o.kind in ("alloc", "evict", "free", "hit"))
         own = sum(o.own_blocks for o in r.engine.log if o.kind == "infer")  # type: ignore[union-attr]
-        print(f"  {policy:<10} {dt:7.2f} s  {len(tr.ops) / dt:9.0f} ops/s  "
-              f"{(recs + own) / dt:10.0f} block ops/s  ({recs} block records, {own} kept)")
+        print(
+            f"  {policy:<10} {dt:7.2f} s  {len(tr.ops) / dt:9.0f} ops/s  "
+            f"{(recs + own) / dt:10.0f} block ops/s  ({recs} block records, {own} kept)"
+        )
 
 
-def _growth_trace(prefix_tokens: int, steps: int) -> tuple[list[Op], int]:
-    ctx, ops = ContextId("c"), []
-    ops.append(Open(0.0, ctx, SessionId("s"), AgentKind.MAIN))
+def _growth_trace(
+    prefix_tokens: int, steps: int, filler_blocks: int = 0, contexts: int = 1
+) -> tuple[list[Op], int]:
+    """``contexts`` contexts grown to ``prefix_tokens`` each, then ``steps`` x (append 16 tokens,
+    infer), the contexts taking turns. ``filler_blocks``: first, another context writes that
+    many blocks and goes cold, so a memory sized to leave no free slot makes every timed
+    inference evict one of them."""
+    ctxs = [ContextId(f"c{k}") for k in range(contexts)]
+    ops: list[Op] = [Open(0.0, c, SessionId(f"s{k}"), AgentKind.MAIN) for k, c in enumerate(ctxs)]
     n = 0
 
     def msg(tokens: int) -> Message:
@@ -48,34 +56,60 @@ def _growth_trace(prefix_tokens: int, steps: int) -> tuple[list[Op], int]:
         n += 1
         return Message(MessageId(f"m{n}"), Role.USER, MessageKind.OBSERVATION, tokens)
 
-    for _ in range(prefix_tokens // 1024):
-        ops.append(Append(0.0, ctx, (msg(1024),)))
-    ops.append(Infer(0.0, ctx, ()))
+    if filler_blocks:
+        cold = ContextId("cold")
+        ops.append(Open(0.0, cold, SessionId("cold"), AgentKind.MAIN))
+        ops.append(Append(0.0, cold, (msg(filler_blocks * 16 + 1),)))
+        ops.append(Infer(0.0, cold, ()))
+    for ctx in ctxs:
+        for _ in range(prefix_tokens // 1024):
+            ops.append(Append(0.0, ctx, (msg(1024),)))
+        ops.append(Infer(0.0, ctx, ()))
     first_timed = len(ops)
     for i in range(steps):
+        ctx = ctxs[i % contexts]
         ops.append(Append(float(i), ctx, (msg(16),)))
         ops.append(Infer(float(i), ctx, ()))
     return ops, first_timed
 
 
-def scaling(steps: int, lengths: tuple[int, ...]) -> None:
+def scaling(steps: int, lengths: tuple[int, ...], policies: tuple[str, ...]) -> None:
+    """Per-inference time at each context length, twice: one context with room to spare (no
+    eviction), and two contexts taking turns with memory full, so that every timed inference
+    evicts (the rank order is consulted, and the other context's features have changed)."""
     print(f"per-infer cost vs context length ({steps} x [append 16 tokens, infer]):")
-    row: list[float] = []
-    for length in lengths:
-        ops, first = _growth_trace(length, steps)
-        cfg = EngineConfig(16, (TierConfig(TierName("hbm"), length // 16 + steps + 64),))
-        marks: dict[str, float] = {}
+    for policy in policies:
+        for pressure in (False, True):
+            row: list[float] = []
+            label = "2 contexts, every infer evicts" if pressure else "1 context, room to spare"
+            for length in lengths:
+                filler = 2 * steps + 64 if pressure else 0
+                contexts = 2 if pressure else 1
+                ops, first = _growth_trace(length, steps, filler, contexts)
+                room = 0 if pressure else steps + 64
+                # the long contexts' blocks, the filler's (its partial tail is freed), spare room
+                blocks = contexts * (length // 16) + filler + room + 1
+                cfg = EngineConfig(16, (TierConfig(TierName("hbm"), blocks),))
+                marks: dict[str, float] = {}
 
-        def timer(_e: object, i: int, _op: Op, first: int = first,
-                  marks: dict[str, float] = marks) -> None:
-            if i == first - 1:
-                marks["start"] = time.perf_counter()
+                def timer(
+                    _e: object, i: int, _op: Op, first: int = first, marks: dict[str, float] = marks
+                ) -> None:
+                    if i == first - 1:
+                        marks["start"] = time.perf_counter()
 
-        replay(ops, "kvtether", cfg, after_op=timer)
-        per = (time.perf_counter() - marks["start"]) / steps
-        row.append(per)
-        print(f"  {length:>8} tokens: {per * 1e6:8.1f} us/infer")
-    print(f"  longest / shortest: {row[-1] / row[0]:.2f}x (flat: work per new block)")
+                r = replay(ops, policy, cfg, after_op=timer, observe=False)
+                per = (time.perf_counter() - marks["start"]) / steps
+                row.append(per)
+                evicted = sum(r.engine.stats.evictions.values())
+                print(
+                    f"  {policy:<11} {label:<32} {length:>8} tokens: {per * 1e6:9.1f} "
+                    f"us/infer  ({evicted} evictions, {r.engine.stats.rejected} rejected)"
+                )
+            print(
+                f"  {policy:<11} {label:<32} longest / shortest: {row[-1] / row[0]:.2f}x "
+                "(flat: work per new block)"
+            )
 
 
 def memory(n_ops: int, observe: bool) -> None:
@@ -89,8 +123,10 @@ def memory(n_ops: int, observe: bool) -> None:
     r = replay(tr, "kvtether", cfg, observe=observe)
     dt = time.perf_counter() - t0
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    print(f"memory: {len(tr.ops)} ops, {len(r.engine.log)} log records: peak RSS "
-          f"{peak_kib / 1024:.0f} MiB ({dt:.0f} s to generate and replay)")
+    print(
+        f"memory: {len(tr.ops)} ops, {len(r.engine.log)} log records: peak RSS "
+        f"{peak_kib / 1024:.0f} MiB ({dt:.0f} s to generate and replay)"
+    )
 
 
 def main() -> None:
@@ -105,10 +141,10 @@ def main() -> None:
         memory(a.memory, observe=not a.no_log)
     elif a.quick:
         throughput(2_000)
-        scaling(50, (1_024, 16_384))
+        scaling(50, (1_024, 16_384), ("kvtether", "lru"))
     else:
         throughput(100_000)
-        scaling(1_000, (1_024, 10_240, 102_400, 512_000))
+        scaling(1_000, (1_024, 10_240, 102_400, 512_000), ("kvtether", "lru", "vllm-prefix"))
 
 
 if __name__ == "__main__":

@@ -194,6 +194,17 @@ class RankIndex:
         self.dirty_ctxs: set[ContextId] = set()
         self.seq = 0
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the compiled key is a closure (no pickle: the exhaustive search copies engines by
+        # pickling them); it is compiled again from the terms
+        state = dict(self.__dict__)
+        del state["key"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.key = key_function(self.terms)
+
     def mark_block(self, bid: BlockId) -> None:
         self.dirty_blocks.add(bid)
 
@@ -211,11 +222,22 @@ class RankIndex:
             return
         e = self.e
         if self.dirty_ctxs:
+            # the chain of the context being admitted is all in flight (its kept prefix; its
+            # hits and writes are flying), so no candidate: it is keyed after the inference,
+            # when its features have changed again anyway (and evictable() is unaffected: a
+            # block both in flight and pinned is subtracted once each way)
+            flight = e.residency.flight_context()
+            deferred = flight in self.dirty_ctxs
             for cid in self.dirty_ctxs:
+                if cid == flight:
+                    continue
                 for s in e.contexts[cid].materialized:
                     if s.key is not None:
                         self.dirty_blocks.add(e.index[s.key])
             self.dirty_ctxs.clear()
+            if deferred:
+                assert flight is not None
+                self.dirty_ctxs.add(flight)
         flying = e.residency.flying
         features = self.features
         for bid in self.dirty_blocks:

@@ -122,7 +122,7 @@ FEATURES: Mapping[str, Callable[[Featured], float | None]] = {
 }
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, cache_hash=True)  # hashed once: term_function looks terms up
 class RankTerm:
     """One component of a lexicographic eviction key; smaller keys are evicted first.
 
@@ -170,45 +170,47 @@ def term_function(t: RankTerm) -> Callable[[Featured], float]:
 
 
 def _compile_term(t: RankTerm) -> Callable[[Featured], float]:
-    raw: Callable[[Featured], float]
+    only, descending = t.only, t.descending
     if t.feature == "state":
         pos: dict[BlockClass, float] = {}
         for i, c in enumerate(t.order):
             pos.setdefault(c, float(i))
         unlisted = float(len(t.order))
-        if t.descending:
 
-            def raw(b: Featured) -> float:
-                return -pos.get(b.state, unlisted)
+        def state_term(b: Featured) -> float:
+            if only is not None and b.state not in only:
+                return 0.0
+            x = pos.get(b.state, unlisted)
+            return -x if descending else x
 
-        else:
+        return state_term
+    get = FEATURES[t.feature]
 
-            def raw(b: Featured) -> float:
-                return pos.get(b.state, unlisted)
+    def feature_term(b: Featured) -> float:
+        if only is not None and b.state not in only:
+            return 0.0
+        v = get(b)
+        x = -math.inf if v is None else v
+        return -x if descending else x
 
-    else:
-        get = FEATURES[t.feature]
-        if t.descending:
+    return feature_term
 
-            def raw(b: Featured) -> float:
-                v = get(b)
-                return math.inf if v is None else -v
 
-        else:
-
-            def raw(b: Featured) -> float:
-                v = get(b)
-                return -math.inf if v is None else v
-
-    only = t.only
-    if only is None:
-        return raw
-    return lambda b: raw(b) if b.state in only else 0.0
+#: compiled keys of the rank tuples :func:`rank_key` has seen, by identity (a tuple of frozen
+#: terms cannot change; the entry holds it, so its id is not reused while the entry lives)
+_KEY_FUNCTIONS: dict[int, tuple[tuple[RankTerm, ...], Callable[[Featured], tuple[float, ...]]]] = {}
 
 
 def rank_key(terms: Sequence[RankTerm], b: Featured) -> tuple[float, ...]:
     """The full sort key: the terms, then the block id (the universal tie-break)."""
-    return (*[term_function(t)(b) for t in terms], float(b.id))
+    if not isinstance(terms, tuple):  # a list may change between calls: nothing is cached
+        return (*[term_function(t)(b) for t in terms], float(b.id))
+    hit = _KEY_FUNCTIONS.get(id(terms))
+    if hit is None or hit[0] is not terms:
+        if len(_KEY_FUNCTIONS) >= 256:
+            _KEY_FUNCTIONS.clear()
+        hit = _KEY_FUNCTIONS[id(terms)] = (terms, key_function(terms))
+    return hit[1](b)
 
 
 def key_function(terms: Sequence[RankTerm]) -> Callable[[Featured], tuple[float, ...]]:
@@ -224,6 +226,9 @@ def key_function(terms: Sequence[RankTerm]) -> Callable[[Featured], tuple[float,
     if len(fns) == 3:
         f0, f1, f2 = fns
         return lambda b: (f0(b), f1(b), f2(b), float(b.id))
+    if len(fns) == 4:
+        f0, f1, f2, f3 = fns
+        return lambda b: (f0(b), f1(b), f2(b), f3(b), float(b.id))
     return lambda b: (*[f(b) for f in fns], float(b.id))
 
 

@@ -183,6 +183,11 @@ class Residency:
                 self.bump(b)
                 self.refresh_dead(b)
 
+    def flight_context(self) -> ContextId | None:
+        """The context whose inference is being admitted (None between inferences)."""
+        c = self._flight_ctx
+        return None if c is None else c.id
+
     def flying(self, bid: BlockId) -> bool:
         """Written or hit by the request in flight (its kept prefix aside)."""
         return bid in self._flying
