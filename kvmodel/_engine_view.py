@@ -125,15 +125,7 @@ class EngineView:
     def block(self, block: BlockId) -> BlockInfo:
         e = self._e
         b = e.blocks[block]
-        ctxs = e.contexts
-        # the newest version among the block and its holders: every change to the block's
-        # features draws a newer one from the shared counter (a holder joining or leaving bumps
-        # the block itself), so a cached snapshot is current iff this is its stamp
-        stamp = b.version
-        for h in b.holders:
-            v = ctxs[h].version
-            if v > stamp:
-                stamp = v
+        stamp = e.residency.stamp(b)  # a cached snapshot is current iff this is its stamp
         hit = self._info.get(block)
         if hit is not None and hit[0] == stamp:
             return hit[1]

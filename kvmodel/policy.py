@@ -39,6 +39,8 @@ __all__ = [
     "BUILTIN_POLICIES",
     "ENTRY_POINT_GROUP",
     "FEATURES",
+    "FIXED_BY_CONTEXTS",
+    "RAISED_BY_CONTEXTS",
     "STRUCTURAL_CLAIMS",
     "BasePolicy",
     "Placement",
@@ -49,6 +51,7 @@ __all__ = [
     "declared_rank",
     "declared_reclaim",
     "key_function",
+    "raised_by_contexts",
     "rank_key",
     "registered_policies",
     "resolve_policy",
@@ -120,6 +123,28 @@ FEATURES: Mapping[str, Callable[[Featured], float | None]] = {
     "tier": lambda b: float(b.tier_index),
     "holders": lambda b: float(len(b.holders)),
 }
+
+#: How a change to a block's holding contexts alone -- one that does not bump the block itself
+#: (a holder joining or leaving, a write, a hit do) -- can move each feature (spec PP3,
+#: performance note): ``depth``, ``tier``, ``alloc_time`` and ``holders`` not at all;
+#: ``last_access`` and ``last_op`` only up (a holder's last inference only moves forward); the
+#: class and ``suspend_time`` either way.
+RAISED_BY_CONTEXTS: frozenset[str] = frozenset({"last_access", "last_op"})
+FIXED_BY_CONTEXTS: frozenset[str] = frozenset({"depth", "tier", "alloc_time", "holders"})
+
+
+def raised_by_contexts(terms: Sequence[RankTerm]) -> bool:
+    """True when no change to a block's holding contexts can lower its key under ``terms``:
+    every term reads a feature such changes leave alone, or raise and the term sorts
+    ascending. The rank index then re-keys such a block when it is about to be evicted, not
+    at every change of a context that holds it."""
+    return all(
+        t.only is None
+        and (
+            t.feature in FIXED_BY_CONTEXTS or (t.feature in RAISED_BY_CONTEXTS and not t.descending)
+        )
+        for t in terms
+    )
 
 
 @attrs.frozen(slots=True, cache_hash=True)  # hashed once: term_function looks terms up

@@ -87,6 +87,18 @@ class Residency:
         else:
             self.marks.mark_ctx(x.id)
 
+    def stamp(self, b: ResidentBlock) -> int:
+        """The newest version among ``b`` and its holders. Every change to ``b``'s features
+        draws a newer one from the shared counter (a holder joining or leaving bumps ``b``
+        itself), so features computed when this was the stamp are current iff it still is."""
+        stamp = b.version
+        ctxs = self.contexts
+        for h in b.holders:
+            v = ctxs[h].version
+            if v > stamp:
+                stamp = v
+        return stamp
+
     # ------------------------------------------------------------------ chains
 
     def block_of(self, spec: BlockSpec) -> ResidentBlock:

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import kvmodel._eviction
 from checkers import check_accounting, check_chains, check_no_zombie, check_prefix_closed
 from checkers.invariants import reachable
 from kvmodel.config import EngineConfig
@@ -13,9 +14,9 @@ from kvmodel.engine import Engine
 from kvmodel.errors import KVModelError, TraceError
 from kvmodel.ids import ContextId, TierName
 from kvmodel.io.trace import Op, op_to_json, parse_op
-from kvmodel.lifecycle import MsgState
+from kvmodel.lifecycle import BlockClass, MsgState
 from kvmodel.memory import TierConfig
-from kvmodel.policy import resolve_policy
+from kvmodel.policy import RankTerm, declared_rank, raised_by_contexts, resolve_policy
 from kvmodel.replay import replay
 from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, random_trace
 
@@ -154,7 +155,30 @@ def test_rank_index_agrees_with_the_general_path(policy: str, tr, cfg) -> None: 
 def test_rank_index_agrees_on_an_agentic_workload_under_pressure() -> None:
     tr = generate_agentic(AgenticParams(seed=11, sessions=3, turns=2))
     cfg = EngineConfig(16, (TierConfig(TierName("hbm"), 96), TierConfig(TierName("hbf"), 160)))
-    for policy in POLICIES:
+    for policy in [*POLICIES, "vllm-prefix", "hbm-first-static"]:
         fast = _replay_log(tr, cfg, policy, fast=True)
         assert '"kind":"evict"' in fast
         assert fast == _replay_log(tr, cfg, policy, fast=False)
+
+
+def test_which_ranks_the_index_keys_lazily() -> None:
+    # a context's change re-keys its whole chain unless no such change can lower a key
+    lazy = {n for n in ("lru", "vllm-prefix", "hbm-first", "hbm-first-static", "kvtether",
+                        "lachesis", "tether-lachesis")
+            if raised_by_contexts(declared_rank(resolve_policy(n)) or ())}  # fmt: skip
+    assert lazy == {"lru", "vllm-prefix", "hbm-first", "hbm-first-static"}
+    assert not raised_by_contexts((RankTerm("last_access", descending=True),))  # MRU
+    assert not raised_by_contexts((RankTerm("depth", only=frozenset({BlockClass.ACTIVE})),))
+
+
+def test_lazy_keying_under_a_rank_contexts_can_lower_diverges(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the condition is what makes lazy keying sound: forced on KVTether's rank (a block's key
+    # drops when its context is suspended again: MRU), the index's victims leave the sorted
+    # order's, and the differential comparison above sees it
+    tr = generate_agentic(AgenticParams(seed=11, sessions=3, turns=2))
+    cfg = EngineConfig(16, (TierConfig(TierName("hbm"), 96), TierConfig(TierName("hbf"), 160)))
+    honest = _replay_log(tr, cfg, "kvtether", fast=True)
+    monkeypatch.setattr(kvmodel._eviction, "raised_by_contexts", lambda terms: True)
+    assert _replay_log(tr, cfg, "kvtether", fast=True) != honest
