@@ -40,13 +40,18 @@ def throughput(n_ops: int) -> None:
         )
 
 
+#: untimed (append, infer) steps before the timed ones: the first look at a full memory keys
+#: every resident block once (a cost per memory, not per inference; printed on its own)
+WARM_STEPS = 4
+
+
 def _growth_trace(
     prefix_tokens: int, steps: int, filler_blocks: int = 0, contexts: int = 1
 ) -> tuple[list[Op], int]:
-    """``contexts`` contexts grown to ``prefix_tokens`` each, then ``steps`` x (append 16 tokens,
-    infer), the contexts taking turns. ``filler_blocks``: first, another context writes that
-    many blocks and goes cold, so a memory sized to leave no free slot makes every timed
-    inference evict one of them."""
+    """``contexts`` contexts grown to ``prefix_tokens`` each, then ``WARM_STEPS + steps`` x
+    (append 16 tokens, infer), the contexts taking turns; returns the ops and the index of the
+    first timed one. ``filler_blocks``: first, another context writes that many blocks and goes
+    cold, so a memory sized to leave no free slot makes every timed inference evict."""
     ctxs = [ContextId(f"c{k}") for k in range(contexts)]
     ops: list[Op] = [Open(0.0, c, SessionId(f"s{k}"), AgentKind.MAIN) for k, c in enumerate(ctxs)]
     n = 0
@@ -65,28 +70,31 @@ def _growth_trace(
         for _ in range(prefix_tokens // 1024):
             ops.append(Append(0.0, ctx, (msg(1024),)))
         ops.append(Infer(0.0, ctx, ()))
-    first_timed = len(ops)
-    for i in range(steps):
+    for i in range(WARM_STEPS + steps):
         ctx = ctxs[i % contexts]
         ops.append(Append(float(i), ctx, (msg(16),)))
         ops.append(Infer(float(i), ctx, ()))
-    return ops, first_timed
+    return ops, len(ops) - 2 * steps
 
 
 def scaling(steps: int, lengths: tuple[int, ...], policies: tuple[str, ...]) -> None:
     """Per-inference time at each context length, twice: one context with room to spare (no
     eviction), and two contexts taking turns with memory full, so that every timed inference
-    evicts (the rank order is consulted, and the other context's features have changed)."""
-    print(f"per-infer cost vs context length ({steps} x [append 16 tokens, infer]):")
+    evicts (the rank order is consulted, and the other context's features have changed). The
+    warm-up steps are timed apart: with memory full, their first look keys all of it."""
+    print(
+        f"per-infer cost vs context length ({steps} x [append 16 tokens, infer], after "
+        f"{WARM_STEPS} untimed):"
+    )
     for policy in policies:
         for pressure in (False, True):
             row: list[float] = []
             label = "2 contexts, every infer evicts" if pressure else "1 context, room to spare"
             for length in lengths:
-                filler = 2 * steps + 64 if pressure else 0
+                filler = 2 * (WARM_STEPS + steps) + 64 if pressure else 0
                 contexts = 2 if pressure else 1
                 ops, first = _growth_trace(length, steps, filler, contexts)
-                room = 0 if pressure else steps + 64
+                room = 0 if pressure else WARM_STEPS + steps + 64
                 # the long contexts' blocks, the filler's (its partial tail is freed), spare room
                 blocks = contexts * (length // 16) + filler + room + 1
                 cfg = EngineConfig(16, (TierConfig(TierName("hbm"), blocks),))
@@ -95,16 +103,21 @@ def scaling(steps: int, lengths: tuple[int, ...], policies: tuple[str, ...]) -> 
                 def timer(
                     _e: object, i: int, _op: Op, first: int = first, marks: dict[str, float] = marks
                 ) -> None:
+                    if i == first - 2 * WARM_STEPS - 1:
+                        marks["warm"] = time.perf_counter()
                     if i == first - 1:
                         marks["start"] = time.perf_counter()
+                        marks["evicted"] = sum(_e.stats.evictions.values())  # type: ignore[attr-defined]
 
                 r = replay(ops, policy, cfg, after_op=timer, observe=False)
                 per = (time.perf_counter() - marks["start"]) / steps
+                warm = marks["start"] - marks["warm"]
                 row.append(per)
-                evicted = sum(r.engine.stats.evictions.values())
+                evicted = sum(r.engine.stats.evictions.values()) - marks["evicted"]
                 print(
                     f"  {policy:<11} {label:<32} {length:>8} tokens: {per * 1e6:9.1f} "
-                    f"us/infer  ({evicted} evictions, {r.engine.stats.rejected} rejected)"
+                    f"us/infer  ({evicted / steps:.0f} evictions/infer, "
+                    f"{r.engine.stats.rejected} rejected; warm-up {warm * 1e3:.0f} ms)"
                 )
             print(
                 f"  {policy:<11} {label:<32} longest / shortest: {row[-1] / row[0]:.2f}x "

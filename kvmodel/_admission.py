@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from kvmodel._eviction import PolicyOrder, RankIndex
+from kvmodel._eviction import PolicyOrder
+from kvmodel._rank_index import RankIndex
 from kvmodel._resident import Placed, ResidentBlock
 from kvmodel.blocks import BlockSpec
 from kvmodel.contexts import Context

@@ -161,6 +161,11 @@ class Context:
             return aggregate_within_context(stored.get(u, self.phase) for u in uids)
         return _PHASE_CLASS[self.phase]
 
+    def phase_class(self) -> BlockClass:
+        """The class of a valid block that covers no message with a stored state and lies below
+        every pin: the class of the context's phase (Active or Suspended)."""
+        return _PHASE_CLASS[self.phase]
+
     def pin_depth(self) -> int:
         """Index of the deepest logical block covering a pinned message (-1 if none). Cached;
         recomputed (O(messages)) only after pins or token offsets change."""

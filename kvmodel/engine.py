@@ -27,7 +27,8 @@ from typing import Any
 
 from kvmodel._admission import evict, infer
 from kvmodel._engine_view import EngineView, named_contexts
-from kvmodel._eviction import PolicyOrder, RankIndex
+from kvmodel._eviction import PolicyOrder
+from kvmodel._rank_index import RankIndex
 from kvmodel._resident import ResidentBlock
 from kvmodel.config import EngineConfig
 from kvmodel.contexts import Context

@@ -50,11 +50,14 @@ __all__ = [
     "declared_bypass",
     "declared_rank",
     "declared_reclaim",
+    "fixed_key_function",
+    "fixed_positions",
     "key_function",
     "raised_by_contexts",
     "rank_key",
     "registered_policies",
     "resolve_policy",
+    "separable_by_contexts",
     "term_function",
 ]
 
@@ -255,6 +258,31 @@ def key_function(terms: Sequence[RankTerm]) -> Callable[[Featured], tuple[float,
         f0, f1, f2, f3 = fns
         return lambda b: (f0(b), f1(b), f2(b), f3(b), float(b.id))
     return lambda b: (*[f(b) for f in fns], float(b.id))
+
+
+def separable_by_contexts(terms: Sequence[RankTerm]) -> bool:
+    """True when, among blocks that share every feature a holding context sets (class, recency,
+    suspension: all but :data:`FIXED_BY_CONTEXTS`), the order is the order of the terms on fixed
+    features alone, whatever those shared values are: no term on a fixed feature is
+    conditioned on the class (``only``). The rank index then keys such blocks of one context
+    as a group: a change to the context re-keys the group's first block, not every block (spec
+    PP3, performance note)."""
+    return all(t.only is None for t in terms if t.feature in FIXED_BY_CONTEXTS)
+
+
+def fixed_key_function(terms: Sequence[RankTerm]) -> Callable[[Featured], tuple[float, ...]]:
+    """The part of ``rank_key(terms, ·)`` no change to a block's holding contexts can move: the
+    terms on :data:`FIXED_BY_CONTEXTS` features, in rank order, then the block id. Between two
+    blocks whose context-set features are equal, and under a rank that is
+    :func:`separable_by_contexts`, it orders them as the whole key does."""
+    fns = tuple(term_function(t) for t in terms if t.feature in FIXED_BY_CONTEXTS)
+    return lambda b: (*[f(b) for f in fns], float(b.id))
+
+
+def fixed_positions(terms: Sequence[RankTerm]) -> tuple[int, ...]:
+    """Where :func:`fixed_key_function`'s values sit in ``rank_key(terms, ·)``, in its order
+    (the last, the block id, at the key's end)."""
+    return (*(i for i, t in enumerate(terms) if t.feature in FIXED_BY_CONTEXTS), len(terms))
 
 
 class Reclaim(enum.Enum):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import kvmodel._eviction
+import kvmodel._rank_index
 from checkers import check_accounting, check_chains, check_no_zombie, check_prefix_closed
 from checkers.invariants import reachable
 from kvmodel.config import EngineConfig
@@ -155,7 +155,7 @@ def test_rank_index_agrees_with_the_general_path(policy: str, tr, cfg) -> None: 
 def test_rank_index_agrees_on_an_agentic_workload_under_pressure() -> None:
     tr = generate_agentic(AgenticParams(seed=11, sessions=3, turns=2))
     cfg = EngineConfig(16, (TierConfig(TierName("hbm"), 96), TierConfig(TierName("hbf"), 160)))
-    for policy in [*POLICIES, "vllm-prefix", "hbm-first-static"]:
+    for policy in [*POLICIES, "vllm-prefix", "hbm-first-static", "lachesis", "tether-lachesis"]:
         fast = _replay_log(tr, cfg, policy, fast=True)
         assert '"kind":"evict"' in fast
         assert fast == _replay_log(tr, cfg, policy, fast=False)
@@ -180,5 +180,5 @@ def test_lazy_keying_under_a_rank_contexts_can_lower_diverges(
     tr = generate_agentic(AgenticParams(seed=11, sessions=3, turns=2))
     cfg = EngineConfig(16, (TierConfig(TierName("hbm"), 96), TierConfig(TierName("hbf"), 160)))
     honest = _replay_log(tr, cfg, "kvtether", fast=True)
-    monkeypatch.setattr(kvmodel._eviction, "raised_by_contexts", lambda terms: True)
+    monkeypatch.setattr(kvmodel._rank_index, "raised_by_contexts", lambda terms: True)
     assert _replay_log(tr, cfg, "kvtether", fast=True) != honest

@@ -1,0 +1,220 @@
+"""The rank index's cost and the conditions that make its shortcuts sound (spec PP3, performance
+note). Its answers are pinned against sorting by the differential tests in test_properties.py;
+here, what an inference costs it (counted, not timed) and mutants of the index that those
+differential comparisons catch."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pytest
+
+import kvmodel._rank_index
+from kvmodel._rank_index import RankIndex
+from kvmodel.config import EngineConfig
+from kvmodel.engine import Engine
+from kvmodel.errors import KVModelError
+from kvmodel.ids import BlockId, ContextId, MessageId, SessionId, TierName
+from kvmodel.io.trace import Append, Infer, Op, Open
+from kvmodel.lifecycle import BlockClass
+from kvmodel.memory import TierConfig
+from kvmodel.messages import AgentKind, Message, MessageKind, Role
+from kvmodel.policy import (
+    BasePolicy,
+    Policy,
+    RankTerm,
+    declared_rank,
+    fixed_key_function,
+    fixed_positions,
+    key_function,
+    raised_by_contexts,
+    resolve_policy,
+    separable_by_contexts,
+)
+from kvmodel.view import BlockInfo
+from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, random_trace
+
+_C = BlockClass
+RANKED = ("lru", "vllm-prefix", "hbm-first", "hbm-first-static", "kvtether", "lachesis",
+          "lachesis-det", "tether-lachesis", "discovered")  # fmt: skip
+
+
+def _log(ops: list[Op], cfg: EngineConfig, policy: Policy | str, *, fast: bool) -> str:
+    pol = resolve_policy(policy) if isinstance(policy, str) else policy
+    engine = Engine(cfg, pol, fast=fast)
+    for op in ops:
+        try:
+            engine.apply(op)
+        except KVModelError:
+            break
+    return engine.log.to_jsonl()
+
+
+def _features_per_inference(policy: str, tokens: int, steps: int = 24) -> float:
+    """Two contexts of ``tokens`` tokens take turns (append 16 tokens, infer) with memory full,
+    so every inference evicts; how many blocks' features the rank index computes per inference,
+    counted by wrapping the features function it was given (after four warm-up inferences:
+    the first look keys all of memory once)."""
+    n = 0
+
+    def msg(size: int) -> Message:
+        nonlocal n
+        n += 1
+        return Message(MessageId(f"m{n}"), Role.USER, MessageKind.OBSERVATION, size)
+
+    filler = 2 * steps + 64
+    cfg = EngineConfig(16, (TierConfig(TierName("hbm"), 2 * (tokens // 16) + filler + 1),))
+    engine = Engine(cfg, resolve_policy(policy))
+    index = engine.victims
+    assert isinstance(index, RankIndex)
+    calls = 0
+    inner = index.features
+
+    def counted(b):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        return inner(b)
+
+    index.features = counted
+    cold, ctxs = ContextId("cold"), (ContextId("c0"), ContextId("c1"))
+    ops: list[Op] = [
+        Open(0.0, cold, SessionId("cold"), AgentKind.MAIN),
+        Append(0.0, cold, (msg(filler * 16 + 1),)),
+        Infer(0.0, cold, ()),
+    ]
+    for k, c in enumerate(ctxs):
+        ops += [Open(0.0, c, SessionId(f"s{k}"), AgentKind.MAIN)]
+        ops += [Append(0.0, c, (msg(tokens),)), Infer(0.0, c, ())]
+    for i in range(4 + steps):
+        c = ctxs[i % 2]
+        ops += [Append(float(i + 1), c, (msg(16),)), Infer(float(i + 1), c, ())]
+    warm = len(ops) - 2 * steps
+    for i, op in enumerate(ops):
+        if i == warm:
+            start, evicted = calls, sum(engine.stats.evictions.values())
+        engine.apply(op)
+    assert sum(engine.stats.evictions.values()) > evicted  # the order was consulted
+    assert engine.stats.rejected == 0
+    return (calls - start) / steps
+
+
+@pytest.mark.parametrize(
+    "policy", ["kvtether", "lachesis", "tether-lachesis", "lru", "vllm-prefix"]
+)
+def test_an_inference_keys_as_many_blocks_at_16k_tokens_as_at_1k(policy: str) -> None:
+    # per-inference work proportional to new blocks, not context length (issue 18 item 2):
+    # before grouped keying, kvtether computed 76 blocks' features per inference at 1k tokens
+    # and 1,036 at 16k (its whole chain on every change to a context)
+    short = _features_per_inference(policy, 1_024)
+    long = _features_per_inference(policy, 16_384)
+    assert long <= 2 * short + 2, (short, long)
+
+
+def test_which_ranks_the_index_keys_by_group() -> None:
+    grouped = {
+        n
+        for n in RANKED
+        if not raised_by_contexts(rank := declared_rank(resolve_policy(n)) or ())
+        and separable_by_contexts(rank)
+    }
+    assert grouped == {"kvtether", "lachesis", "lachesis-det", "tether-lachesis", "discovered"}
+    # a term on a fixed feature conditioned on the class orders a group differently as its
+    # context's class changes: no grouping
+    assert not separable_by_contexts((RankTerm("depth", only=frozenset({_C.SUSPENDED})),))
+    assert separable_by_contexts((RankTerm("suspend_time", only=frozenset({_C.SUSPENDED})),))
+
+
+def test_a_spliced_key_is_the_key() -> None:
+    # the index keys a group's next head from the evicted head's key and its own fixed part;
+    # for two blocks that share the context's features that is exactly the key
+    terms = declared_rank(resolve_policy("kvtether"))
+    assert terms is not None
+    key, fixed, at = key_function(terms), fixed_key_function(terms), fixed_positions(terms)
+
+    def block(bid: int, depth: int, alloc: float) -> BlockInfo:
+        c = ContextId("c")
+        return BlockInfo(
+            BlockId(bid), None, TierName("hbm"), 0, depth, _C.SUSPENDED, 7.0, 3, 5.0, alloc,
+            (c,), c, AgentKind.MAIN, frozenset(), True,
+        )  # fmt: skip
+
+    a, b = block(4, 9, 1.0), block(11, 2, 3.0)
+    spliced = list(key(a))
+    for i, p in enumerate(at):
+        spliced[p] = fixed(b)[i]
+    assert tuple(spliced) == key(b)
+
+
+class _DepthWhenSuspended(BasePolicy):
+    """Dead first, then deepest-first among Suspended blocks only, then least recently used: a
+    fixed feature conditioned on the class, so the order within one context's blocks changes
+    when the context is suspended."""
+
+    name: ClassVar[str] = "depth-when-suspended"
+    rank: ClassVar[tuple[RankTerm, ...]] = (
+        RankTerm("state", order=(_C.DEAD, _C.EXPIRED, _C.TEMPORARY)),
+        RankTerm("depth", descending=True, only=frozenset({_C.SUSPENDED})),
+        RankTerm("last_access"),
+    )
+
+
+def _diverges(policy: Policy | str, seeds: range) -> bool:
+    cfgs = [
+        EngineConfig(16, (TierConfig(TierName("hbm"), 96), TierConfig(TierName("hbf"), 160))),
+        EngineConfig(16, (TierConfig(TierName("hbm"), 48), TierConfig(TierName("hbf"), 64))),
+    ]
+    for seed in seeds:
+        tr = generate_agentic(AgenticParams(seed=seed, sessions=3, turns=2))
+        for cfg in cfgs:
+            if _log(list(tr.ops), cfg, policy, fast=True) != _log(
+                list(tr.ops), cfg, policy, fast=False
+            ):
+                return True
+    return False
+
+
+def test_grouping_a_rank_that_is_not_separable_diverges(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the condition is what makes grouping sound: forced on a rank whose order within a group
+    # depends on the group's class, the index's victims leave the sorted order's
+    pol = _DepthWhenSuspended()
+    assert not _diverges(pol, range(3))  # honest: eager keying
+    monkeypatch.setattr(kvmodel._rank_index, "separable_by_contexts", lambda terms: True)
+    assert _diverges(pol, range(3))
+
+
+def test_an_index_that_keeps_members_a_context_change_made_unplain_diverges(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the two ways a change to a context makes its plain blocks unplain -- an edit cuts its
+    # valid prefix (the blocks after it are Expired), a pin covers them (Pinned) -- must take
+    # them out of the group; an index that only re-keys the head evicts live KV before the
+    # expired KV, or pinned KV, and the differential comparison sees it
+    def rekey_heads_only(self: RankIndex, cid: ContextId) -> None:
+        held = self.ctxs.get(cid)
+        if held is not None:
+            self.dirty_blocks.update(held.loose)
+            for tier in held.groups:
+                self.unheaded.add((cid, tier))
+
+    cfgs = [
+        EngineConfig(bs, (TierConfig(TierName("hbm"), a), TierConfig(TierName("hbf"), b)))
+        for bs, a, b in ((4, 3, 5), (2, 8, 4), (1, 20, 30))
+    ]
+    traces = [random_trace(RandomParams(seed=s, ops=90)) for s in range(40)]
+
+    def any_diverges() -> bool:
+        return any(
+            _log(list(tr.ops), cfg, "kvtether", fast=True)
+            != _log(list(tr.ops), cfg, "kvtether", fast=False)
+            for tr in traces
+            for cfg in cfgs
+        )
+
+    assert not any_diverges()
+    monkeypatch.setattr(RankIndex, "_context_changed", rekey_heads_only)
+    assert any_diverges()
+
+
+def test_grouped_keying_agrees_with_sorting_on_agentic_workloads() -> None:
+    # (every grouped built-in; the property test in test_properties.py covers random traces)
+    assert not any(_diverges(p, range(4)) for p in ("lachesis", "tether-lachesis", "discovered"))
