@@ -1,7 +1,8 @@
 """The rank index's cost and the conditions that make its shortcuts sound (spec PP3, performance
 note). Its answers are pinned against sorting by the differential tests in test_properties.py;
-here, what an inference costs it (counted, not timed) and mutants of the index that those
-differential comparisons catch."""
+here, what an inference costs it (counted, not timed), mutants of the index that those
+differential comparisons catch, and the monitor's check that every victim is the declared rank's
+first (spec/invariants.md, Self-checks of the engine), which catches them in any search."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import ClassVar
 import pytest
 
 import kvmodel._rank_index
+from checkers.invariants.predicates import evict_rank_first
+from checkers.invariants.replay import check_ops
 from kvmodel._rank_index import RankIndex
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
@@ -218,3 +221,46 @@ def test_an_index_that_keeps_members_a_context_change_made_unplain_diverges(
 def test_grouped_keying_agrees_with_sorting_on_agentic_workloads() -> None:
     # (every grouped built-in; the property test in test_properties.py covers random traces)
     assert not any(_diverges(p, range(4)) for p in ("lachesis", "tether-lachesis", "discovered"))
+
+
+def test_the_rank_order_predicate_names_the_block_the_rank_puts_first() -> None:
+    terms = declared_rank(resolve_policy("kvtether"))
+    assert terms is not None
+    c = ContextId("c")
+
+    def block(bid: int, state: BlockClass, suspend: float | None) -> BlockInfo:
+        return BlockInfo(
+            BlockId(bid), None, TierName("hbm"), 0, 1, state, 2.0, 1, suspend, 0.0,
+            (c,), c, AgentKind.MAIN, frozenset(), True,
+        )  # fmt: skip
+
+    old, new = block(1, _C.SUSPENDED, 3.0), block(2, _C.SUSPENDED, 5.0)
+    active = block(3, _C.ACTIVE, None)
+    assert evict_rank_first(terms, new, [old, active]) is None  # MRU: the later suspension
+    msg = evict_rank_first(terms, old, [new, active])
+    assert msg is not None
+    assert "block 2" in msg
+    assert "orders it first" in msg
+    assert evict_rank_first(terms, active, []) is None
+
+
+def test_the_monitor_holds_every_victim_to_the_declared_rank() -> None:
+    # the engine's self-check (spec/invariants.md, Self-checks of the engine): the victim is the
+    # rank's first among the contract model's candidates -- silent on the reference engine
+    # under every rank policy, and it catches the rank index's mutants on the traces where
+    # the differential comparison sees them
+    cfg = EngineConfig(16, (TierConfig(TierName("hbm"), 96), TierConfig(TierName("hbf"), 160)))
+    traces = [generate_agentic(AgenticParams(seed=s, sessions=3, turns=2)) for s in range(3)]
+    for policy in ("kvtether", "lachesis", "tether-lachesis", "lru", "vllm-prefix", "hbm-first"):
+        for tr in traces:
+            monitor = check_ops(list(tr.ops), policy, cfg, ())
+            assert sum(monitor.engine.stats.evictions.values())
+            assert monitor.first("engine-contract") is None, policy
+    for mutant in ("StaleGroupIndex", "LazyIndexUnderMRU"):
+        found = [
+            check_ops(list(tr.ops), f"checkers.search.mutants:{mutant}", cfg, ()).first(
+                "engine-contract"
+            )
+            for tr in traces
+        ]
+        assert any(v is not None and "declared rank orders it first" in v.message for v in found)

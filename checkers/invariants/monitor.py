@@ -16,6 +16,7 @@ from checkers.invariants.predicates import (
     evict_live_before_dead,
     evict_mru,
     evict_priority,
+    evict_rank_first,
     log_bypass,
     log_pinned,
     log_reclaim_dead,
@@ -42,7 +43,7 @@ from kvmodel.io.observations import (
 )
 from kvmodel.io.trace import Close, EndSession, Infer, Op, Return
 from kvmodel.lifecycle import BlockClass, MsgState
-from kvmodel.policy import Placement
+from kvmodel.policy import Placement, declared_rank
 from kvmodel.view import NewBlock
 
 __all__ = [
@@ -98,7 +99,9 @@ class Monitor:
         self._pending = _Pending()
         self._writes: dict[str, int] = dict.fromkeys(engine.memory.names, 0)
         #: the contract model, following the engine's log (None once it could not follow)
-        self._shadow: Shadow | None = Shadow(engine.block_size)
+        self._shadow: Shadow | None = Shadow(engine.block_size, tiers=engine.memory.names)
+        #: the policy's declarative rank, when it is its order: every victim must be its first
+        self._rank = declared_rank(engine.policy)
         self._diverged = False
         self._evict_tiers: list[tuple[TierName, ...]] = []
         engine.probe = self
@@ -136,6 +139,15 @@ class Monitor:
             for name, check in wanted:
                 if name in self.active and (msg := check(ev.victim, ev.candidates)) is not None:
                     self._add(name, msg, victim)
+            if (
+                self._rank is not None
+                and not self._diverged
+                and (msg := evict_rank_first(self._rank, ev.victim, ev.candidates)) is not None
+            ):
+                # the engine's victim source (its rank index or sorted order) is judged, not
+                # the policy: the finding is the engine's (spec, Self-checks of the engine)
+                self._diverged = True
+                self.violations.append(Violation("engine-contract", msg, victim, op=self.op_index))
 
     def _contract(self, op: Op, records: Sequence[Observation]) -> None:
         """Follow the op in the contract model and compare (spec §Self-checks of the engine)."""

@@ -165,15 +165,25 @@ class BlockFigures:
     holders: tuple[str, ...]
     suspend_time: float | None
     last_access: float
+    last_op: int
+    alloc_time: float
 
 
 @attrs.frozen
 class EvictionTerms:
-    """What the eviction-order invariants read of a block (its slot, class, suspension)."""
+    """What the eviction-order checks read of a block at the moment of an eviction: its slot,
+    class and suspension (the invariants), and every other rank feature (the declared rank's
+    order, spec PP3): the :class:`~kvmodel.view.Featured` protocol, from the contract."""
 
     id: BlockId
     state: BlockClass
     suspend_time: float | None
+    depth: int
+    tier_index: int
+    last_access: float
+    last_op: int
+    alloc_time: float
+    holders: tuple[ContextId, ...]
 
 
 @attrs.frozen
@@ -203,9 +213,15 @@ class Divergence:
 class Shadow:
     """The contract's figures for one trace, op by op (valid traces only: no error checking)."""
 
-    def __init__(self, block_size: int, rules: Rules = KEEP) -> None:
+    def __init__(self, block_size: int, rules: Rules = KEEP, tiers: Sequence[str] = ()) -> None:
+        """``tiers``: the configured tier order (a block's ``tier_index``, spec PP3)."""
         self.bs = block_size
         self.rules = rules
+        self.tier_index = {t: i for i, t in enumerate(tiers)}
+        #: the index of the op being applied (the engine's ``op_index``: a use's ``last_op``)
+        self.op_index = -1
+        self.touch_op: dict[BlockKey, int] = {}
+        self.born: dict[BlockKey, float] = {}
         self.ctxs: dict[ContextId, _Ctx] = {}
         self.sessions: dict[str, list[ContextId]] = {}
         self.key_depth: dict[BlockKey, int] = {}
@@ -239,6 +255,7 @@ class Shadow:
         saw; default the victim's tier); each eviction as the contract sees it goes to
         :attr:`evictions`."""
         self.now = op.t
+        self.op_index += 1
         self.last_infer = None
         self.problems = []
         self.evictions = []
@@ -434,7 +451,7 @@ class Shadow:
         if todo is None:
             for key, uids in misses:
                 if key is not None and key in self.resident:  # recomputed in place (B6.3)
-                    self.touch[key] = op.t
+                    self._use(key)
                     placed.append((key, uids, True))
                 elif key is None or (
                     self.rules.bypass and self._within(c, uids) is BlockClass.TEMPORARY
@@ -448,14 +465,14 @@ class Shadow:
             committed = self._follow_infer(c, op, todo, blocks, hits, v, placed, evict_tiers)
         if committed:
             for kept_key, _ in c.chain:  # the kept prefix is used by this inference (PP3)
-                self.touch[kept_key] = op.t
+                self._use(kept_key)
             tail = [(k, u) for k, u in blocks[:hits] if k is not None]
             for key, uids, attach in placed:
                 if not attach or key is None:
                     break
                 tail.append((key, uids))
             for key, _ in tail:
-                self.touch[key] = op.t
+                self._use(key)
             c.chain += tail
             if cut is not None:
                 del c.chain[cut:]
@@ -487,11 +504,23 @@ class Shadow:
 
     def _index(self, key: BlockKey, t: float) -> None:
         self.resident.add(key)
-        self.touch[key] = t
+        self.born[key] = t
+        self._use(key)
+
+    def _use(self, key: BlockKey) -> None:
+        """An inference uses ``key`` now (hit, kept, written or rewritten: PP3 recency)."""
+        self.touch[key] = self.now
+        self.touch_op[key] = self.op_index
+
+    def _leave(self, key: BlockKey) -> None:
+        """``key`` is no longer resident: what a resident block has, it has no more."""
+        self.resident.discard(key)
+        self.born.pop(key, None)
+        self.touch_op.pop(key, None)
 
     def _drop(self, key: BlockKey) -> None:
         """A block leaves memory; every chain holding it is cut there (M4.3)."""
-        self.resident.discard(key)
+        self._leave(key)
         d = self.key_depth[key]
         for h in self.ctxs.values():
             if h.open and len(h.chain) > d and h.chain[d][0] == key:
@@ -516,7 +545,17 @@ class Shadow:
         pins: dict[ContextId, int] | None = None,
     ) -> EvictionTerms:
         f = self.figures(key, holders, pins)
-        return EvictionTerms(self.slot[key], f.state, f.suspend_time)
+        return EvictionTerms(
+            self.slot[key],
+            f.state,
+            f.suspend_time,
+            f.depth,
+            self.tier_index.get(self.tier[key], 0),
+            f.last_access,
+            f.last_op,
+            f.alloc_time,
+            tuple(ContextId(h) for h in f.holders),
+        )
 
     def _follow_infer(
         self,
@@ -574,7 +613,7 @@ class Shadow:
                     if not rewrite:
                         self._index(key, op.t)
                         self.tier[key], self.slot[key] = r.tier, r.block
-                    self.touch[key] = op.t
+                    self._use(key)
                 placed.append((key, uids, key is not None))
             elif isinstance(r, BypassObs):
                 if not placed or placed[-1][0] != r.key:
@@ -583,12 +622,12 @@ class Shadow:
                 key, uids, _ = placed[-1]
                 placed[-1] = (key, uids, False)
                 if key is not None:
-                    self.resident.discard(key)  # written for this inference, never indexed
+                    self._leave(key)  # written for this inference, never indexed
             elif isinstance(r, RejectObs):
                 rejected = True
             elif isinstance(r, FreeObs) and r.reason == FreeReason.REJECT:
                 if r.key is not None:
-                    self.resident.discard(r.key)
+                    self._leave(r.key)
             elif not (isinstance(r, FreeObs) and r.reason in _COMMIT_FREES):
                 bad(f"unexpected record in an inference: {r.kind}")
         if rejected:
@@ -684,6 +723,8 @@ class Shadow:
             tuple(sorted(h.id for h in hs)),
             min(waits) if waits else None,
             self.touch[key],
+            self.touch_op[key],
+            self.born[key],
         )
 
     def _holders(self) -> tuple[dict[BlockKey, list[_Ctx]], dict[ContextId, int]]:
@@ -812,8 +853,9 @@ def compare(
         if b.key is None:
             return Divergence(k, f"block {bid} at depth {b.depth}", "resident", "no full block")
         theirs[b.key] = BlockFigures(
-            b.depth, b.state, tuple(b.holders), b.suspend_time, b.last_access
-        )
+            b.depth, b.state, tuple(b.holders), b.suspend_time, b.last_access, b.last_op,
+            b.alloc_time,
+        )  # fmt: skip
     if (d := differ("resident blocks (by key)", sorted(theirs), sorted(mine))) is not None:
         return d
     dead = sorted(dk for b in view.dead() if (dk := view.block(BlockId(b)).key) is not None)

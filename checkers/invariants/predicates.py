@@ -24,7 +24,8 @@ from kvmodel.io.observations import (
 )
 from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, TRANSITIONS, BlockClass, Event, MsgState
 from kvmodel.messages import AgentKind
-from kvmodel.view import NewBlock
+from kvmodel.policy import RankTerm, rank_key
+from kvmodel.view import Featured, NewBlock
 
 __all__ = [
     "BLOCK",
@@ -37,6 +38,7 @@ __all__ = [
     "evict_live_before_dead",
     "evict_mru",
     "evict_priority",
+    "evict_rank_first",
     "log_bypass",
     "log_pinned",
     "log_reclaim_dead",
@@ -219,6 +221,28 @@ def evict_mru(victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> str | No
     )
 
 
+def evict_rank_first(
+    rank: Sequence[RankTerm], victim: Featured, cands: Iterable[Featured]
+) -> str | None:
+    """Spec PP3: a policy whose order is its declarative rank evicts the candidate the rank
+    orders first -- the smallest key, block id last -- among the evictable blocks of the tiers
+    the allocation could take (a self-check of the engine's victim sources: the rank index and
+    the sorted order both must give it)."""
+    mine = rank_key(rank, victim)
+    first = min(cands, key=lambda c: rank_key(rank, c), default=None)
+    if first is None or not rank_key(rank, first) < mine:
+        return None
+    return (
+        f"evicted block {victim.id} (rank key {_key_text(mine)}) while block {first.id} "
+        f"(rank key {_key_text(rank_key(rank, first))}) was evictable and the declared rank "
+        "orders it first"
+    )
+
+
+def _key_text(key: Sequence[float]) -> str:
+    return "(" + ", ".join(f"{x:g}" for x in key) + ")"
+
+
 # ----------------------------------------------------------------------------- placement-time
 
 
@@ -283,5 +307,3 @@ def log_bypass(records: Sequence[Observation]) -> list[tuple[str, BlockId]]:
         ):
             out.append((f"temporary block {r.block} written without bypass", r.block))
     return out
-
-

@@ -17,6 +17,7 @@ from typing import ClassVar
 import attrs
 
 from checkers.search.engine_mutants import ENGINE_MUTANTS
+from kvmodel._rank_index import RankIndex
 from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, ContextId, TierName
 from kvmodel.io.trace import Close, EndSession, Infer, Op, Remove, Replace, Return, TurnEnd
@@ -67,6 +68,7 @@ __all__ = [
     "LateReclaimLachesisDet",
     "LateReclaimOptPlacement",
     "LateReclaimTetherLachesis",
+    "LazyIndexUnderMRU",
     "LeadInHBM",
     "MRUInverted",
     "MRUInvertedDiscovered",
@@ -86,6 +88,7 @@ __all__ = [
     "ShallowFirstVLLM",
     "SharedCursorLRU",
     "StaleCachedOrder",
+    "StaleGroupIndex",
     "StaleHitAfterReplace",
     "StateBlindTetherLachesis",
     "WritesPerSegment",
@@ -364,6 +367,58 @@ class StaleCachedOrder(KVTether):
             ranked = sorted(candidates, key=lambda b: rank_key(KVTether.rank, b))
             self._order = [b.id for b in ranked]
         return [b for b in self._order if b in ids] + sorted(ids - set(self._order))
+
+
+# -- the engine's rank index, the way a port of it errs (issue 18): every invariant still holds
+# -- a victim of the right class is chosen -- but not the one the declared rank orders first;
+# the engine's self-check (the declared rank over the contract model's candidates) sees it
+
+
+class _HeadsOnlyIndex(RankIndex):
+    """Grouped keying that, on a change to a context, re-keys its loose blocks and its groups'
+    first blocks but never takes out the members the change made unplain (an edit cut the
+    valid prefix, a pin covered them): they wait behind a live head in their old place."""
+
+    def _context_changed(self, cid: ContextId) -> None:
+        held = self.ctxs.get(cid)
+        if held is None:
+            return
+        self.dirty_blocks.update(held.loose)
+        for tier in held.groups:
+            self.unheaded.add((cid, tier))
+
+
+class _HeadsOnlyEngine(Engine):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        if isinstance(self.victims, RankIndex):
+            index = _HeadsOnlyIndex(self, self.victims.terms, self.victims.features)
+            self.victims = index
+            self.residency.marks = index
+
+
+class StaleGroupIndex(KVTether):
+    """Runs on an engine whose rank index leaves Expired and Pinned blocks in their context's
+    group of plain blocks."""
+
+    name: ClassVar[str] = "mutant-stale-group-index"
+    engine_class: ClassVar[type[Engine]] = _HeadsOnlyEngine
+
+
+class _AlwaysLazyEngine(Engine):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        if isinstance(self.victims, RankIndex):
+            self.victims.lazy, self.victims.grouped = True, False
+
+
+class LazyIndexUnderMRU(KVTether):
+    """Runs on an engine whose rank index keys every rank lazily -- as if a context's change
+    could only raise a key -- although suspending a context lowers its blocks' keys under
+    KVTether's rank (Active -> Suspended, and MRU within Suspended)."""
+
+    name: ClassVar[str] = "mutant-lazy-index-under-mru"
+    engine_class: ClassVar[type[Engine]] = _AlwaysLazyEngine
 
 
 # -- one mutant for every claim of every built-in policy (kvmodel issue 12). Each bug is a mixin
@@ -668,6 +723,8 @@ MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.search.mutants:NoBypassDiscovered": "temporary-bypass",
         "checkers.search.mutants:AllHBMFirstDiscovered": "deterministic-placement",
         # engine bugs that no invariant sees: caught by the engine's self-check
+        "checkers.search.mutants:StaleGroupIndex": "engine-contract",
+        "checkers.search.mutants:LazyIndexUnderMRU": "engine-contract",
         **ENGINE_MUTANTS,
     }
 )

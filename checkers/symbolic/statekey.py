@@ -62,7 +62,7 @@ _SKIP: dict[str, frozenset[str]] = {
     "Shadow": frozenset({"_keys", "problems", "evictions", "last_infer"}),
 }
 
-#: integer attributes that hold op indices (compared only): ranked like time stamps
+#: attributes that hold op indices (compared only), or dicts of them: ranked like time stamps
 _OP_STAMPS = frozenset({"touch_op", "last_infer_op", "last_op", "op_index"})
 
 
@@ -145,6 +145,13 @@ def _walk_object(
         if n in _OP_STAMPS and isinstance(v, int) and not isinstance(v, bool):
             ops.add(v)
             out.append(_O(v))
+        elif n in _OP_STAMPS and isinstance(v, dict):  # op stamps by key (the contract's)
+            items = sorted(v.items(), key=lambda kv: repr(kv[0]))
+            out.append(("dict", len(items)))
+            for k, o in items:
+                _walk(k, out, stack, times, ops)
+                ops.add(o)
+                out.append(_O(o))
         else:
             _walk(v, out, stack, times, ops)
 
