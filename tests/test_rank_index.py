@@ -13,6 +13,7 @@ import pytest
 import kvmodel._rank_index
 from checkers.invariants.predicates import evict_rank_first
 from checkers.invariants.replay import check_ops
+from checkers.search.mutants import _HeadsOnlyIndex
 from kvmodel._rank_index import RankIndex
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
@@ -190,15 +191,8 @@ def test_an_index_that_keeps_members_a_context_change_made_unplain_diverges(
 ) -> None:
     # the two ways a change to a context makes its plain blocks unplain -- an edit cuts its
     # valid prefix (the blocks after it are Expired), a pin covers them (Pinned) -- must take
-    # them out of the group; an index that only re-keys the head evicts live KV before the
-    # expired KV, or pinned KV, and the differential comparison sees it
-    def rekey_heads_only(self: RankIndex, cid: ContextId) -> None:
-        held = self.ctxs.get(cid)
-        if held is not None:
-            self.dirty_blocks.update(held.loose)
-            for tier in held.groups:
-                self.unheaded.add((cid, tier))
-
+    # them out of the group; an index that only re-keys the head (the zoo's StaleGroupIndex)
+    # evicts live KV before the expired KV, or pinned KV, and the differential comparison sees it
     cfgs = [
         EngineConfig(bs, (TierConfig(TierName("hbm"), a), TierConfig(TierName("hbf"), b)))
         for bs, a, b in ((4, 3, 5), (2, 8, 4), (1, 20, 30))
@@ -214,7 +208,7 @@ def test_an_index_that_keeps_members_a_context_change_made_unplain_diverges(
         )
 
     assert not any_diverges()
-    monkeypatch.setattr(RankIndex, "_context_changed", rekey_heads_only)
+    monkeypatch.setattr(RankIndex, "_context_changed", _HeadsOnlyIndex._context_changed)
     assert any_diverges()
 
 
