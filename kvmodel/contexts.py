@@ -159,7 +159,7 @@ class Context:
         stored = self.stored
         if stored and not stored.keys().isdisjoint(uids):
             return aggregate_within_context(stored.get(u, self.phase) for u in uids)
-        return _PHASE_CLASS[self.phase]
+        return self.phase_class()
 
     def phase_class(self) -> BlockClass:
         """The class of a valid block that covers no message with a stored state and lies below

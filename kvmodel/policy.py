@@ -275,7 +275,7 @@ def fixed_key_function(terms: Sequence[RankTerm]) -> Callable[[Featured], tuple[
     terms on :data:`FIXED_BY_CONTEXTS` features, in rank order, then the block id. Between two
     blocks whose context-set features are equal, and under a rank that is
     :func:`separable_by_contexts`, it orders them as the whole key does."""
-    fns = tuple(term_function(t) for t in terms if t.feature in FIXED_BY_CONTEXTS)
+    fns = tuple(term_function(terms[i]) for i in fixed_positions(terms)[:-1])
     return lambda b: (*[f(b) for f in fns], float(b.id))
 
 
