@@ -7,6 +7,7 @@ import hashlib
 from collections import Counter
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -19,7 +20,8 @@ from checkers.search.swarm import BLOCK_SIZES, check_config, draw_config, swarm_
 from checkers.search.walk import WalkFind, explore, run_walk, walk_recipe
 from kvmodel.cli import main
 from kvmodel.config import EngineConfig
-from kvmodel.io.trace import OP_NAMES, dump_trace, dumps_op, op_name
+from kvmodel.engine import Engine
+from kvmodel.io.trace import OP_NAMES, Append, Remove, dump_trace, dumps_op, op_name
 from kvmodel.policy import resolve_policy
 from kvmodel.workloads.random_ops import OP_WEIGHTS, RandomParams, random_trace
 
@@ -72,6 +74,49 @@ def test_a_default_trace_is_drawn_as_before_weights_existed() -> None:
     )
 
 
+def test_a_context_cap_compacts_down_to_half_of_it() -> None:
+    # no random edits: every remove is a compaction, and it happens at the cap, to half of it
+    cap = 40
+    off = (("remove", 0.0), ("close", 0.0), ("return", 0.0), ("end_session", 0.0))
+    tr = random_trace(RandomParams(seed=3, ops=400, max_context_tokens=cap, weights=off))
+    assert tr.header.meta["max_context_tokens"] == cap
+    assert "max_context_tokens" not in random_trace(RandomParams(seed=3, ops=5)).header.meta
+    engine = Engine(check_config(), resolve_policy("lru"))
+    compactions = 0
+    for op in tr.ops:
+        if isinstance(op, Append):
+            assert engine.contexts[op.ctx].total_tokens < cap
+            assert all(m.tokens <= cap // 4 for m in op.messages)
+        was = engine.contexts[op.ctx].total_tokens if isinstance(op, Remove) else 0
+        engine.apply(op)
+        if isinstance(op, Remove):
+            compactions += 1
+            assert was >= cap >= 2 * engine.contexts[op.ctx].total_tokens
+    assert compactions >= 10
+    with pytest.raises(ValueError, match="max_context_tokens"):
+        RandomParams(max_context_tokens=1)
+
+
+def test_capped_walks_trade_rejections_for_evictions() -> None:
+    # the search's walks cap a context at a multiple of the engine's capacity (or not at all):
+    # uncapped, the swarm's small engines reject most inferences and few walks evict
+    def totals(capped: bool) -> tuple[float, int]:
+        rejected = infers = evicting = 0
+        for i in range(60):
+            cfg, p = walk_recipe(0, i)
+            if not capped:
+                p = attrs.evolve(p, max_context_tokens=None)
+            stats = check_ops(random_trace(p).ops, "kvtether", cfg, ()).engine.stats
+            rejected, infers = rejected + stats.rejected, infers + stats.infers
+            evicting += sum(stats.evictions.values()) > 0
+        return rejected / (rejected + infers), evicting
+
+    # measured: 33% of inferences rejected and 22 walks of 60 evicting, against 69% and 8
+    (rejected, evicting), (rejected0, evicting0) = totals(True), totals(False)
+    assert rejected < 0.6 * rejected0
+    assert evicting > 2 * evicting0
+
+
 def test_a_walk_replays_on_its_own() -> None:
     a = run_walk("kvtether", tuple(INVARIANTS), 3, 7, None)
     b = run_walk("kvtether", tuple(INVARIANTS), 3, 7, None)
@@ -93,7 +138,8 @@ def test_jobs_change_speed_not_finds() -> None:
 
     one, two = finds(1), finds(2)
     assert one == two
-    assert [f.walk for f in one if f.invariant == "reclaim-dead-only"] == [21]
+    # walks 1, 4, 14 and 21 catch it (only 21 before walks were capped to the engine)
+    assert [f.walk for f in one if f.invariant == "reclaim-dead-only"] == [1, 4, 14, 21]
 
 
 def test_walks_put_pressure_on_every_trigger() -> None:

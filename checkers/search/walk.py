@@ -49,13 +49,23 @@ def walk_recipe(
     """Walk ``index`` of ``seed``: its engine (``config`` if given) and generator parameters."""
     rng = np.random.default_rng([seed, index])
     cfg = draw_config(rng) if config is None else config
-    return cfg, walk_params(rng)
+    return cfg, walk_params(rng, capacity=cfg.block_size * sum(t.blocks for t in cfg.tiers))
 
 
-def walk_params(rng: np.random.Generator, max_ops: int = 120) -> RandomParams:
+#: a walk's context cap, as a multiple of the engine's capacity in tokens; None: no cap
+CONTEXT_CAPS = (None, 0.5, 0.75, 1.0)
+
+
+def walk_params(
+    rng: np.random.Generator, max_ops: int = 120, capacity: int | None = None
+) -> RandomParams:
     """A swarm draw of the raw-op generator's parameters: length, token sizes, open contexts,
-    sharing, temporaries, one-shot contexts, TTLs, op weights and clock rate."""
-    return RandomParams(
+    sharing, temporaries, one-shot contexts, TTLs, op weights and clock rate -- and, given the
+    engine's ``capacity`` in tokens, a context cap from :data:`CONTEXT_CAPS`. Uncapped, a walk's
+    contexts soon outgrow a 2-16-block memory and most inferences are rejected (4 walks in 5
+    rejected, 1 in 4 evicted at all, before caps); capped, several contexts share the memory and
+    compete for it, and the compactions edit contexts whose KV is resident."""
+    params = RandomParams(
         seed=int(rng.integers(0, 2**31)),
         ops=int(rng.integers(min(20, max_ops), max_ops + 1)),
         max_tokens=int(rng.choice([4, 12, 24, 48])),
@@ -67,6 +77,12 @@ def walk_params(rng: np.random.Generator, max_ops: int = 120) -> RandomParams:
         weights=tuple(draw_weights(rng).items()),
         mean_gap=float(rng.choice([0.1, 1.0, 5.0])),
     )
+    if capacity is None:
+        return params
+    factor = CONTEXT_CAPS[int(rng.integers(0, len(CONTEXT_CAPS)))]
+    if factor is None:
+        return params
+    return attrs.evolve(params, max_context_tokens=max(2, int(factor * capacity)))
 
 
 def random_walks(max_ops: int = 120) -> st.SearchStrategy[Trace]:

@@ -77,6 +77,12 @@ class RandomParams:
     weights: tuple[tuple[str, float], ...] | None = None
     #: mean time between ops; shorter makes TTLs expire less often
     mean_gap: float = 1.0
+    #: a soft cap on a context's tokens: an append to a context already at the cap becomes a
+    #: compaction (a ``remove`` of a run of its messages down to half the cap), as an agent
+    #: drops old observations, and no message is larger than a quarter of the cap. A search
+    #: sets it from the engine's capacity, so that contexts fit and pressure comes from many of
+    #: them, not from prompts no memory holds. None: no cap
+    max_context_tokens: int | None = None
 
     def __attrs_post_init__(self) -> None:
         for op, w in self.weights or ():
@@ -84,13 +90,19 @@ class RandomParams:
                 raise ValueError(
                     f"RandomParams.weights: {op!r}={w!r} (ops: {', '.join(OP_WEIGHTS)})"
                 )
+        cap = self.max_context_tokens
+        if cap is not None and not cap >= 2:
+            raise ValueError(f"RandomParams.max_context_tokens: {cap!r} (expected at least 2)")
 
 
 @attrs.define
 class _Ctx:
     session: SessionId
-    msgs: list[tuple[MessageId, MessageKind, bool]]  # id, kind, temporary
+    msgs: list[tuple[MessageId, MessageKind, bool, int]]  # id, kind, temporary, tokens
     one_shot: bool
+
+    def tokens(self) -> int:
+        return sum(m[3] for m in self.msgs)
 
 
 class _Gen:
@@ -104,8 +116,11 @@ class _Gen:
         self.open: dict[ContextId, _Ctx] = {}
         self.sessions: dict[SessionId, bool] = {}  # session -> ended
         self.weights = {**OP_WEIGHTS, **dict(p.weights)} if p.weights is not None else None
+        #: a message's largest size: under a context cap, a quarter of it at most
+        cap = p.max_context_tokens
+        self.max_tokens = p.max_tokens if cap is None else max(1, min(p.max_tokens, cap // 4))
         self.hash_tokens = [
-            int(self.rng.integers(1, p.max_tokens + 1)) for _ in range(p.shared_hashes)
+            int(self.rng.integers(1, self.max_tokens + 1)) for _ in range(p.shared_hashes)
         ]
 
     def pick(self, xs: list[ContextId]) -> ContextId:
@@ -118,7 +133,7 @@ class _Gen:
         if self.p.shared_hashes and self.rng.random() < 0.25:
             h = int(self.rng.integers(0, self.p.shared_hashes))
             return Message(MessageId(f"m{self.n_msg}"), role, kind, self.hash_tokens[h], f"h{h}")
-        tokens = int(self.rng.integers(1, self.p.max_tokens + 1))
+        tokens = int(self.rng.integers(1, self.max_tokens + 1))
         return Message(MessageId(f"m{self.n_msg}"), role, kind, tokens)
 
     def step(self) -> Op:
@@ -186,9 +201,12 @@ class _Gen:
     def _append(self, t: float, live: list[ContextId], _n: list[ContextId]) -> Op:
         cid = self.pick(live)
         c = self.open[cid]
+        cap = self.p.max_context_tokens
+        if cap is not None and c.tokens() >= cap:
+            return self._compact(t, cid, cap // 2)
         temporary = bool(self.rng.random() < self.p.p_temporary)
         ms = tuple(self.message(_KINDS + _OUT_KINDS) for _ in range(int(self.rng.integers(1, 4))))
-        c.msgs.extend((m.id, m.kind, temporary or c.one_shot) for m in ms)
+        c.msgs.extend((m.id, m.kind, temporary or c.one_shot, m.tokens) for m in ms)
         return Append(t, cid, ms, temporary)
 
     def _replace(self, t: float, _l: list[ContextId], nonempty: list[ContextId]) -> Op:
@@ -196,7 +214,7 @@ class _Gen:
         c = self.open[cid]
         i = int(self.rng.integers(0, len(c.msgs)))
         m = self.message(_KINDS)
-        c.msgs[i] = (m.id, m.kind, c.one_shot)
+        c.msgs[i] = (m.id, m.kind, c.one_shot, m.tokens)
         return Replace(t, cid, i, m)
 
     def _remove(self, t: float, _l: list[ContextId], nonempty: list[ContextId]) -> Op:
@@ -204,6 +222,20 @@ class _Gen:
         c = self.open[cid]
         i = int(self.rng.integers(0, len(c.msgs)))
         n = int(self.rng.integers(1, len(c.msgs) - i + 1))
+        del c.msgs[i : i + n]
+        return Remove(t, cid, i, n)
+
+    def _compact(self, t: float, cid: ContextId, keep: int) -> Op:
+        """Remove a run of ``cid``'s messages, starting anywhere in its first ``keep`` tokens,
+        just long enough that at most ``keep`` tokens stay: a cut mid-context when it starts
+        early, a truncation of the tail when it starts late."""
+        c = self.open[cid]
+        sizes = [m[3] for m in c.msgs]
+        starts = [i for i in range(len(sizes)) if sum(sizes[:i]) <= keep]
+        i = starts[int(self.rng.integers(0, len(starts)))]
+        n = 1
+        while sum(sizes) - sum(sizes[i : i + n]) > keep:
+            n += 1
         del c.msgs[i : i + n]
         return Remove(t, cid, i, n)
 
@@ -235,7 +267,7 @@ class _Gen:
         c = self.open[cid]
         out = tuple(self.message(_OUT_KINDS) for _ in range(int(self.rng.integers(0, 3))))
         c.msgs = [m for m in c.msgs if not m[2]]
-        c.msgs.extend((m.id, m.kind, c.one_shot) for m in out)
+        c.msgs.extend((m.id, m.kind, c.one_shot, m.tokens) for m in out)
         if c.one_shot:
             del self.open[cid]
         dur = round(float(self.rng.exponential(0.5)), 3)
@@ -251,7 +283,7 @@ class _Gen:
         cid = self.pick(live)
         into = self.pick([c for c in live if c != cid])
         m = self.message((MessageKind.RESULT,))
-        self.open[into].msgs.append((m.id, m.kind, self.open[into].one_shot))
+        self.open[into].msgs.append((m.id, m.kind, self.open[into].one_shot, m.tokens))
         del self.open[cid]
         return Return(t, cid, into, m)
 
@@ -278,4 +310,6 @@ def random_trace(params: RandomParams | None = None) -> Trace:
         del meta["weights"]
     if p.mean_gap == 1.0:
         del meta["mean_gap"]
+    if p.max_context_tokens is None:
+        del meta["max_context_tokens"]
     return Trace(TraceHeader(1, {"kvtrace": 1, "generator": "random", **meta}), ops)
