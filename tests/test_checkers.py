@@ -13,6 +13,7 @@ from hypothesis import given, settings
 
 import checkers.search.engine_mutants
 import checkers.search.mutants
+import checkers.search.outside_mutants
 from checkers.invariants import FINDINGS, INVARIANTS, STRUCTURAL
 from checkers.invariants.nversion import contract_violation
 from checkers.invariants.replay import check_ops, nondeterminism
@@ -33,7 +34,11 @@ BUILTIN = sorted(registered_policies())
 
 def test_expected_verdicts_cover_every_policy_and_mutant() -> None:
     assert set(BUILTIN) <= set(EXPECTED)
-    zoo = (checkers.search.mutants, checkers.search.engine_mutants)
+    zoo = (
+        checkers.search.mutants,
+        checkers.search.engine_mutants,
+        checkers.search.outside_mutants,
+    )
     mutants = {p for p in EXPECTED if p.split(":")[0] in {m.__name__ for m in zoo}}
     defined = {
         f"{module.__name__}:{name}"
@@ -79,7 +84,11 @@ def test_checker_reaches_every_expected_verdict(policy: str, table) -> None:  # 
 
 
 #: mutants the dev profile's 50 walks miss, and the walks that catch them
-WALKS = {"checkers.search.mutants:StaleGroupIndex": 100}
+WALKS = {
+    "checkers.search.mutants:StaleGroupIndex": 100,
+    "checkers.search.outside_mutants:LatestHolderMRU": 200,
+    "checkers.search.outside_mutants:WriterMRU": 200,
+}
 
 
 @pytest.mark.parametrize(("mutant", "invariant"), sorted(MUTANTS.items()))
@@ -89,7 +98,8 @@ def test_every_mutant_is_caught_with_a_replayable_bundle(
     # the smallest profile (30 examples, 50 walks) and delta debugging alone (the CLI tests
     # cover Hypothesis's shrinking): the zoo is caught without the default budget -- but for
     # the stale group index, which needs 100 walks (its traces fill a context's group, cut the
-    # context mid-way, then evict from the group: 1 walk in 32)
+    # context mid-way, then evict from the group: 1 walk in 32), and the outside authors'
+    # suspension rules, which need the ci profile's 200 (about 1 walk in 200 each)
     [report] = check_policies(
         [mutant],
         [invariant],

@@ -17,6 +17,7 @@ from typing import ClassVar
 import attrs
 
 from checkers.search.engine_mutants import ENGINE_MUTANTS
+from checkers.search.outside_mutants import OUTSIDE_MUTANTS
 from kvmodel._rank_index import RankIndex
 from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, ContextId, TierName
@@ -726,5 +727,7 @@ MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.search.mutants:StaleGroupIndex": "engine-contract",
         "checkers.search.mutants:LazyIndexUnderMRU": "engine-contract",
         **ENGINE_MUTANTS,
+        # written after the search, to test it on bugs it was not shaped for
+        **OUTSIDE_MUTANTS,
     }
 )

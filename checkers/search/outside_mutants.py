@@ -1,0 +1,92 @@
+"""Mutants written after the search was, the way an outside author porting KVTether would err.
+
+The zoo in :mod:`checkers.search.mutants` was planted by the people who wrote the search; these
+two were written afterwards, to test the search on bugs it was not shaped for. Both are KVTether
+with its eviction order written as code (so the engine takes the general path, not the rank
+index) and the "most recently suspended first" rule read differently for a block that more than
+one context holds, or that another context wrote:
+
+* :class:`LatestHolderMRU` takes the *latest* suspension among a block's holders, where the
+  contract (spec PP3, ``suspend_time``) takes the earliest: the holder that resumes soonest
+  decides how near the block's reuse is. (Its engine-side twin, an engine whose features do
+  this, is ``engine_mutants.LatestSuspension``, caught by the contract comparison; a policy's
+  own order can only be caught by the invariant);
+* :class:`WriterMRU` takes the suspension of the context that *wrote* the block, which a shared
+  system prompt or a fork's prefix outlives.
+
+Both break ``suspended-mru`` only when a Suspended block's holders (or its writer) disagree
+with another Suspended candidate's time: about one random walk in 200. Before walks were capped
+to the engine's capacity (spec/invariants.md, swarm testing) ``kvmodel check`` at the ci profile
+passed both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import ClassVar
+
+from kvmodel.ids import BlockId
+from kvmodel.lifecycle import BlockClass, MsgState
+from kvmodel.view import BlockInfo, ModelView
+from policies.kvtether import KVTether
+
+__all__ = ["OUTSIDE_MUTANTS", "LatestHolderMRU", "WriterMRU"]
+
+_C = BlockClass
+#: KVTether's class order, as a port would write it out
+_CLASS_ORDER = {_C.DEAD: 0, _C.EXPIRED: 1, _C.TEMPORARY: 2, _C.SUSPENDED: 3, _C.ACTIVE: 4}
+
+
+class _CodedTether(KVTether):
+    """KVTether's order as code (an overridden ``eviction_order``: the general path, and no
+    rank proof): class, then (Suspended) the suspension time given by :meth:`suspended_at`,
+    latest first, then least recently used, deepest, id."""
+
+    def suspended_at(self, view: ModelView, b: BlockInfo) -> float | None:
+        raise NotImplementedError
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        def key(b: BlockInfo) -> tuple[int, float, float, int, int]:
+            t = self.suspended_at(view, b) if b.state is _C.SUSPENDED else None
+            return (
+                _CLASS_ORDER.get(b.state, len(_CLASS_ORDER)),
+                -t if t is not None else 0.0,
+                b.last_access,
+                -b.depth,
+                int(b.id),
+            )
+
+        return [b.id for b in sorted(candidates, key=key)]
+
+
+class LatestHolderMRU(_CodedTether):
+    """A shared block is as recently suspended as its most recently suspended holder."""
+
+    name: ClassVar[str] = "mutant-latest-holder-mru"
+
+    def suspended_at(self, view: ModelView, b: BlockInfo) -> float | None:
+        times = [
+            c.suspended_at
+            for c in map(view.context, b.holders)
+            if c.phase is MsgState.SUSPENDED and c.suspended_at is not None
+        ]
+        return max(times, default=None)
+
+
+class WriterMRU(_CodedTether):
+    """A block is as recently suspended as the context that wrote it."""
+
+    name: ClassVar[str] = "mutant-writer-mru"
+
+    def suspended_at(self, view: ModelView, b: BlockInfo) -> float | None:
+        return view.context(b.writer).suspended_at
+
+
+#: import path -> the invariant it must be caught breaking
+OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
+    {
+        "checkers.search.outside_mutants:LatestHolderMRU": "suspended-mru",
+        "checkers.search.outside_mutants:WriterMRU": "suspended-mru",
+    }
+)
