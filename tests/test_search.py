@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 
 from checkers.invariants import INVARIANTS
+from checkers.invariants.predicates import contested
 from checkers.invariants.replay import check_ops
 from checkers.search.coverage import SearchStats
 from checkers.search.stateful import search
@@ -21,7 +22,21 @@ from checkers.search.walk import WalkFind, explore, run_walk, walk_recipe
 from kvmodel.cli import main
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
-from kvmodel.io.trace import OP_NAMES, Append, Remove, dump_trace, dumps_op, op_name
+from kvmodel.ids import BlockId, ContextId, MessageId, SessionId, TierName
+from kvmodel.io.trace import (
+    OP_NAMES,
+    Append,
+    Infer,
+    Op,
+    Open,
+    Remove,
+    dump_trace,
+    dumps_op,
+    op_name,
+)
+from kvmodel.lifecycle import BlockClass
+from kvmodel.memory import TierConfig
+from kvmodel.messages import AgentKind, Message, MessageKind, Role
 from kvmodel.policy import resolve_policy
 from kvmodel.workloads.random_ops import OP_WEIGHTS, RandomParams, random_trace
 
@@ -218,3 +233,53 @@ def test_generate_reaches_every_op_kind(tmp_path: Path) -> None:
     seen = {op_name(op) for op in load_trace(out).ops}
     assert seen == set(OP_NAMES)
     assert main(["generate", "--random-ops", "0"]) == 2
+
+
+def test_an_eviction_constrains_an_order_only_between_blocks_it_orders() -> None:
+    @attrs.frozen
+    class B:
+        id: BlockId
+        state: BlockClass
+        suspend_time: float | None = None
+
+    s1, s2 = B(BlockId(1), BlockClass.SUSPENDED, 1.0), B(BlockId(2), BlockClass.SUSPENDED, 2.0)
+    same = B(BlockId(3), BlockClass.SUSPENDED, 1.0)
+    dead, active = B(BlockId(4), BlockClass.DEAD), B(BlockId(5), BlockClass.ACTIVE)
+    mru, prio = "suspended-mru", "state-priority-eviction"
+    dead_first = "no-live-eviction-before-dead-reclaim"
+    assert not contested(mru, s1, [s1, same])  # one suspension time: no MRU decision
+    assert contested(mru, s1, [s2])  # either way round: a decision it orders
+    assert contested(mru, s2, [s1])
+    assert not contested(prio, s1, [s2, same])
+    assert contested(prio, active, [s1])
+    assert not contested(dead_first, active, [s1])
+    assert contested(dead_first, active, [dead])
+    assert contested(dead_first, dead, [active])
+
+
+def test_an_order_no_eviction_constrained_is_reported_unexercised() -> None:
+    # two contexts suspended at the same time fill memory, a third evicts two of their blocks:
+    # evictions happen, but among Suspended blocks of one suspension time, so neither MRU nor
+    # the class order is put to the test
+    c1, c2, c3 = ContextId("c1"), ContextId("c2"), ContextId("c3")
+    ops: list[Op] = [Open(0.0, c, SessionId("s"), AgentKind.MAIN) for c in (c1, c2, c3)]
+    for i, c in enumerate((c1, c2, c3)):
+        ops.append(Append(0.0, c, (Message(MessageId(f"m{i}"), Role.USER, MessageKind.USER, 8),)))
+    ops += [Infer(1.0, c1, (), 0.5), Infer(1.0, c2, (), 0.5), Infer(2.0, c3, (), 0.5)]
+    cfg = EngineConfig(4, (TierConfig(TierName("hbm"), 4),))
+    run = check_ops(ops, "kvtether", cfg, INVARIANTS)
+    assert run.trace_error is None
+    assert not run.violations
+    st = SearchStats()
+    st.observe(run.engine)
+    assert st.coverage["evictions"] == 2
+    assert st.coverage["contested:suspended-mru"] == 0
+    warnings = " ".join(st.unexercised(INVARIANTS))
+    assert "suspended-mru never exercised: no eviction it constrained" in warnings
+    assert "state-priority-eviction never exercised" in warnings
+    # a third context suspended later makes the same evictions an MRU decision
+    ops[7] = attrs.evolve(ops[7], t=1.2)
+    st = SearchStats()
+    st.observe(check_ops(ops, "kvtether", cfg, INVARIANTS).engine)
+    assert st.coverage["contested:suspended-mru"] == 2
+    assert "constraining mru 2" in st.coverage_line()

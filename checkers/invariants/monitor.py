@@ -3,6 +3,7 @@ model (:class:`checkers.invariants.nversion.Shadow`)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ from checkers.invariants.predicates import (
     BLOCK,
     CONCRETE,
     BlockAt,
+    contested,
     evict_live_before_dead,
     evict_mru,
     evict_priority,
@@ -104,6 +106,9 @@ class Monitor:
         self._rank = declared_rank(engine.policy)
         self._diverged = False
         self._evict_tiers: list[tuple[TierName, ...]] = []
+        #: eviction-order invariant -> evictions it constrained (:func:`contested`): how often
+        #: the run put it to the test, whatever the verdict
+        self.contested: Counter[str] = Counter()
         engine.probe = self
 
     # -- plumbing
@@ -137,8 +142,12 @@ class Monitor:
             if ev.in_flight:
                 self._add("no-eviction-in-flight", f"evicted in-flight block {victim}", victim)
             for name, check in wanted:
-                if name in self.active and (msg := check(ev.victim, ev.candidates)) is not None:
+                if name not in self.active:
+                    continue
+                if (msg := check(ev.victim, ev.candidates)) is not None:
                     self._add(name, msg, victim)
+                if contested(name, ev.victim, ev.candidates):
+                    self.contested[name] += 1
             if (
                 self._rank is not None
                 and not self._diverged

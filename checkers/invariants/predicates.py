@@ -35,6 +35,7 @@ __all__ = [
     "BlockTerms",
     "EvictionTerms",
     "Logic",
+    "contested",
     "evict_live_before_dead",
     "evict_mru",
     "evict_priority",
@@ -191,6 +192,33 @@ def _passed_over(
     name: str, victim: EvictionTerms, cands: Iterable[EvictionTerms]
 ) -> EvictionTerms | None:
     return next((c for c in cands if ORDER[name](c, victim, CONCRETE)), None)
+
+
+@attrs.frozen
+class _Terms:
+    state: BlockClass
+    suspend_time: float | None
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _ordered(
+    name: str, a: tuple[BlockClass, float | None], b: tuple[BlockClass, float | None]
+) -> bool:
+    return bool(ORDER[name](_Terms(*a), _Terms(*b), CONCRETE))
+
+
+def contested(name: str, victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> bool:
+    """Whether the eviction-order invariant ``name`` constrained this eviction: some two of the
+    blocks that could go (the victim among them) are a pair it orders, so a policy could have
+    broken it here. What a search reports as the invariant's exercise -- an eviction among
+    blocks of one class and one suspension time puts no order to the test. Read from
+    :data:`ORDER` itself over the blocks' distinct (state, suspend_time) terms, the only terms
+    it reads."""
+    terms = {(c.state, c.suspend_time) for c in cands}
+    terms.add((victim.state, victim.suspend_time))
+    if len(terms) < 2:
+        return False
+    return any(_ordered(name, a, b) for a in terms for b in terms if a != b)
 
 
 def evict_live_before_dead(victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> str | None:

@@ -2,7 +2,8 @@
 
 Every finished run (a machine example, a random walk, a lockstep trace) is summarised by
 :func:`run_coverage` from its observation log: evictions by block class, rejections, spills to a
-lower tier, reclaims, temporaries, bypasses, worn tiers, dead blocks left resident. A
+lower tier, reclaims, temporaries, bypasses, worn tiers, dead blocks left resident -- and, for a
+checked run, the evictions each eviction-order invariant constrained (the Monitor's count). A
 :class:`SearchStats` adds the runs up, prints the coverage line, and names the invariants whose
 trigger never happened (no eviction at all: the eviction-order invariants were not put to the
 test).
@@ -15,6 +16,7 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
+from checkers.invariants.monitor import Monitor
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.io.observations import AllocObs, BypassObs, EvictObs, FreeObs, FreeReason, RejectObs
@@ -23,15 +25,24 @@ from kvmodel.lifecycle import BlockClass
 
 __all__ = ["TARGETS", "TRIGGERS", "SearchStats", "run_coverage"]
 
-#: an invariant -> the coverage counter without which it was never put to the test
+#: an invariant -> the coverage counter without which it was never put to the test (for an
+#: eviction-order invariant: an eviction it constrained, not any eviction -- evicting among
+#: blocks of one class and one suspension time tests no order)
 TRIGGERS: dict[str, str] = {
     "no-eviction-in-flight": "evictions",
-    "no-live-eviction-before-dead-reclaim": "evictions",
-    "state-priority-eviction": "evictions",
-    "suspended-mru": "evict:suspended",
+    "no-live-eviction-before-dead-reclaim": "contested:no-live-eviction-before-dead-reclaim",
+    "state-priority-eviction": "contested:state-priority-eviction",
+    "suspended-mru": "contested:suspended-mru",
     "temporary-bypass": "temporaries",
     "endurance-budget": "worn tiers",
     "reclaim-dead-only": "reclaims",
+}
+
+#: short names of the eviction-order invariants in the coverage line
+_SHORT = {
+    "no-live-eviction-before-dead-reclaim": "dead-first",
+    "state-priority-eviction": "priority",
+    "suspended-mru": "mru",
 }
 
 #: the counters a machine example maximises (Hypothesis ``target``): pressure
@@ -63,6 +74,9 @@ def run_coverage(engine: Engine, seconds_bound: float = 5.0) -> Counter[str]:
             cov["worn tiers"] += 1
     cov["dead resident"] = len(engine.dead)
     cov["tiers>1"] = len(engine.memory.tiers) > 1
+    if isinstance(engine.probe, Monitor):  # a checked run: the evictions each order constrained
+        for name, n in engine.probe.contested.items():
+            cov[f"contested:{name}"] += n
     return cov
 
 
@@ -122,7 +136,15 @@ class SearchStats:
         by_class = ", ".join(
             f"{k.split(':')[1]} {n}" for k, n in sorted(self.coverage.items()) if k[:6] == "evict:"
         )
-        parts[0] += f" ({by_class})" if by_class else ""
+        contested = ", ".join(
+            f"{_SHORT.get(k[10:], k[10:])} {n}"
+            for k, n in sorted(self.coverage.items())
+            if k.startswith("contested:")
+        )
+        inner = [by_class] if by_class else []
+        if contested:  # how many of them each eviction-order invariant constrained
+            inner.append(f"constraining {contested}")
+        parts[0] += f" ({'; '.join(inner)})" if inner else ""
         parts += [f"forks {self.ops['fork']}", f"pins {self.ops['pin']}"]
         parts.append(f"worn tiers {self.coverage['worn tiers']}")
         parts.append(f"multi-tier runs {self.coverage['tiers>1']}/{self.coverage['runs']}")
@@ -135,7 +157,10 @@ class SearchStats:
         for inv in invariants:
             need = TRIGGERS.get(inv)
             if need is not None and not self.coverage[need]:
-                out.append(f"{inv} never exercised: no {need.replace('evict:', 'eviction of ')}")
+                what = need.replace("evict:", "eviction of ")
+                if need.startswith("contested:"):
+                    what = "eviction it constrained (each chose among blocks it does not order)"
+                out.append(f"{inv} never exercised: no {what}")
         return out
 
     def never_fired(self) -> list[str]:
