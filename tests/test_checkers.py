@@ -98,8 +98,8 @@ def test_every_mutant_is_caught_with_a_replayable_bundle(
     # the smallest profile (30 examples, 50 walks) and delta debugging alone (the CLI tests
     # cover Hypothesis's shrinking): the zoo is caught without the default budget -- but for
     # the stale group index, which needs 100 walks (its traces fill a context's group, cut the
-    # context mid-way, then evict from the group: 1 walk in 32), and the outside authors'
-    # suspension rules, which need the ci profile's 200 (about 1 walk in 200 each)
+    # context mid-way, then evict from the group: 1 walk in 33), and the outside authors'
+    # suspension rules, which get the ci profile's 200 (about 1 walk in 100 each)
     [report] = check_policies(
         [mutant],
         [invariant],

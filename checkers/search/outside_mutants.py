@@ -15,9 +15,9 @@ one context holds, or that another context wrote:
   system prompt or a fork's prefix outlives.
 
 Both break ``suspended-mru`` only when a Suspended block's holders (or its writer) disagree
-with another Suspended candidate's time: about one random walk in 200. Before walks were capped
-to the engine's capacity (spec/invariants.md, swarm testing) ``kvmodel check`` at the ci profile
-passed both.
+with another Suspended candidate's time: about one random walk in 100. Before walks were capped
+to the engine's capacity and drew shared system prompts (spec/invariants.md, swarm testing)
+``kvmodel check`` at the ci profile passed both.
 """
 
 from __future__ import annotations

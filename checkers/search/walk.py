@@ -54,6 +54,8 @@ def walk_recipe(
 
 #: a walk's context cap, as a multiple of the engine's capacity in tokens; None: no cap
 CONTEXT_CAPS = (None, 0.5, 0.75, 1.0)
+#: the probability that a walk's opened context starts with a shared system prompt
+SYSTEM_PROMPTS = (0.0, 0.5, 1.0)
 
 
 def walk_params(
@@ -61,7 +63,8 @@ def walk_params(
 ) -> RandomParams:
     """A swarm draw of the raw-op generator's parameters: length, token sizes, open contexts,
     sharing, temporaries, one-shot contexts, TTLs, op weights and clock rate -- and, given the
-    engine's ``capacity`` in tokens, a context cap from :data:`CONTEXT_CAPS`. Uncapped, a walk's
+    engine's ``capacity`` in tokens, a context cap from :data:`CONTEXT_CAPS` and a system-prompt
+    probability from :data:`SYSTEM_PROMPTS` (spec/invariants.md, swarm testing). Uncapped, a walk's
     contexts soon outgrow a 2-16-block memory and most inferences are rejected (4 walks in 5
     rejected, 1 in 4 evicted at all, before caps); capped, several contexts share the memory and
     compete for it, and the compactions edit contexts whose KV is resident."""
@@ -80,9 +83,11 @@ def walk_params(
     if capacity is None:
         return params
     factor = CONTEXT_CAPS[int(rng.integers(0, len(CONTEXT_CAPS)))]
-    if factor is None:
-        return params
-    return attrs.evolve(params, max_context_tokens=max(2, int(factor * capacity)))
+    return attrs.evolve(
+        params,
+        max_context_tokens=None if factor is None else max(2, int(factor * capacity)),
+        p_system=float(rng.choice(SYSTEM_PROMPTS)),
+    )
 
 
 def random_walks(max_ops: int = 120) -> st.SearchStrategy[Trace]:

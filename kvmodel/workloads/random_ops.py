@@ -83,6 +83,10 @@ class RandomParams:
     #: sets it from the engine's capacity, so that contexts fit and pressure comes from many of
     #: them, not from prompts no memory holds. None: no cap
     max_context_tokens: int | None = None
+    #: the probability that an opened context starts with a system prompt, one of three shared
+    #: by every context (an agent's fixed prompt: the common case of KV that several contexts
+    #: hold, each suspended at its own time, and that one of them wrote). 0: none, no draws
+    p_system: float = 0.0
 
     def __attrs_post_init__(self) -> None:
         for op, w in self.weights or ():
@@ -90,6 +94,8 @@ class RandomParams:
                 raise ValueError(
                     f"RandomParams.weights: {op!r}={w!r} (ops: {', '.join(OP_WEIGHTS)})"
                 )
+        if not 0.0 <= self.p_system <= 1.0:
+            raise ValueError(f"RandomParams.p_system: {self.p_system!r} (expected 0..1)")
         cap = self.max_context_tokens
         if cap is not None and not cap >= 2:
             raise ValueError(f"RandomParams.max_context_tokens: {cap!r} (expected at least 2)")
@@ -122,6 +128,12 @@ class _Gen:
         self.hash_tokens = [
             int(self.rng.integers(1, self.max_tokens + 1)) for _ in range(p.shared_hashes)
         ]
+        #: the system prompts' sizes (drawn only when there are system prompts)
+        self.system_tokens = (
+            [int(self.rng.integers(1, self.max_tokens + 1)) for _ in range(3)] if p.p_system else []
+        )
+        #: ops an op implies, emitted before the next draw (an opened context's system prompt)
+        self.pending: list[Op] = []
 
     def pick(self, xs: list[ContextId]) -> ContextId:
         return xs[int(self.rng.integers(0, len(xs)))]
@@ -137,6 +149,8 @@ class _Gen:
         return Message(MessageId(f"m{self.n_msg}"), role, kind, tokens)
 
     def step(self) -> Op:
+        if self.pending:
+            return self.pending.pop(0)
         rng = self.rng
         self.t = round(self.t + float(rng.exponential(self.p.mean_gap)) * (rng.random() < 0.7), 3)
         t = self.t
@@ -187,6 +201,18 @@ class _Gen:
         one_shot = bool(rng.random() < self.p.p_one_shot)
         cid = self._new_ctx()
         self.open[cid] = _Ctx(sess, [], one_shot)
+        if self.p.p_system and rng.random() < self.p.p_system:
+            k = int(rng.integers(0, len(self.system_tokens)))
+            self.n_msg += 1
+            m = Message(
+                MessageId(f"m{self.n_msg}"),
+                Role.SYSTEM,
+                MessageKind.SYSTEM,
+                self.system_tokens[k],
+                f"system-{k}",
+            )
+            self.open[cid].msgs.append((m.id, m.kind, one_shot, m.tokens))
+            self.pending.append(Append(t, cid, (m,), False))
         return Open(t, cid, sess, agent, parent, None, one_shot)
 
     def _fork(self, t: float, live: list[ContextId], _n: list[ContextId]) -> Op:
@@ -312,4 +338,6 @@ def random_trace(params: RandomParams | None = None) -> Trace:
         del meta["mean_gap"]
     if p.max_context_tokens is None:
         del meta["max_context_tokens"]
+    if not p.p_system:
+        del meta["p_system"]
     return Trace(TraceHeader(1, {"kvtrace": 1, "generator": "random", **meta}), ops)
