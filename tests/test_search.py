@@ -119,8 +119,12 @@ def test_a_system_prompt_opens_contexts_and_is_shared() -> None:
     opens = [i for i, op in enumerate(tr.ops) if isinstance(op, Open)]
     prompts = [tr.ops[i + 1] for i in opens if i + 1 < len(tr.ops)]
     assert len(prompts) >= 10
-    for op in prompts:  # each opened context's first op: its system prompt, at the same time
+    for i, op in zip(opens, prompts, strict=False):
+        # each opened context's next op: its system prompt, at the same time
+        opened = tr.ops[i]
         assert isinstance(op, Append)
+        assert isinstance(opened, Open)
+        assert (op.ctx, op.t) == (opened.ctx, opened.t)
         (m,) = op.messages
         assert m.kind is MessageKind.SYSTEM
         assert m.hash in {"system-0", "system-1", "system-2"}
@@ -294,7 +298,7 @@ def test_an_order_no_eviction_constrained_is_reported_unexercised() -> None:
     warnings = " ".join(st.unexercised(INVARIANTS))
     assert "suspended-mru never exercised: no eviction it constrained" in warnings
     assert "state-priority-eviction never exercised" in warnings
-    # a third context suspended later makes the same evictions an MRU decision
+    # c2 suspended after c1 makes the same evictions MRU decisions
     ops[7] = attrs.evolve(ops[7], t=1.2)
     st = SearchStats()
     st.observe(check_ops(ops, "kvtether", cfg, INVARIANTS).engine)
