@@ -137,9 +137,9 @@ class SearchStats:
             f"{k.split(':')[1]} {n}" for k, n in sorted(self.coverage.items()) if k[:6] == "evict:"
         )
         contested = ", ".join(
-            f"{_SHORT.get(k[10:], k[10:])} {n}"
+            f"{_SHORT.get(name, name)} {n}"
             for k, n in sorted(self.coverage.items())
-            if k.startswith("contested:")
+            if (name := k.removeprefix("contested:")) != k
         )
         inner = [by_class] if by_class else []
         if contested:  # how many of them each eviction-order invariant constrained
