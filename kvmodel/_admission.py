@@ -189,11 +189,24 @@ def infer(e: AdmissionHost, op: Infer) -> None:
                 )
             )
 
-    needed = sum(1 for s in misses if res.hit(s.key) is None)
     free = e.memory.total_free()
     placed: list[Placed] = []
-    ok = True
-    if needed > free:
+    if (
+        not e.observing
+        and e.probe is None
+        and len(misses) - len(res.index) > free + len(res.blocks)
+    ):
+        # more blocks than memory has, even if every indexed block were among the misses: a
+        # rejection whatever is evictable, decided without a pass over the prompt. Only the
+        # decision is needed here (no record to carry the exact count), and a prompt too big for
+        # memory would otherwise cost a pass over its whole chain at every inference (spec P7.7)
+        reject(e, c, "", 0, 0)
+        ok = False
+        needed = 0
+    else:
+        needed = sum(1 for s in misses if res.hit(s.key) is None)
+        ok = True
+    if ok and needed > free:
         # orphans among the misses are recomputed in place: evictable now, in flight soon
         orphans = sum(
             1 for s in misses if (b := res.hit(s.key)) is not None and res.evictable(b, e.view)

@@ -36,7 +36,7 @@ class Sequences:
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
         cfg = EngineConfig(block_size, (TierConfig(TierName("logical"), 1),))
-        self._engine = Engine(cfg, _NoKV())
+        self._engine = Engine(cfg, _NoKV(), observe=False)  # (nothing reads its records)
 
     def apply(self, op: Op) -> None:
         """Apply one op (raises :class:`~kvmodel.errors.TraceError` on bad input)."""

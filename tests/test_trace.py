@@ -174,3 +174,25 @@ def test_a_replay_without_observation_has_the_same_summary_and_no_log() -> None:
         assert len(blind.engine.log) == 0
         with pytest.raises(ValueError, match="observe=True"):
             compute_metrics(blind)
+
+
+def test_a_prompt_bigger_than_memory_is_rejected_alike_with_and_without_the_log() -> None:
+    """Without the log, a prompt whose misses outnumber every slot even if all indexed blocks
+    were among them is rejected without counting them (issue 18: no pass over a long context
+    per rejected inference); the summary is the logged run's, and the log's exact counts show
+    that such rejections happened here (needed > 2x the slots: more than any index could cover)."""
+    from kvmodel import EngineConfig, TierConfig
+    from kvmodel.ids import TierName
+    from kvmodel.io.observations import RejectObs
+    from kvmodel.replay import replay
+    from kvmodel.workloads import RandomParams, random_trace
+
+    cfg = EngineConfig(4, (TierConfig(TierName("hbm"), 3), TierConfig(TierName("hbf"), 2)))
+    big = 0
+    for seed in range(4):
+        tr = random_trace(RandomParams(seed=seed, ops=200))
+        for policy in ("lru", "kvtether", "lachesis"):
+            seen, blind = replay(tr, policy, cfg), replay(tr, policy, cfg, observe=False)
+            assert blind.summary == seen.summary
+            big += sum(isinstance(o, RejectObs) and o.needed > 10 for o in seen.engine.log)
+    assert big > 0
