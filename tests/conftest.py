@@ -9,16 +9,22 @@
   more examples, random.
 
 ``HYPOTHESIS_PROFILE=name`` overrides the choice (e.g. ``HYPOTHESIS_PROFILE=ci`` to reproduce CI
-locally). The profile only sets what a test does not set itself; the checkers' own searches
+locally). Every test runs with Hypothesis's pool of constants harvested from loaded modules pinned
+empty (:func:`checkers.search.pool.fixed_constants`): otherwise a test's examples would depend on
+which modules the worker happened to import before it. The profile only sets what a test does
+not set itself; the checkers' own searches
 (``kvmodel check``) are seeded explicitly and do not depend on it.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from checkers.search.pool import fixed_constants
 
 settings.register_profile(
     "ci",
@@ -62,3 +68,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"hypothesis profile: {settings.get_current_profile_name()}"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_harvested_constants() -> Iterator[None]:
+    with fixed_constants():
+        yield

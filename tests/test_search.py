@@ -304,3 +304,45 @@ def test_an_order_no_eviction_constrained_is_reported_unexercised() -> None:
     st.observe(check_ops(ops, "kvtether", cfg, INVARIANTS).engine)
     assert st.coverage["contested:suspended-mru"] == 2
     assert "constraining mru 2" in st.coverage_line()
+
+
+def test_search_draws_do_not_depend_on_the_modules_loaded(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Hypothesis mixes the literals of every loaded local module into its draws; the searches
+    (and this suite) pin that pool empty (checkers/search/pool.py). Shown both ways: unpinned,
+    importing a module of literals moves a derandomized test's draws; pinned, it does not."""
+    import importlib
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from hypothesis.internal.conjecture import providers
+
+    from checkers.search import pool
+
+    assert pool.PINNED  # the pinned Hypothesis has the pool; a release that renames it fails here
+
+    def draws() -> list[int]:
+        seen: list[int] = []
+
+        @settings(max_examples=300, derandomize=True, database=None)
+        @given(st.integers(-(10**6), 10**6))
+        def t(x: int) -> None:
+            seen.append(x)
+
+        t()
+        return seen
+
+    def unpinned() -> list[int]:
+        with monkeypatch.context() as m:
+            m.setattr(providers, "_get_local_constants", pool._HARVEST)
+            providers.CONSTANTS_CACHE.cache.clear()
+            out = draws()
+        providers.CONSTANTS_CACHE.cache.clear()
+        return out
+
+    pinned_before, unpinned_before = draws(), unpinned()
+    literals = ", ".join(str(1000 + 7 * i) for i in range(300))
+    (tmp_path / "kvlits_probe.py").write_text(f"LITERALS = ({literals})\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module("kvlits_probe")
+    assert unpinned() != unpinned_before  # the hazard: a new module's literals moved the draws
+    assert draws() == pinned_before  # pinned: the same draws

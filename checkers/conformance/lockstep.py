@@ -32,6 +32,7 @@ from hypothesis.strategies import SearchStrategy
 
 from checkers.conformance.oracle import Conformance, OracleVerdict
 from checkers.invariants.replay import engine_for
+from checkers.search.pool import fixed_constants
 from checkers.search.strategies import agent_traces
 from kvmodel.config import EngineConfig
 from kvmodel.errors import TraceError
@@ -211,7 +212,8 @@ def differential(
             if traces is not None
             else st.one_of(agent_traces(max_actions), random_walks(4 * max_actions))
         )
-        found = find(strategy, diverges, settings=opts)
+        with fixed_constants():
+            found = find(strategy, diverges, settings=opts)
     except NoSuchExample:
         return LockstepResult(OracleVerdict("OK"), None, tried, dict(coverage))
     verdict = run(found)

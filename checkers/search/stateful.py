@@ -36,6 +36,7 @@ from checkers.invariants.replay import check_ops, engine_for, nondeterminism
 from checkers.invariants.structural import Violation
 from checkers.search.builder import HarnessBuilder
 from checkers.search.coverage import TARGETS, SearchStats
+from checkers.search.pool import fixed_constants
 from checkers.search.shrink import shrink
 from checkers.search.swarm import check_config, swarm_configs
 from kvmodel.config import EngineConfig
@@ -363,7 +364,8 @@ def run_machine(machine: type[RuleBasedStateMachine], s: settings, seed: int) ->
     make_test: Callable[..., Callable[[], None]] = get_state_machine_test
     test = hypothesis_seed(seed)(make_test(machine, settings=s))
     try:
-        test()
+        with fixed_constants():
+            test()
     except (AssertionError, Flaky):  # Flaky: the policy behaved differently on a rerun
         return True
     return False
@@ -404,7 +406,8 @@ def _search_traces(
             raise AssertionError(result.violations[0].message)
 
     try:
-        hypothesis_seed(seed)(run)()
+        with fixed_constants():
+            hypothesis_seed(seed)(run)()
     except (AssertionError, Flaky):  # Flaky: the policy behaved differently on a rerun
         return True
     return False
