@@ -104,6 +104,7 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 FITTED = {
     "mini-swe-agent-fit": sorted(SHARED.glob("mini_swe_agent_gemini3pro/*.json")),
     "tau-bench-fit": sorted(SHARED.glob("tau_bench/*.json")),
+    "claude-code-fit": sorted(SHARED.glob("claude_code_spotter/*.jsonl")),
 }
 needs_shared = pytest.mark.skipif(
     not all(FITTED.values()), reason=f"no shared traces under {SHARED}"
@@ -111,9 +112,12 @@ needs_shared = pytest.mark.skipif(
 
 
 def _real(preset: str):  # type: ignore[no-untyped-def]
-    from kvmodel.io.importers import import_openai
+    from kvmodel.io.importers import import_claude_code, import_openai
 
-    trace, _ = import_openai(FITTED[preset])
+    if preset == "claude-code-fit":
+        trace, _ = import_claude_code(FITTED[preset])
+    else:
+        trace, _ = import_openai(FITTED[preset])
     return workload_stats(trace)
 
 

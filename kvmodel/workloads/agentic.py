@@ -81,10 +81,10 @@ class AgenticParams:
 #: * ``multi-agent-review`` -- ``multi-agent`` with a reviewer for half the returned workers
 #:   (the paper's multi-agent trace "as the harness records it"; ``multi-agent`` is its
 #:   reviewer-disabled twin): the same draws, plus the reviewers'.
-#: * ``mini-swe-agent-fit``, ``tau-bench-fit`` -- ``single-agent`` fitted to the shared real
-#:   traces (``kvmodel stats TRACE --fit single-agent``; spec R8, the figures there): the knobs
-#:   the fit moved, nothing else. A local search over the generator's knobs, not a claim that
-#:   the generator can make every real shape.
+#: * ``mini-swe-agent-fit``, ``tau-bench-fit``, ``claude-code-fit`` -- ``single-agent`` fitted
+#:   to the shared real traces (``kvmodel stats TRACE --fit single-agent``; spec R8, the figures
+#:   there): the knobs the fit moved, nothing else. A local search over the generator's knobs,
+#:   not a claim that the generator can make every real shape.
 PRESETS: dict[str, AgenticParams] = {
     "single-agent": AgenticParams(sessions=24, turns=3, p_spawn=0.0),
     "multi-agent": AgenticParams(sessions=24, turns=1, rounds=4, p_spawn=0.6, lead=True),
@@ -102,6 +102,14 @@ PRESETS: dict[str, AgenticParams] = {
         compact_at_tokens=10**9,
         observation_scale=0.5,
         output_scale=0.125,
+    ),
+    "claude-code-fit": AgenticParams(
+        sessions=24,
+        rounds=64,
+        system_tokens=26_000,
+        p_spawn=0.005,
+        observation_scale=2.0,
+        output_scale=0.5,
     ),
 }
 

@@ -26,6 +26,7 @@ __all__ = [
     "FIT_GRID",
     "FIT_TARGETS",
     "ROWS",
+    "SPAWN_GRID",
     "WorkloadStats",
     "fit_error",
     "fit_generator",
@@ -146,14 +147,24 @@ FIT_GRID: dict[str, tuple[float, ...]] = {
 }
 #: searched as well when the target compacts (otherwise compaction is switched off)
 COMPACTION_GRID: tuple[int, ...] = (12_000, 25_000, 50_000, 100_000, 200_000)
+#: ``p_spawn``, searched as well when the target has sub-agents (otherwise spawning is off):
+#: from one spawn in a long session's rounds up to the multi-agent preset's 0.6
+SPAWN_GRID: tuple[float, ...] = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.6)
+#: added to both sides of the sub-agent ratio: a count per session of a few sessions is often
+#: 0 on one side, and a floor of 1e-9 there would outweigh every other statistic
+_COUNT_SMOOTHING = 0.5
 
 
 def fit_error(got: WorkloadStats, target: WorkloadStats) -> float:
-    """Sum of squared log ratios over :data:`FIT_TARGETS`."""
+    """Sum of squared log ratios over :data:`FIT_TARGETS`, and over sub-agents per session
+    (smoothed) when the target has sub-agents."""
     err = 0.0
     for f in FIT_TARGETS:
         a, b = getattr(got, f), getattr(target, f)
         err += float(np.log(max(a, 1e-9) / max(b, 1e-9))) ** 2
+    if target.subagents_per_session:
+        a, b = got.subagents_per_session, target.subagents_per_session
+        err += float(np.log((a + _COUNT_SMOOTHING) / (b + _COUNT_SMOOTHING))) ** 2
     return err
 
 
@@ -163,7 +174,8 @@ def fit_generator(
     """Generator parameters whose statistics come closest to ``target``'s (spec R8): the
     structure set from the target (no sub-agents, reviewers or compactions where it has none),
     then the joint grid of ``rounds`` x ``observation_scale``, then coordinate descent over
-    :data:`FIT_GRID` (and :data:`COMPACTION_GRID` when the target compacts) -- each knob in
+    :data:`FIT_GRID` (and :data:`COMPACTION_GRID` when the target compacts, :data:`SPAWN_GRID`
+    when it has sub-agents) -- each knob in
     turn set to its best grid value with the others fixed, up to ``passes`` times or until
     nothing moves -- scoring :func:`fit_error` on ``sessions`` generated sessions. A local
     search: deterministic, not guaranteed to find the grid's best."""
@@ -195,6 +207,8 @@ def fit_generator(
     grids = dict(FIT_GRID)
     if target.compactions_per_session:
         grids["compact_at_tokens"] = COMPACTION_GRID
+    if target.subagents_per_session:
+        grids["p_spawn"] = SPAWN_GRID
     for _ in range(passes):
         moved = False
         for knob, grid in grids.items():
