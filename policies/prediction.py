@@ -36,6 +36,9 @@ class WaitTracker:
         self.agent: dict[ContextId, AgentKind] = {}
         #: completed waits: (agent kind, seconds)
         self.completed: list[tuple[AgentKind, float]] = []
+        #: per context, (window start, index of its first wait that ends after it): waits that
+        #: ended before a window contribute nothing to it, nor to any later one
+        self._first: dict[ContextId, tuple[float, int]] = {}
 
     def observe(self, view: ModelView, op: Op) -> None:
         match op:
@@ -62,9 +65,22 @@ class WaitTracker:
         return w[-1][0] if w and w[-1][1] is None else None
 
     def idle_share(self, ctx: ContextId, now: float, window: float) -> float:
+        """The share of the last ``window`` seconds before ``now`` that ``ctx`` spent waiting.
+
+        A context's waits follow one another in time, so those that ended by the window's start
+        are a prefix of its list: skipped from where the last call with an earlier or equal start
+        stopped (each added exactly 0.0, so the sum is the full loop's, bit for bit), and the
+        cost per call is the waits in the window, not the session's history."""
         lo = now - window
+        waits = self.waits.get(ctx, ())
+        seen_lo, i = self._first.get(ctx, (lo, 0))
+        if lo < seen_lo:  # an earlier window than the last one asked about: from the start
+            i = 0
+        while i < len(waits) and (end := waits[i][1]) is not None and end <= lo:
+            i += 1
+        self._first[ctx] = (lo, i)
         idle = 0.0
-        for start, end in self.waits.get(ctx, ()):
+        for start, end in waits[i:]:
             e = now if end is None else end
             idle += max(0.0, min(e, now) - max(start, lo))
         return min(1.0, idle / window)
@@ -89,10 +105,16 @@ class MORI(_Tracking):
 
     def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
         now = view.now
+        shares: dict[ContextId, float] = {}  # one per context per ordering, not per block
+
+        def share(c: ContextId) -> float:
+            s = shares.get(c)
+            if s is None:
+                s = shares[c] = self.tracker.idle_share(c, now, self.window_s)
+            return s
 
         def idle(b: BlockInfo) -> float:
-            owners = b.holders or (b.writer,)
-            return min(self.tracker.idle_share(c, now, self.window_s) for c in owners)
+            return min(share(c) for c in (b.holders or (b.writer,)))
 
         return [
             b.id

@@ -13,7 +13,7 @@ from scenario import config, log_of, msg, run, trace
 from checkers.invariants import INVARIANTS
 from checkers.invariants.replay import check_ops
 from kvmodel import EngineConfig, TierConfig
-from kvmodel.ids import TierName
+from kvmodel.ids import ContextId, TierName
 from kvmodel.policy import registered_policies, resolve_policy
 from kvmodel.replay import replay
 from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, random_trace
@@ -443,3 +443,36 @@ def test_seed_57338_holds_every_claim(policy: str) -> None:
     run = check_ops(tr.ops, policy, cfg, claims)
     assert run.applied == len(tr.ops)
     assert [str(v) for v in run.violations] == []
+
+
+@given(
+    st.lists(st.tuples(st.floats(0, 50), st.floats(0, 50), st.booleans()), min_size=1, max_size=30),
+    st.lists(st.floats(0, 2000), min_size=1, max_size=12),
+)
+def test_mori_idle_share_skips_only_what_adds_nothing(
+    gaps: list[tuple[float, float, bool]], nows: list[float]
+) -> None:
+    """WaitTracker.idle_share starts from the first wait that ends after the window's start
+    (remembered per context): bit for bit the sum over every wait, for windows asked in any
+    order (a later one first, then an earlier one), with open waits left in the list."""
+    from policies.prediction import WaitTracker
+
+    def brute(w: WaitTracker, now: float) -> float:
+        lo, idle = now - 60.0, 0.0
+        for start, end in w.waits.get(CID, ()):
+            e = now if end is None else end
+            idle += max(0.0, min(e, now) - max(start, lo))
+        return min(1.0, idle / 60.0)
+
+    w, t = WaitTracker(), 0.0
+    waits: list[tuple[float, float | None]] = []
+    for busy, idle, closed in gaps:
+        t += busy
+        waits.append((t, t + idle if closed else None))
+        t += idle
+    w.waits[CID] = waits
+    for now in sorted(nows) + nows:
+        assert w.idle_share(CID, now, 60.0) == brute(w, now)
+
+
+CID = ContextId("c")
