@@ -279,7 +279,7 @@ def make_machine(
             self._run("pin", self.b.pin(pick, a, b, ttl))
 
         @precondition(lambda self: not self.halted)
-        @rule(confirm=rarely, pick=picks)
+        @rule(confirm=st.booleans(), pick=picks)
         def unpin(self, confirm: bool, pick: int) -> None:
             self._ensure_session()
             if not confirm:
