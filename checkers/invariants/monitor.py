@@ -3,6 +3,7 @@ model (:class:`checkers.invariants.nversion.Shadow`)."""
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -34,7 +35,7 @@ from checkers.invariants.structural import (
 )
 from kvmodel.engine import Engine
 from kvmodel.errors import PolicyError, TraceError
-from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
+from kvmodel.ids import BlockId, ContextId, TierName
 from kvmodel.io.observations import (
     AllocObs,
     EvictObs,
@@ -74,8 +75,19 @@ class _Pending:
 
     dead: set[BlockId] = attrs.field(factory=set)
     closing: bool = False
-    expected: list[BlockKey] | None = None
+    #: the open context an inference runs on (no-stale-hit judges its kept prefix)
     ctx: ContextId | None = None
+
+
+@functools.cache
+def _dead_verdicts(state: BlockClass, was_dead: bool, closing: bool) -> tuple[bool, bool]:
+    """no-zombie-kv and free-at-boundary on a resident block: their :data:`BLOCK` predicates,
+    evaluated once per distinct (class, was Dead, closing) -- the only terms they read here."""
+    terms = BlockAt(resident=True, state=state, was_dead=was_dead, closing=closing)
+    return (
+        bool(BLOCK["no-zombie-kv"](terms, CONCRETE)),
+        bool(BLOCK["free-at-boundary"](terms, CONCRETE)),
+    )
 
 
 class Monitor:
@@ -203,11 +215,7 @@ class Monitor:
                 c = e.contexts.get(op.ctx)
                 if c is not None and c.is_open:
                     p.closing = c.one_shot
-                    if "no-stale-hit" in self.active and self._shadow is not None:
-                        # the prompt's keys recomputed from the trace by B2-B3 (the contract
-                        # model's own packing), not read from the engine's context
-                        p.expected = self._shadow.prompt_keys(op.ctx)
-                        p.ctx = c.id
+                    p.ctx = c.id
         self._pending = p
 
     def apply(self, op: Op) -> bool:
@@ -312,15 +320,10 @@ class Monitor:
         # class the view computes, is still what decides.
         maybe_dead = set(e.dead) | {bid for bid, b in e.blocks.items() if not b.holders}
         for bid in sorted(maybe_dead):
-            terms = BlockAt(
-                resident=True,
-                state=e.view.block(bid).state,
-                was_dead=bid in p.dead,
-                closing=p.closing,
-            )
-            if BLOCK["no-zombie-kv"](terms, CONCRETE):
+            is_zombie, is_killed = _dead_verdicts(e.view.block(bid).state, bid in p.dead, p.closing)
+            if is_zombie:
                 zombie.append(bid)
-            if BLOCK["free-at-boundary"](terms, CONCRETE):
+            if is_killed:
                 killed.append(bid)
         if zombie:
             zombie.sort()
@@ -351,9 +354,11 @@ class Monitor:
 
     def _stale(self, records: Sequence[Observation]) -> None:
         p = self._pending
-        if p.expected is None:
+        # the prompt's keys recomputed from the trace by B2-B3 (the contract model's own
+        # packing of the inference it just followed), not read from the engine's context
+        exp = self._shadow.last_prompt_keys if self._shadow is not None else None
+        if p.ctx is None or exp is None:
             return
-        exp = p.expected
         infer = next((r for r in records if isinstance(r, InferObs)), None)
         if infer is None:
             return

@@ -27,6 +27,7 @@ about it, and everything else is computed and compared as before.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 import attrs
 
@@ -97,6 +98,8 @@ _AS_CLASS = {
     MsgState.ACTIVE: BlockClass.ACTIVE,
     MsgState.SUSPENDED: BlockClass.SUSPENDED,
 }
+# L5.1 for a block whose covered messages are all in one state
+_ONE = {MsgState.EXPIRED: BlockClass.EXPIRED, MsgState.TEMPORARY: BlockClass.TEMPORARY, **_AS_CLASS}
 
 
 @attrs.frozen
@@ -158,8 +161,9 @@ class InferFigures:
     writes: int
 
 
-@attrs.frozen
-class BlockFigures:
+class BlockFigures(NamedTuple):
+    """A resident block's figures (a tuple: one is built per block per comparison)."""
+
     depth: int
     state: BlockClass
     holders: tuple[str, ...]
@@ -169,11 +173,11 @@ class BlockFigures:
     alloc_time: float
 
 
-@attrs.frozen
-class EvictionTerms:
+class EvictionTerms(NamedTuple):
     """What the eviction-order checks read of a block at the moment of an eviction: its slot,
     class and suspension (the invariants), and every other rank feature (the declared rank's
-    order, spec PP3): the :class:`~kvmodel.view.Featured` protocol, from the contract."""
+    order, spec PP3): the :class:`~kvmodel.view.Featured` protocol, from the contract. A tuple:
+    one is built per candidate per eviction."""
 
     id: BlockId
     state: BlockClass
@@ -230,6 +234,8 @@ class Shadow:
         self.touch: dict[BlockKey, float] = {}
         self.now = 0.0
         self.last_infer: InferFigures | None = None
+        #: the keys of the full blocks of the prompt of the op's inference, if it was one (B2-B3)
+        self.last_prompt_keys: list[BlockKey] | None = None
         #: following the engine (``apply(op, records)``): where its records break the contract
         self.problems: list[str] = []
         #: following: the op's evictions, with the candidates and classes the contract gives
@@ -257,6 +263,7 @@ class Shadow:
         self.now = op.t
         self.op_index += 1
         self.last_infer = None
+        self.last_prompt_keys = None
         self.problems = []
         self.evictions = []
         todo = list(records) if records is not None else None
@@ -440,7 +447,9 @@ class Shadow:
             self._admit(c, msg, temporary=False)
         v = c.valid
         c.chain = c.chain[:v]  # the invalid tail goes first (P7.2), committed or not
-        blocks = self.pack(c.seq)[v:]
+        packed = self.pack(c.seq)  # the prompt's full blocks are its first prompt // bs
+        self.last_prompt_keys = [k for k, _ in packed[: prompt // bs] if k is not None]
+        blocks = packed[v:]
         hits = 0
         for d, (hit, _) in enumerate(blocks, start=v):
             if hit is None or d >= prompt // bs or hit not in self.resident:
@@ -527,8 +536,16 @@ class Shadow:
                 del h.chain[d:]
                 h.valid = min(h.valid, d)
 
-    def _eviction(self, victim: BlockKey, tiers: Sequence[str], flight: set[BlockKey]) -> Eviction:
-        holders, pins = self._holders()
+    def _eviction(
+        self,
+        victim: BlockKey,
+        tiers: Sequence[str],
+        flight: set[BlockKey],
+        pins: dict[ContextId, int],
+    ) -> Eviction:
+        """``pins``: every open context's :meth:`pin_depth` (an inference's evictions change
+        chains, never messages: computed once for all of them)."""
+        holders, _ = self._holders(pins)
         cands = []
         for key in sorted(self.resident):
             if key == victim or key in flight or self.tier[key] not in tiers:
@@ -582,6 +599,7 @@ class Shadow:
             bad(f"hit records name {logged}, the contract's hits are {blocks[:hits]}")
         misses = blocks[hits:]
         flight = {k for k, _ in c.chain} | {k for k, _ in blocks[:hits] if k is not None}
+        pins = {h.id: self.pin_depth(h) for h in self.ctxs.values() if h.open}
         rejected = False
         while todo and not (isinstance(todo[0], FreeObs) and todo[0].reason == FreeReason.RECLAIM):
             r = todo.pop(0)
@@ -590,8 +608,9 @@ class Shadow:
                     bad(f"evicted block {r.block} ({r.key}), which is not resident")
                     continue
                 tiers = evict_tiers.pop(0) if evict_tiers else (r.tier,)
-                self.evictions.append(self._eviction(r.key, tiers, flight))
-                if (cls := self.class_of(r.key)) is not r.state:
+                ev = self._eviction(r.key, tiers, flight, pins)
+                self.evictions.append(ev)
+                if (cls := ev.victim.state) is not r.state:
                     bad(f"evict of block {r.block} logged as {r.state.value}; it is {cls.value}")
                 self._drop(r.key)
             elif isinstance(r, AllocObs):
@@ -653,7 +672,10 @@ class Shadow:
     # -------------------------------------------------------------- what an observer sees
 
     def _within(self, c: _Ctx, uids: Iterable[int]) -> BlockClass:
-        states = [c.state[u] for u in uids]
+        states = {c.state[u] for u in uids}
+        if len(states) == 1:
+            (one,) = states
+            return _ONE[one]
         if MsgState.EXPIRED in states:
             return BlockClass.EXPIRED
         if MsgState.TEMPORARY in states:
@@ -688,10 +710,6 @@ class Shadow:
         """L5.2 over the open contexts holding ``key`` now; Dead if none."""
         return self.figures(key).state
 
-    def prompt_keys(self, ctx: ContextId) -> list[BlockKey]:
-        """The keys of the full blocks of the context's logical sequence now (B2-B3)."""
-        return [k for k, _ in self.pack(self.ctxs[ctx].seq) if k is not None]
-
     def held(self) -> set[BlockKey]:
         return {k for c in self.ctxs.values() if c.open for k, _ in c.chain}
 
@@ -709,30 +727,42 @@ class Shadow:
         d = self.key_depth[key]
         if holders is None or pins is None:
             holders, pins = self._holders()
-        hs = holders.get(key, [])
-        classes = [self.block_class_in(h, d, pins[h.id]) for h in hs]
-        state = max(classes, key=_ACROSS.__getitem__) if classes else BlockClass.DEAD
-        waits = [
-            h.suspended_at
-            for h, cls in zip(hs, classes, strict=True)
-            if cls is BlockClass.SUSPENDED and h.suspended_at is not None
-        ]
+        hs = holders.get(key, ())
+        if len(hs) == 1:  # (most blocks: the general case below, without its sorts)
+            (h,) = hs
+            state = self.block_class_in(h, d, pins[h.id])
+            ids: tuple[str, ...] = (h.id,)
+            wait = h.suspended_at if state is BlockClass.SUSPENDED else None
+        else:
+            classes = [self.block_class_in(h, d, pins[h.id]) for h in hs]
+            state = max(classes, key=_ACROSS.__getitem__) if classes else BlockClass.DEAD
+            ids = tuple(sorted(h.id for h in hs))
+            waits = [
+                h.suspended_at
+                for h, cls in zip(hs, classes, strict=True)
+                if cls is BlockClass.SUSPENDED and h.suspended_at is not None
+            ]
+            wait = min(waits) if waits else None
         return BlockFigures(
             d,
             state,
-            tuple(sorted(h.id for h in hs)),
-            min(waits) if waits else None,
+            ids,
+            wait,
             self.touch[key],
             self.touch_op[key],
             self.born[key],
         )
 
-    def _holders(self) -> tuple[dict[BlockKey, list[_Ctx]], dict[ContextId, int]]:
+    def _holders(
+        self, pins: dict[ContextId, int] | None = None
+    ) -> tuple[dict[BlockKey, list[_Ctx]], dict[ContextId, int]]:
+        """Every resident block's holders, and every open context's :meth:`pin_depth` (``pins``
+        when the caller has them)."""
         holders: dict[BlockKey, list[_Ctx]] = {}
-        pins: dict[ContextId, int] = {}
+        if pins is None:
+            pins = {c.id: self.pin_depth(c) for c in self.ctxs.values() if c.open}
         for c in self.ctxs.values():
             if c.open:
-                pins[c.id] = self.pin_depth(c)
                 for k, _ in c.chain:
                     holders.setdefault(k, []).append(c)
         return holders, pins
@@ -830,6 +860,12 @@ def compare(
     if not full:
         return None
     view = e.view
+    infos = {bid: view.block(BlockId(bid)) for bid in view.resident()}
+
+    def key_of(bid: BlockId) -> BlockKey | None:
+        info = infos.get(bid)
+        return (info if info is not None else view.block(bid)).key
+
     for cid, c in s.ctxs.items():
         info = view.context(cid)
         shape = (info.is_open, info.messages, info.tokens, info.materialized_blocks)
@@ -843,13 +879,12 @@ def compare(
         want_t = (c.valid, phase, c.suspended_at, c.last_infer)
         if d := differ(f"context {cid} (valid, phase, suspended at, last infer)", timing, want_t):
             return d
-        chain = [view.block(b).key for b in view.chain(cid)]
+        chain = [key_of(b) for b in view.chain(cid)]
         if d := differ(f"chain of {cid}", chain, [key for key, _ in c.chain]):
             return d
     mine = s.blocks()
     theirs: dict[BlockKey, BlockFigures] = {}
-    for bid in view.resident():
-        b = view.block(BlockId(bid))
+    for bid, b in infos.items():
         if b.key is None:
             return Divergence(k, f"block {bid} at depth {b.depth}", "resident", "no full block")
         theirs[b.key] = BlockFigures(
@@ -858,7 +893,7 @@ def compare(
         )  # fmt: skip
     if (d := differ("resident blocks (by key)", sorted(theirs), sorted(mine))) is not None:
         return d
-    dead = sorted(dk for b in view.dead() if (dk := view.block(BlockId(b)).key) is not None)
+    dead = sorted(dk for b in view.dead() if (dk := key_of(BlockId(b))) is not None)
     if (d := differ("dead blocks (by key)", dead, sorted(s.dead()))) is not None:
         return d
     for key in sorted(mine):

@@ -188,12 +188,6 @@ BLOCK: Mapping[str, Callable[[Any, Logic], Any]] = MappingProxyType(
 )
 
 
-def _passed_over(
-    name: str, victim: EvictionTerms, cands: Iterable[EvictionTerms]
-) -> EvictionTerms | None:
-    return next((c for c in cands if ORDER[name](c, victim, CONCRETE)), None)
-
-
 @attrs.frozen
 class _Terms:
     state: BlockClass
@@ -205,6 +199,16 @@ def _ordered(
     name: str, a: tuple[BlockClass, float | None], b: tuple[BlockClass, float | None]
 ) -> bool:
     return bool(ORDER[name](_Terms(*a), _Terms(*b), CONCRETE))
+
+
+def _passed_over(
+    name: str, victim: EvictionTerms, cands: Iterable[EvictionTerms]
+) -> EvictionTerms | None:
+    """The first candidate ``name`` orders before ``victim``. :data:`ORDER` reads a block's
+    ``state`` and ``suspend_time`` alone, so it is evaluated once per distinct pair of those
+    (:func:`_ordered`), not once per candidate."""
+    mine = (victim.state, victim.suspend_time)
+    return next((c for c in cands if _ordered(name, (c.state, c.suspend_time), mine)), None)
 
 
 def contested(name: str, victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> bool:

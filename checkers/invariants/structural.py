@@ -7,6 +7,8 @@ Each check is a plain function from an :class:`~kvmodel.engine.Engine` to a list
 
 from __future__ import annotations
 
+from collections import Counter
+
 import attrs
 
 from kvmodel.blocks import ROOT_KEY
@@ -37,20 +39,20 @@ class Violation:
 def check_accounting(engine: Engine) -> list[Violation]:
     """spec I-accounting: per tier free + used = capacity; slots and resident blocks agree."""
     out = []
-    resident = set(engine.view.resident())
+    resident = engine.blocks.keys()
+    per_tier = Counter(engine.memory.tier_of(b) for b in resident)
     for tier, (free, used, cap) in engine.memory.accounting().items():
         if free + used != cap:
             out.append(Violation("accounting", f"tier {tier}: free {free} + used {used} != {cap}"))
-        in_tier = sum(1 for b in resident if engine.memory.tier_of(b) == tier)
+        in_tier = per_tier[tier]
         if in_tier != used:
             out.append(
                 Violation(
                     "accounting", f"tier {tier}: {used} slots used but {in_tier} resident blocks"
                 )
             )
-    for b in sorted(resident):
-        if not engine.memory.is_used(b):
-            out.append(Violation("accounting", "resident block on a free list", block=b))
+    for b in sorted(b for b in resident if not engine.memory.is_used(b)):
+        out.append(Violation("accounting", "resident block on a free list", block=b))
     return out
 
 
@@ -90,12 +92,14 @@ def check_no_zombie(engine: Engine) -> list[Violation]:
 
 def check_prefix_closed(engine: Engine) -> list[Violation]:
     """spec I-prefix-closed-residency: every resident full block's parent is resident."""
-    keys = {b.key for b in (engine.view.block(x) for x in engine.view.resident())}
+    # the resident table read directly: a view snapshot per block only to read its key cost
+    # this check more than every other structural check together
+    blocks = sorted(engine.blocks.items())
+    keys = {b.spec.key for _, b in blocks}
     out = []
-    for bid in engine.view.resident():
-        b = engine.view.block(bid)
-        parent = engine.block_parent(bid)
-        if b.key is not None and parent != ROOT_KEY and parent not in keys:
+    for bid, b in blocks:
+        parent = b.spec.parent
+        if b.spec.key is not None and parent != ROOT_KEY and parent not in keys:
             out.append(
                 Violation("prefix-closed-residency", "orphan: parent block not resident", block=bid)
             )

@@ -45,7 +45,9 @@ _SKIP: dict[str, frozenset[str]] = {
     "Residency": frozenset({"contexts", "memory", "marks", "_tick"}),
     "Memory": frozenset({"writes", "tiers", "_by_name", "_tier_of"}),
     "ResidentBlock": frozenset({"version"}),
-    "Context": frozenset({"version"}),
+    # the pin depth and first reasoning message are caches of the entries and pins (None:
+    # not computed yet), filled or not depending on which checks read them
+    "Context": frozenset({"version", "_pin_depth", "_first_reasoning"}),
     "Monitor": frozenset(
         {
             "engine",
@@ -59,7 +61,7 @@ _SKIP: dict[str, frozenset[str]] = {
             "active",
         }
     ),
-    "Shadow": frozenset({"_keys", "problems", "evictions", "last_infer"}),
+    "Shadow": frozenset({"_keys", "problems", "evictions", "last_infer", "last_prompt_keys"}),
 }
 
 #: attributes that hold op indices (compared only), or dicts of them: ranked like time stamps
