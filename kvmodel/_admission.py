@@ -249,11 +249,13 @@ def write_misses(
     prompt_full: int,
 ) -> bool:
     res = e.residency
+    index, blocks = res.index, res.blocks
     reasoning_block = c.first_reasoning_block()
     turn_start_block = min(c.turn_start, c.total_tokens) // e.block_size
     fixed = e.fixed_placement if e.probe is None else None
     for s in misses:
-        orphan = res.hit(s.key)
+        ob = index.get(s.key) if s.key is not None else None  # (res.hit, inlined: per block)
+        orphan = blocks[ob] if ob is not None else None
         if orphan is not None:
             # an orphan: resident, but its chain broke above it; recomputed in place (B6.3)
             b = orphan
@@ -432,7 +434,7 @@ def commit(
     for b in hits:
         b.touch = e.now
         b.touch_op = e.op_index
-        res.bump(b)
+        res.bump_block(b)
     for p in placed:
         if p.spec.key is None:
             e.free(p.block, FreeReason.PARTIAL)

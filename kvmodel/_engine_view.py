@@ -154,10 +154,27 @@ class EngineView:
         """The features of ``b`` that a rank reads (spec PP3): those of its :meth:`block`
         snapshot, computed here once for both."""
         e = self._e
-        classes = []
-        suspend: float | None = None
         last = b.touch
         last_op = b.touch_op
+        if len(b.holders) == 1:  # most blocks: the loop below for one holder, without its lists
+            (h,) = b.holders
+            c = e.contexts[h]
+            state = c.block_class(b.depth)
+            if c.last_infer is not None and c.last_infer > last:
+                last = c.last_infer
+            return Features(
+                b.id,
+                e.tier_index[b.tier],
+                b.depth,
+                state,
+                last,
+                max(last_op, c.last_infer_op),
+                c.suspended_at if state is BlockClass.SUSPENDED else None,
+                b.alloc_time,
+                (h,),
+            )
+        classes = []
+        suspend: float | None = None
         for h in b.holders:
             c = e.contexts[h]
             cls = c.block_class(b.depth)

@@ -162,7 +162,7 @@ class Memory:
         if block not in self._used:
             raise InternalError(f"double free of block {block}")
         self._used.discard(block)
-        self._free[self.tier_of(block)].append(block)
+        self._free[self._tier_of[block]].append(block)
 
     def is_used(self, block: BlockId) -> bool:
         return block in self._used

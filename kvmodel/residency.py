@@ -79,13 +79,19 @@ class Residency:
         """``x``'s features may have changed: a new version (cached features go stale) and a
         mark for the victim source -- except for a block of the request in flight, which is no
         candidate until the request ends, and :meth:`end_flight` marks every such block then."""
-        self._tick += 1
-        x.version = self._tick
         if isinstance(x, ResidentBlock):
-            if x.id not in self._flying:
-                self.marks.mark_block(x.id)
+            self.bump_block(x)
         else:
+            self._tick += 1
+            x.version = self._tick
             self.marks.mark_ctx(x.id)
+
+    def bump_block(self, b: ResidentBlock) -> None:
+        """:meth:`bump` for a block (the hot path's: no type dispatch)."""
+        self._tick += 1
+        b.version = self._tick
+        if b.id not in self._flying:
+            self.marks.mark_block(b.id)
 
     def stamp(self, b: ResidentBlock) -> int:
         """The newest version among ``b`` and its holders. Every change to ``b``'s features
@@ -117,7 +123,7 @@ class Residency:
         """``c``'s chain now holds the block ``spec`` names."""
         b = self.block_of(spec)
         b.holders.add(c.id)
-        self.bump(b)
+        self.bump_block(b)
         self.dead.discard(b.id)
 
     def detach(self, c: Context, spec: BlockSpec) -> None:
@@ -127,7 +133,7 @@ class Residency:
             b.touch = c.last_infer  # fold the holder's recency in before it stops holding
         b.touch_op = max(b.touch_op, c.last_infer_op)
         b.holders.discard(c.id)
-        self.bump(b)
+        self.bump_block(b)
         self.refresh_dead(b)
 
     def detach_from(self, c: Context, depth: int) -> None:
@@ -139,7 +145,7 @@ class Residency:
     def add(self, b: ResidentBlock) -> None:
         """A block just written for the request in flight."""
         self._flying.add(b.id)
-        self.bump(b)
+        self.bump_block(b)
         self.blocks[b.id] = b
 
     def index_block(self, b: ResidentBlock) -> None:
@@ -152,7 +158,7 @@ class Residency:
         """Remove a block from memory; every chain holding it is cut there (spec M4.3)."""
         if b.indexed and b.spec.key is not None:
             del self.index[b.spec.key]
-        for h in sorted(b.holders):
+        for h in sorted(b.holders) if len(b.holders) > 1 else b.holders:
             c = self.contexts[h]
             cut = c.materialized[b.depth :]
             if len(cut) > 1:
@@ -183,7 +189,7 @@ class Residency:
         """``b`` joins the request in flight (a hit, or an orphan rewritten in place)."""
         self._flying.add(b.id)
         self.dead.discard(b.id)
-        self.bump(b)
+        self.bump_block(b)
 
     def end_flight(self) -> None:
         """The inference is over: what it used is classed by its holders again."""
@@ -192,7 +198,7 @@ class Residency:
         for bid in sorted(flying):  # (bump marks each: it is no longer flying)
             b = self.blocks.get(bid)
             if b is not None:
-                self.bump(b)
+                self.bump_block(b)
                 self.refresh_dead(b)
 
     def flight_context(self) -> ContextId | None:
