@@ -142,6 +142,8 @@ class HarnessBuilder:
         c.msgs = [(m, tmp) for m, tmp in c.msgs if not tmp] + [(m, c.one_shot) for m in out]
         if c.one_shot:
             del self.ctxs[c.id]
+        # one request at a time: the harness's next op comes when this inference has ended
+        self.t = round(self.t + duration, 3)
         return self._emit(op)
 
     def turn_end(self, pick: int) -> list[Op]:
