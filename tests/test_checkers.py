@@ -15,7 +15,7 @@ import checkers.search.engine_mutants
 import checkers.search.mutants
 import checkers.search.outside_mutants
 from checkers.invariants import FINDINGS, INVARIANTS, STRUCTURAL
-from checkers.invariants.nversion import contract_violation
+from checkers.invariants.contract import contract_violation
 from checkers.invariants.replay import check_ops, nondeterminism
 from checkers.search.mutants import MUTANTS
 from checkers.search.report import check_policies, expected_verdicts

@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import pytest
 
-from checkers.invariants.nversion import ample_config
+from checkers.invariants.contract import ample_config
 from checkers.search.engine_mutants import EagerEdits, ForkWithoutPrefix
 from checkers.search.metamorphic import RELATIONS, Run, interleaving, runner
 from checkers.search.mutants import IdleTimeoutReclaim, SharedCursorLRU

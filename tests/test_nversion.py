@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from checkers.invariants import INVARIANTS
+from checkers.invariants.contract import contract_violation, diverge
 from checkers.invariants.monitor import COMPARE_EVERY, FULL_COMPARE_OPS
-from checkers.invariants.nversion import KEEP, TETHER, Shadow, contract_violation, diverge
+from checkers.invariants.nversion import KEEP, TETHER, Shadow
 from checkers.invariants.replay import check_ops
 from checkers.search.engine_check import SELF_CHECK_BLOCK_SIZES, engine_self_check
 from checkers.search.engine_mutants import ENGINE_MUTANTS

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import attrs
 
-from checkers.invariants.nversion import contract_violation
+from checkers.invariants.contract import contract_violation
 from checkers.invariants.registry import invariant_names
 from checkers.invariants.replay import check_ops, nondeterminism
 from checkers.invariants.structural import Violation

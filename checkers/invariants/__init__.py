@@ -4,6 +4,7 @@
 ``structural`` -- the *state* invariants (accounting, chains, prefix closure, no zombie);
 ``predicates`` -- the *eviction*, *placement* and *log* invariants as plain functions;
 ``nversion`` -- the contract model: a second, independent computation the engine is held to;
+``contract`` -- the engine run beside it and compared (``compare``, ``diverge``, the finding);
 ``monitor`` -- the :class:`Monitor` that applies them to one engine run;
 ``replay`` -- checked replay (``check_ops``) and the nondeterminism check.
 

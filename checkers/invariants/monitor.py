@@ -10,7 +10,8 @@ from typing import Any
 
 import attrs
 
-from checkers.invariants.nversion import Shadow, compare
+from checkers.invariants.contract import compare
+from checkers.invariants.nversion import Shadow
 from checkers.invariants.predicates import (
     BLOCK,
     CONCRETE,

@@ -5,8 +5,8 @@ N-version programming for the reference model (spec/invariants.md §Self-checks 
 lifecycle.md, everything that does not depend on an eviction decision -- each context's logical
 sequence, phase, chain and valid count; each inference's prompt, hit, miss and own tokens, hits
 and writes; the resident and Dead blocks; each block's class, holders, suspension time and last
-access. :func:`diverge` runs the engine beside it, op by op, on memory too large to fill, and
-returns the first field on which the two disagree.
+access. :func:`checkers.invariants.contract.diverge` runs the engine beside it, op by op, on
+memory too large to fill, and returns the first field on which the two disagree.
 
 It shares no code with the engine's admission path or its lifecycle bookkeeping: its own packing
 (whole sequences, re-packed at every inference), every message state stored explicitly (the
@@ -26,17 +26,13 @@ about it, and everything else is computed and compared as before.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import attrs
 
-from checkers.invariants.structural import Violation
 from kvmodel.blocks import ROOT_KEY, Segment, chain_key
-from kvmodel.config import EngineConfig
-from kvmodel.engine import Engine
-from kvmodel.errors import TraceError
-from kvmodel.ids import BlockId, BlockKey, ContentKey, ContextId, TierName
+from kvmodel.ids import BlockId, BlockKey, ContentKey, ContextId
 from kvmodel.io.observations import (
     AllocObs,
     BypassObs,
@@ -64,24 +60,17 @@ from kvmodel.io.trace import (
     Unpin,
 )
 from kvmodel.lifecycle import BlockClass, MsgState
-from kvmodel.memory import TierConfig
 from kvmodel.messages import Message, MessageKind
-from kvmodel.policy import Policy
 
 __all__ = [
     "KEEP",
     "TETHER",
     "BlockFigures",
-    "Divergence",
     "Eviction",
     "EvictionTerms",
     "InferFigures",
     "Rules",
     "Shadow",
-    "ample_config",
-    "compare",
-    "contract_violation",
-    "diverge",
 ]
 
 _COMMIT_FREES = (FreeReason.PARTIAL, FreeReason.BYPASS)
@@ -198,20 +187,6 @@ class Eviction:
     victim: EvictionTerms
     candidates: tuple[EvictionTerms, ...]
     in_flight: bool
-
-
-@attrs.frozen
-class Divergence:
-    """The first disagreement between the engine and the shadow: after op ``op`` (0-based),
-    ``what`` differs; ``engine`` and ``shadow`` are the two values."""
-
-    op: int
-    what: str
-    engine: object
-    shadow: object
-
-    def __str__(self) -> str:
-        return f"op {self.op}: {self.what}: engine {self.engine!r}, contract {self.shadow!r}"
 
 
 class Shadow:
@@ -775,168 +750,3 @@ class Shadow:
 
 def _span(c: _Ctx, start: int | None, stop: int | None) -> slice:
     return slice(0 if start is None else start, len(c.seq) if stop is None else stop)
-
-
-# ------------------------------------------------------------------ running both
-
-
-def ample_config(ops: Sequence[Op], block_size: int) -> EngineConfig:
-    """One tier larger than every block the trace can write: no eviction, no rejection."""
-    written = 0
-    s = Shadow(block_size)
-    for op in ops:
-        s.apply(op)
-        if s.last_infer is not None:
-            written += s.last_infer.writes
-    return EngineConfig(block_size, (TierConfig(TierName("hbm"), written + 1),))
-
-
-def diverge(
-    ops: Sequence[Op],
-    policy: Callable[[], Policy],
-    rules: Rules | None,
-    *,
-    block_size: int = 4,
-    engine_class: type[Engine] | None = None,
-    config: EngineConfig | None = None,
-) -> Divergence | None:
-    """Run the engine (``engine_class``, default the policy's own or the reference) beside the
-    shadow; the first divergence, or ``None`` if they agree after every op.
-
-    ``rules``: the shadow predicts every decision (memory that cannot fill: ``config`` defaults
-    to :func:`ample_config`). ``None``: the shadow follows the engine's decisions from its log
-    and checks everything else -- any policy, any ``config`` (default ample)."""
-    pol = policy()
-    cls: type[Engine] = (
-        engine_class if engine_class is not None else getattr(pol, "engine_class", Engine)
-    )
-    cfg = config if config is not None else ample_config(ops, block_size)
-    engine = cls(cfg, pol)
-    shadow = Shadow(cfg.block_size, rules or KEEP)
-    for k, op in enumerate(ops):
-        seen = len(engine.log)
-        try:
-            engine.apply(op)
-        except TraceError:
-            raise  # not a valid trace (or the engine says so): no contract question
-        except Exception as err:
-            return Divergence(k, "the engine raised", repr(err), "no error")
-        records = engine.log.since(seen)
-        shadow.apply(op, records if rules is None else None)
-        if shadow.problems:
-            return Divergence(k, "the log", shadow.problems[0], "what the contract allows")
-        found = compare(k, engine, shadow, records)
-        if found is not None:
-            return found
-    return None
-
-
-def compare(
-    k: int, e: Engine, s: Shadow, records: Sequence[object], *, full: bool = True
-) -> Divergence | None:
-    """After op ``k``: the first field on which the engine (its view and the op's ``records``)
-    and the shadow differ. ``full=False`` compares the op's inference figures alone (constant
-    work; they exist only on the op itself), not every context and resident block."""
-
-    def differ(what: str, ev: object, sv: object) -> Divergence | None:
-        return None if ev == sv else Divergence(k, what, ev, sv)
-
-    infer = next((r for r in records if isinstance(r, InferObs)), None)
-    fig = s.last_infer
-    if (infer is None) != (fig is None):
-        return Divergence(k, "an infer record", infer, fig)
-    if infer is not None and fig is not None:
-        got = InferFigures(
-            infer.prompt_tokens,
-            infer.hit_tokens,
-            infer.miss_tokens,
-            infer.output_tokens,
-            infer.own_blocks,
-            sum(isinstance(r, HitObs) for r in records),
-            sum(isinstance(r, AllocObs) for r in records),
-        )
-        if (d := differ(f"inference figures of {infer.ctx}", got, fig)) is not None:
-            return d
-    if not full:
-        return None
-    view = e.view
-    infos = {bid: view.block(BlockId(bid)) for bid in view.resident()}
-
-    def key_of(bid: BlockId) -> BlockKey | None:
-        info = infos.get(bid)
-        return (info if info is not None else view.block(bid)).key
-
-    for cid, c in s.ctxs.items():
-        info = view.context(cid)
-        shape = (info.is_open, info.messages, info.tokens, info.materialized_blocks)
-        want = (c.open, len(c.seq), c.tokens(), len(c.chain))
-        if d := differ(f"context {cid} (open, messages, tokens, chain)", shape, want):
-            return d
-        if not c.open:
-            continue
-        timing = (info.valid_blocks, info.phase, info.suspended_at, info.last_infer)
-        phase = MsgState.ACTIVE if c.runnable else MsgState.SUSPENDED
-        want_t = (c.valid, phase, c.suspended_at, c.last_infer)
-        if d := differ(f"context {cid} (valid, phase, suspended at, last infer)", timing, want_t):
-            return d
-        chain = [key_of(b) for b in view.chain(cid)]
-        if d := differ(f"chain of {cid}", chain, [key for key, _ in c.chain]):
-            return d
-    mine = s.blocks()
-    theirs: dict[BlockKey, BlockFigures] = {}
-    for bid, b in infos.items():
-        if b.key is None:
-            return Divergence(k, f"block {bid} at depth {b.depth}", "resident", "no full block")
-        theirs[b.key] = BlockFigures(
-            b.depth, b.state, tuple(b.holders), b.suspend_time, b.last_access, b.last_op,
-            b.alloc_time,
-        )  # fmt: skip
-    if (d := differ("resident blocks (by key)", sorted(theirs), sorted(mine))) is not None:
-        return d
-    dead = sorted(dk for b in view.dead() if (dk := key_of(BlockId(b))) is not None)
-    if (d := differ("dead blocks (by key)", dead, sorted(s.dead()))) is not None:
-        return d
-    for key in sorted(mine):
-        if (d := differ(f"block {key}", theirs[key], mine[key])) is not None:
-            return d
-    return None
-
-
-# ------------------------------------------------------------------ the self-check
-
-
-def _reference_policies() -> tuple[tuple[str, Callable[[], Policy], Rules], ...]:
-    from policies.kvtether import KVTether
-    from policies.lru import LRU
-
-    return (("lru", LRU, KEEP), ("kvtether", KVTether, TETHER))
-
-
-def contract_violation(
-    ops: Sequence[Op], engine_class: type[Engine] = Engine, *, block_size: int = 4
-) -> Violation | None:
-    """``engine-contract``: ``engine_class`` on ample memory, under LRU (no bypass, no reclaim)
-    and under KVTether (bypass, eager reclaim), disagrees with :class:`Shadow`. ``None`` when it
-    agrees or the trace is not valid (the reference engine raises a ``TraceError`` on it)."""
-    from kvmodel.logical import Sequences
-
-    check = Sequences(block_size)
-    try:
-        for op in ops:
-            check.apply(op)
-    except TraceError:
-        return None
-    for name, policy, rules in _reference_policies():
-        try:
-            d = diverge(ops, policy, rules, block_size=block_size, engine_class=engine_class)
-        except TraceError as err:  # a valid trace the engine under test refuses
-            d = Divergence(len(ops), "the engine refused a valid trace", str(err), "no error")
-        if d is not None:
-            return Violation(
-                "engine-contract",
-                f"the engine under {name} on ample memory (block size {block_size}) disagrees "
-                f"with the contract at op {d.op} on {d.what}: engine {d.engine!r}, contract "
-                f"{d.shadow!r}",
-                op=d.op,
-            )
-    return None

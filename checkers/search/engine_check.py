@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from checkers.invariants.nversion import ample_config, contract_violation
+from checkers.invariants.contract import ample_config, contract_violation
 from checkers.invariants.structural import Violation
 from checkers.search.shrink import shrink
 from kvmodel.config import EngineConfig
