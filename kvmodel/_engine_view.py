@@ -156,40 +156,35 @@ class EngineView:
         e = self._e
         last = b.touch
         last_op = b.touch_op
+        holders: tuple[ContextId, ...]
+        suspend: float | None = None
         if len(b.holders) == 1:  # most blocks: the loop below for one holder, without its lists
-            (h,) = b.holders
-            c = e.contexts[h]
+            holders = tuple(b.holders)
+            c = e.contexts[holders[0]]
             state = c.block_class(b.depth)
             if c.last_infer is not None and c.last_infer > last:
                 last = c.last_infer
-            return Features(
-                b.id,
-                e.tier_index[b.tier],
-                b.depth,
-                state,
-                last,
-                max(last_op, c.last_infer_op),
-                c.suspended_at if state is BlockClass.SUSPENDED else None,
-                b.alloc_time,
-                (h,),
-            )
-        classes = []
-        suspend: float | None = None
-        for h in b.holders:
-            c = e.contexts[h]
-            cls = c.block_class(b.depth)
-            classes.append(cls)
-            if (
-                cls is BlockClass.SUSPENDED
-                and c.suspended_at is not None
-                and (suspend is None or c.suspended_at < suspend)
-            ):
+            last_op = max(last_op, c.last_infer_op)
+            if state is BlockClass.SUSPENDED:
                 suspend = c.suspended_at
-            if c.last_infer is not None and c.last_infer > last:
-                last = c.last_infer
-            if c.last_infer_op > last_op:
-                last_op = c.last_infer_op
-        state = aggregate_across_contexts(classes) if classes else e.block_class(b)
+        else:
+            classes = []
+            for h in b.holders:
+                c = e.contexts[h]
+                cls = c.block_class(b.depth)
+                classes.append(cls)
+                if (
+                    cls is BlockClass.SUSPENDED
+                    and c.suspended_at is not None
+                    and (suspend is None or c.suspended_at < suspend)
+                ):
+                    suspend = c.suspended_at
+                if c.last_infer is not None and c.last_infer > last:
+                    last = c.last_infer
+                if c.last_infer_op > last_op:
+                    last_op = c.last_infer_op
+            state = aggregate_across_contexts(classes) if classes else e.block_class(b)
+            holders = tuple(sorted(b.holders))
         return Features(
             b.id,
             e.tier_index[b.tier],
@@ -199,7 +194,7 @@ class EngineView:
             last_op,
             suspend,
             b.alloc_time,
-            tuple(sorted(b.holders)),
+            holders,
         )
 
     def resident(self) -> Sequence[BlockId]:
