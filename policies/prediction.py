@@ -2,7 +2,8 @@
 
 * ``mori`` -- MORI-like: each context's priority is the share of a recent window it spent
   waiting on tools; the most idle context's KV is evicted first. A closed context keeps idling
-  (it never resumes), which is how dead KV ends up evicted -- eventually, not at once.
+  (it never resumes), which is how dead KV ends up evicted -- eventually, not at once. KV of
+  a session that has ended belongs to no active program and goes first.
 * ``ttl`` -- Continuum/CacheWise-like: the tool-call intervals observed so far (suspension to
   resumption) give a TTL per tool class (a quantile, default p90); a waiting context's KV is
   protected until its TTL runs out; unprotected KV goes first by LRU, then protected KV by the
@@ -19,8 +20,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from kvmodel.ids import BlockId, ContextId
-from kvmodel.io.trace import Append, Close, EndSession, Infer, Op, Replace, Return
+from kvmodel.ids import BlockId, ContextId, SessionId
+from kvmodel.io.trace import Append, Close, EndSession, Fork, Infer, Op, Open, Replace, Return
 from kvmodel.messages import AgentKind
 from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, Reclaim
 from kvmodel.view import BlockInfo, ModelView
@@ -42,10 +43,15 @@ class WaitTracker:
 
     def observe(self, view: ModelView, op: Op) -> None:
         match op:
+            case Open():
+                self.agent[op.ctx] = op.agent
+            case Fork():
+                self.agent[op.ctx] = view.context(op.src).agent
             case Infer():
-                if op.ctx in view.open_contexts():
-                    self.agent[op.ctx] = view.context(op.ctx).agent
-                    self.waits.setdefault(op.ctx, []).append((op.t + op.duration, None))
+                # every inference ran on an open context; a one-shot context is closed by its
+                # own inference before this call and idles on from its end like any closed one
+                # (spec §mori) -- not left out, which made its KV look never idle
+                self.waits.setdefault(op.ctx, []).append((op.t + op.duration, None))
             case Append() | Replace():
                 self._resume(op.ctx, op.t)
             case Return():
@@ -102,6 +108,23 @@ class MORI(_Tracking):
     name: ClassVar[str] = "mori"
     claims: ClassVar[frozenset[str]] = STRUCTURAL_CLAIMS
     window_s: ClassVar[float] = 600.0
+    #: the score of KV no active program owns: above every idle share, so it goes first
+    ENDED: ClassVar[float] = 2.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.session: dict[ContextId, SessionId] = {}
+        self.ended: set[SessionId] = set()
+
+    def observe(self, view: ModelView, op: Op) -> None:
+        super().observe(view, op)
+        match op:
+            case Open():
+                self.session[op.ctx] = op.session
+            case Fork():
+                self.session[op.ctx] = self.session[op.src]
+            case EndSession():
+                self.ended.add(op.session)
 
     def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
         now = view.now
@@ -114,7 +137,10 @@ class MORI(_Tracking):
             return s
 
         def idle(b: BlockInfo) -> float:
-            return min(share(c) for c in (b.holders or (b.writer,)))
+            if b.holders:
+                return min(share(c) for c in b.holders)
+            # held by no open context: its writer's program's, unless that program has ended
+            return self.ENDED if self.session[b.writer] in self.ended else share(b.writer)
 
         return [
             b.id

@@ -38,6 +38,17 @@ def msg(mid: str, tokens: int, kind: str = "user", h: str | None = None) -> dict
     return d
 
 
+def turn(
+    t: float, ctx: str, session: str, body: str, tokens: int, **open_fields: Any
+) -> tuple[dict[str, Any], ...]:
+    """A new context's first turn: open it, append one user message, infer -- all at ``t``."""
+    return (
+        {"op": "open", "t": t, "ctx": ctx, "session": session, "agent": "main", **open_fields},
+        {"op": "append", "t": t, "ctx": ctx, "messages": [msg(body, tokens)]},
+        {"op": "infer", "t": t, "ctx": ctx, "output": []},
+    )
+
+
 def trace(*ops: dict[str, Any]) -> Trace:
     return parse_trace_lines([json.dumps(o) for o in ops], source="scenario")
 

@@ -8,7 +8,7 @@ import random
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from scenario import config, log_of, msg, run, trace
+from scenario import config, log_of, msg, run, trace, turn
 
 from checkers.invariants import INVARIANTS
 from checkers.invariants.replay import check_ops
@@ -396,19 +396,45 @@ def test_mori_evicts_the_most_idle_context_first() -> None:
     its tool ever since. At t=10 MORI evicts a's KV (the idler context) although b's is older;
     LRU evicts b's."""
     ops = (
-        {"op": "open", "t": 0, "ctx": "b", "session": "s", "agent": "main"},
-        {"op": "append", "t": 0, "ctx": "b", "messages": [msg("B", 8)]},
-        {"op": "infer", "t": 0, "ctx": "b", "output": []},
+        *turn(0, "b", "s", "B", 8),
         {"op": "append", "t": 0.5, "ctx": "b", "messages": [msg("B2", 4)]},
-        {"op": "open", "t": 1, "ctx": "a", "session": "s", "agent": "main"},
-        {"op": "append", "t": 1, "ctx": "a", "messages": [msg("A", 8)]},
-        {"op": "infer", "t": 1, "ctx": "a", "output": []},
-        {"op": "open", "t": 10, "ctx": "c", "session": "s", "agent": "main"},
-        {"op": "append", "t": 10, "ctx": "c", "messages": [msg("C", 4)]},
-        {"op": "infer", "t": 10, "ctx": "c", "output": []},
+        *turn(1, "a", "s", "A", 8),
+        *turn(10, "c", "s", "C", 4),
     )
     assert _evictions("mori", *ops, op=9) == ["evict 3 d1 suspended"]
     assert _evictions("lru", *ops, op=9) == ["evict 1 d1 active"]
+
+
+def test_mori_lets_a_one_shot_context_idle_on_after_its_inference() -> None:
+    """Golden regression: a one-shot compactor k closes by its own inference (t=1), so MORI's
+    tracker saw no open context there and recorded no wait: k's dead KV scored idle share 0,
+    the busiest there is, and outlived every live context's (on claude-code-fit, 8 sessions,
+    MORI cost twice LRU's). Closed, k idles on from t=1 like any closed context (spec §mori):
+    at t=10 its 9 s idle outrank b's 0.5 s, and MORI evicts k's block, not b's older one."""
+    ops = (
+        *turn(0, "b", "s", "B", 8),
+        {"op": "append", "t": 0.5, "ctx": "b", "messages": [msg("B2", 4)]},
+        *turn(1, "k", "s", "K", 8, one_shot=True),
+        *turn(10, "c", "s", "C", 4),
+    )
+    assert _evictions("mori", *ops, op=9) == ["evict 3 d1 dead"]
+    assert _evictions("lru", *ops, op=9) == ["evict 1 d1 active"]
+
+
+def test_mori_evicts_an_ended_programs_kv_before_any_active_programs() -> None:
+    """MORI ranks active programs: once session s1 ends, a's KV belongs to none and goes first,
+    although a idled 1 s and b (live, another session) 10 s. Before s1 ends, a is an active
+    program like b, and the idler b's KV goes; LRU takes b's (older) either way."""
+    ops = [
+        *turn(0, "b", "s2", "B", 8),
+        *turn(9, "a", "s1", "A", 8),
+        {"op": "end_session", "t": 9.5, "session": "s1"},
+        *turn(10, "c", "s3", "C", 4),
+    ]
+    assert _evictions("mori", *ops, op=9) == ["evict 3 d1 dead"]
+    assert _evictions("lru", *ops, op=9) == ["evict 1 d1 suspended"]
+    del ops[6]  # s1 goes on: a is an active program, less idle than b
+    assert _evictions("mori", *ops, op=8) == ["evict 1 d1 suspended"]
 
 
 def test_ttl_protects_a_waiting_context_until_its_ttl_expires() -> None:
