@@ -14,7 +14,13 @@ from kvmodel.ids import ContextId, MessageId, SessionId
 from kvmodel.io.trace import Append, EndSession, Infer, Open, Trace, TraceHeader, dump_trace
 from kvmodel.messages import AgentKind, Message, MessageKind, Role
 from kvmodel.workloads import PRESETS, generate_agentic
-from kvmodel.workloads.stats import FIT_TARGETS, fit_error, fit_generator, workload_stats
+from kvmodel.workloads.stats import (
+    FIT_COUNTS,
+    FIT_TARGETS,
+    fit_error,
+    fit_generator,
+    workload_stats,
+)
 
 
 def _m(
@@ -125,11 +131,15 @@ def _real(preset: str):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("preset", sorted(FITTED))
 def test_a_fitted_preset_is_within_a_factor_two_of_its_real_trace(preset: str) -> None:
     """Every statistic the fit matches, on the preset's own 24 sessions, within 2x of the
-    real trace's (spec R8); the hand-set preset it was fitted from is not."""
+    real trace's (spec R8): the per-session counts too (sub-agents, compactions, compactions
+    inside a turn) where the real trace has any; the hand-set preset it was fitted from is not."""
     real = _real(preset)
-    ratios = {f: getattr(workload_stats(generate_agentic(PRESETS[preset])), f) /
-              getattr(real, f) for f in FIT_TARGETS}  # fmt: skip
+    got = workload_stats(generate_agentic(PRESETS[preset]))
+    counts = (*FIT_COUNTS, "compactions_in_turn_per_session")
+    fields = [*FIT_TARGETS, *(f for f in counts if getattr(real, f))]
+    ratios = {f: getattr(got, f) / getattr(real, f) for f in fields}
     assert all(0.5 <= r <= 2.0 for r in ratios.values()), ratios
+    assert all(getattr(got, f) == 0 for f in counts if not getattr(real, f))
     hand = workload_stats(generate_agentic(PRESETS["single-agent"]))
     assert not 0.5 <= hand.input_output_ratio / real.input_output_ratio <= 2.0
 

@@ -11,9 +11,12 @@ import pytest
 
 from kvmodel import EngineConfig, TierConfig
 from kvmodel.ids import TierName
-from kvmodel.io.trace import EndSession, Open, iter_trace_lines
+from kvmodel.io.trace import EndSession, Infer, Open, TurnEnd, iter_trace_lines
+from kvmodel.logical import Sequences
+from kvmodel.messages import AgentKind
 from kvmodel.replay import replay
 from kvmodel.workloads import PRESETS, generate_agentic
+from kvmodel.workloads.stats import workload_stats
 from policies.lachesis import LachesisDet, SegmentClass
 from policies.spawn_predictor import kendall_tau, worker_samples
 
@@ -87,3 +90,41 @@ def test_generators_are_deterministic() -> None:
     for name, p in PRESETS.items():
         a = list(iter_trace_lines(generate_agentic(p)))
         assert a == list(iter_trace_lines(generate_agentic(p))), name
+
+
+def test_compaction_inside_a_turn_fires_at_the_threshold_and_draws_nothing() -> None:
+    """``compact_in_turn`` (a harness's automatic compaction at a context-size limit): a
+    compactor opens as soon as a tool result takes the main history past the threshold, inside
+    the turn, before the next inference, so no main prompt exceeds the threshold (but for a
+    one-inference reminder of under 90 tokens); with compaction at turn ends only, one turn of
+    40 rounds compacts once, at its end, and its prompts grow far past the threshold.
+    Compaction draws nothing: both traces agree up to it. The statistics see the difference."""
+    base = attrs.evolve(
+        PRESETS["single-agent"], sessions=1, turns=1, rounds=40, compact_at_tokens=8_000
+    )
+    plain = generate_agentic(base)
+    tr = generate_agentic(attrs.evolve(base, compact_in_turn=True))
+
+    def compactors(ops: tuple[object, ...]) -> list[Open]:
+        return [op for op in ops if isinstance(op, Open) and op.agent is AgentKind.COMPACTOR]
+
+    def main_prompts(ops: tuple[object, ...]) -> list[int]:
+        seqs, out = Sequences(16), []
+        for op in ops:
+            if isinstance(op, Infer) and op.ctx.endswith(".main"):
+                out.append(sum(m.tokens for m in seqs.messages(op.ctx)))
+            seqs.apply(op)  # type: ignore[arg-type]
+        return out
+
+    turn_end = next(op.t for op in tr.ops if isinstance(op, TurnEnd))
+    inside = [op for op in compactors(tr.ops) if op.t < turn_end]
+    assert len(inside) >= 3
+    assert len(compactors(plain.ops)) == 1
+    assert max(main_prompts(tr.ops)) < 8_000 + 90
+    assert max(main_prompts(plain.ops)) > 3 * 8_000
+    first = tr.ops.index(inside[0])
+    assert tr.ops[:first] == plain.ops[:first]
+    assert "compact_in_turn" not in plain.header.meta  # off: the header is what it was
+    assert tr.header.meta["compact_in_turn"] is True
+    assert workload_stats(tr).compactions_in_turn_per_session == len(inside)
+    assert workload_stats(plain).compactions_in_turn_per_session == 0

@@ -52,6 +52,10 @@ class AgenticParams:
     max_workers: int = 3
     p_temporary: float = 0.1  # chance a round carries a one-inference reminder
     compact_at_tokens: int = 12_000
+    #: also compact inside a turn, as soon as a tool result takes the history past
+    #: ``compact_at_tokens`` (a harness's automatic compaction at a context-size limit, as
+    #: Claude Code's); otherwise only at the end of a turn
+    compact_in_turn: bool = False
     pin_system: bool = True
     pin_ttl_s: float | None = None
     tpot_s: float = 0.03
@@ -105,11 +109,13 @@ PRESETS: dict[str, AgenticParams] = {
     ),
     "claude-code-fit": AgenticParams(
         sessions=24,
+        turns=2,
         rounds=64,
         system_tokens=26_000,
         p_spawn=0.005,
+        compact_at_tokens=200_000,
+        compact_in_turn=True,
         observation_scale=2.0,
-        output_scale=0.5,
     ),
 }
 
@@ -252,6 +258,30 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
     n_workers = 0
     n_compactions = 0
     n_forks = 0
+
+    def compact(t: float, history: list[Message]) -> tuple[float, list[Message]]:
+        """Past the threshold, a one-shot compactor summarises the history, which the main
+        context then replaces with the summary (draws nothing)."""
+        nonlocal n_compactions
+        if sum(m.tokens for m in history) <= p.compact_at_tokens:
+            return t, history
+        n_compactions += 1
+        comp = ContextId(f"s{index}.c{n_compactions}")
+        s.ops.append(Open(t, comp, s.sid, AgentKind.COMPACTOR, main, None, True))
+        ins = s.msg(Role.USER, MessageKind.INSTRUCTION, 80, "compaction-instruction")
+        s.ops.append(Append(t, comp, (*history, ins)))
+        summary_tokens = max(200, sum(m.tokens for m in history) // 10)
+        t = s.infer(
+            t,
+            comp,
+            sum(m.tokens for m in history) + ins.tokens,
+            [s.msg(Role.ASSISTANT, MessageKind.SUMMARY, summary_tokens)],
+        )
+        s.ops.append(Remove(t, main, 1, len(history) - 1))
+        summary = s.msg(Role.USER, MessageKind.SUMMARY, summary_tokens)
+        s.ops.append(Append(t, main, (summary,)))
+        return t, [sys_m, summary]
+
     for turn in range(p.turns):
         if turn:
             t += round(s.lognormal(p.user_delay_median_s, 1.0), 3)
@@ -288,6 +318,8 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
                 )
                 s.ops.append(Append(t, main, (obs,)))
                 history.append(obs)
+            if p.compact_in_turn:
+                t, history = compact(t, history)
         out = [
             s.msg(Role.ASSISTANT, MessageKind.REASONING, s.lognormal(300 * s.p.output_scale)),
             s.msg(Role.ASSISTANT, MessageKind.OUTPUT, s.lognormal(150 * s.p.output_scale)),
@@ -310,23 +342,7 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
             )
             s.ops.append(Close(t_b, branch))
             t = t_b  # the harness waits for the alternative before going on
-        if sum(m.tokens for m in history) > p.compact_at_tokens:
-            n_compactions += 1
-            comp = ContextId(f"s{index}.c{n_compactions}")
-            s.ops.append(Open(t, comp, s.sid, AgentKind.COMPACTOR, main, None, True))
-            ins = s.msg(Role.USER, MessageKind.INSTRUCTION, 80, "compaction-instruction")
-            s.ops.append(Append(t, comp, (*history, ins)))
-            summary_tokens = max(200, sum(m.tokens for m in history) // 10)
-            t = s.infer(
-                t,
-                comp,
-                sum(m.tokens for m in history) + ins.tokens,
-                [s.msg(Role.ASSISTANT, MessageKind.SUMMARY, summary_tokens)],
-            )
-            s.ops.append(Remove(t, main, 1, len(history) - 1))
-            summary = s.msg(Role.USER, MessageKind.SUMMARY, summary_tokens)
-            s.ops.append(Append(t, main, (summary,)))
-            history = [sys_m, summary]
+        t, history = compact(t, history)
     s.ops.append(EndSession(t, s.sid))
     # workers run concurrently with each other: order the session's ops by time (stable)
     return sorted(s.ops, key=lambda o: o.t)
@@ -348,4 +364,6 @@ def generate_agentic(params: AgenticParams | None = None) -> Trace:
     for knob in ("observation_scale", "output_scale"):  # likewise before calibration
         if meta[knob] == 1.0:
             del meta[knob]
+    if not p.compact_in_turn:  # and before compaction inside a turn
+        del meta["compact_in_turn"]
     return Trace(TraceHeader(1, meta), ops)

@@ -16,13 +16,14 @@ from collections.abc import Mapping, Sequence
 import attrs
 import numpy as np
 
-from kvmodel.io.trace import Infer, Open, Trace
+from kvmodel.io.trace import Infer, Open, Trace, TurnEnd
 from kvmodel.logical import Sequences
 from kvmodel.messages import AgentKind
 from kvmodel.workloads.agentic import AgenticParams, generate_agentic
 
 __all__ = [
     "COMPACTION_GRID",
+    "FIT_COUNTS",
     "FIT_GRID",
     "FIT_TARGETS",
     "ROWS",
@@ -49,6 +50,9 @@ class WorkloadStats:
     subagents_per_session: float
     reviewers_per_session: float
     compactions_per_session: float
+    #: compactions whose parent was inside a turn (an inference since its last ``turn_end``):
+    #: a harness compacting at a size limit, not between turns
+    compactions_in_turn_per_session: float
     #: prompt tokens the same context's previous inference already held, over all prompt tokens
     carried_share: float
 
@@ -66,6 +70,7 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("subagents_per_session", "sub-agents / session", "{:.2f}"),
     ("reviewers_per_session", "reviewers / session", "{:.2f}"),
     ("compactions_per_session", "compactions / session", "{:.2f}"),
+    ("compactions_in_turn_per_session", "  of them inside a turn", "{:.2f}"),
     ("carried_share", "prompt carried from last inference", "{:.1%}"),
 )
 
@@ -87,6 +92,8 @@ def workload_stats(trace: Trace) -> WorkloadStats:
     kinds: dict[AgentKind, int] = {}
     waits: list[float] = []
     ended: dict[str, float] = {}  # context -> end of its last inference, until its next op
+    in_turn: set[str] = set()  # contexts with an inference since their last turn_end
+    compactions_in_turn = 0
     for op in trace.ops:
         ctx = getattr(op, "ctx", None)
         if ctx is not None and ctx in ended:
@@ -94,7 +101,12 @@ def workload_stats(trace: Trace) -> WorkloadStats:
         if isinstance(op, Open):
             sessions.add(op.session)
             kinds[op.agent] = kinds.get(op.agent, 0) + 1
+            if op.agent is AgentKind.COMPACTOR and op.parent in in_turn:
+                compactions_in_turn += 1
+        elif isinstance(op, TurnEnd):
+            in_turn.discard(op.ctx)
         elif isinstance(op, Infer):
+            in_turn.add(op.ctx)
             prompt = sum(m.tokens for m in seqs.messages(op.ctx))
             out = sum(m.tokens for m in op.output)
             prev = last.get(op.ctx)
@@ -119,6 +131,7 @@ def workload_stats(trace: Trace) -> WorkloadStats:
         subagents_per_session=kinds.get(AgentKind.WORKER, 0) / n,
         reviewers_per_session=kinds.get(AgentKind.REVIEWER, 0) / n,
         compactions_per_session=kinds.get(AgentKind.COMPACTOR, 0) / n,
+        compactions_in_turn_per_session=compactions_in_turn / n,
         carried_share=carried / sum(prompts) if prompts else 0.0,
     )
 
@@ -146,7 +159,7 @@ FIT_GRID: dict[str, tuple[float, ...]] = {
     "turns": (1, 2, 3, 5, 8),
 }
 #: searched as well when the target compacts (otherwise compaction is switched off)
-COMPACTION_GRID: tuple[int, ...] = (12_000, 25_000, 50_000, 100_000, 200_000)
+COMPACTION_GRID: tuple[int, ...] = (12_000, 25_000, 50_000, 100_000, 150_000, 200_000)
 #: ``p_spawn``, searched as well when the target has sub-agents (otherwise spawning is off):
 #: from one spawn in a long session's rounds up to the multi-agent preset's 0.6
 SPAWN_GRID: tuple[float, ...] = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.6)
@@ -155,16 +168,21 @@ SPAWN_GRID: tuple[float, ...] = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.6)
 _COUNT_SMOOTHING = 0.5
 
 
+#: the per-session counts :func:`fit_error` also scores where the target has any
+FIT_COUNTS = ("subagents_per_session", "compactions_per_session")
+
+
 def fit_error(got: WorkloadStats, target: WorkloadStats) -> float:
-    """Sum of squared log ratios over :data:`FIT_TARGETS`, and over sub-agents per session
-    (smoothed) when the target has sub-agents."""
+    """Sum of squared log ratios over :data:`FIT_TARGETS`, and over each of
+    :data:`FIT_COUNTS` (smoothed) that the target has."""
     err = 0.0
     for f in FIT_TARGETS:
         a, b = getattr(got, f), getattr(target, f)
         err += float(np.log(max(a, 1e-9) / max(b, 1e-9))) ** 2
-    if target.subagents_per_session:
-        a, b = got.subagents_per_session, target.subagents_per_session
-        err += float(np.log((a + _COUNT_SMOOTHING) / (b + _COUNT_SMOOTHING))) ** 2
+    for f in FIT_COUNTS:
+        a, b = getattr(got, f), getattr(target, f)
+        if b:
+            err += float(np.log((a + _COUNT_SMOOTHING) / (b + _COUNT_SMOOTHING))) ** 2
     return err
 
 
@@ -172,7 +190,8 @@ def fit_generator(
     target: WorkloadStats, base: AgenticParams, *, sessions: int = 4, passes: int = 3
 ) -> tuple[AgenticParams, WorkloadStats]:
     """Generator parameters whose statistics come closest to ``target``'s (spec R8): the
-    structure set from the target (no sub-agents, reviewers or compactions where it has none),
+    structure set from the target (no sub-agents, reviewers or compactions where it has none;
+    compaction inside a turn where most of its compactions are),
     then the joint grid of ``rounds`` x ``observation_scale``, then coordinate descent over
     :data:`FIT_GRID` (and :data:`COMPACTION_GRID` when the target compacts, :data:`SPAWN_GRID`
     when it has sub-agents) -- each knob in
@@ -186,6 +205,13 @@ def fit_generator(
         p = attrs.evolve(p, p_review=0.0)
     if not target.compactions_per_session:
         p = attrs.evolve(p, compact_at_tokens=10**9)
+    elif 2 * target.compactions_in_turn_per_session >= target.compactions_per_session:
+        # most of the trace's compactions fall inside a turn: a harness compacting at a size
+        # limit, which its largest prompts show -- the search starts from the grid's threshold
+        # nearest the target's prompt p90 (from a small one, every prompt is held under it and
+        # the joint search below shrinks the prompts to match instead)
+        limit = min(COMPACTION_GRID, key=lambda c: abs(np.log(c / max(target.prompt_p90, 1.0))))
+        p = attrs.evolve(p, compact_in_turn=True, compact_at_tokens=limit)
 
     def score(q: AgenticParams) -> tuple[float, WorkloadStats]:
         st = workload_stats(generate_agentic(q))
