@@ -13,6 +13,7 @@ from kvmodel.io.importers import import_claude_code, import_openai
 from kvmodel.io.trace import Append, Infer, Open, Remove, Return, Trace, op_name
 from kvmodel.messages import AgentKind, MessageKind
 from kvmodel.replay import replay
+from kvmodel.workloads.stats import workload_stats
 
 BIG = EngineConfig(16, (TierConfig(TierName("hbm"), 10_000),))
 
@@ -289,3 +290,7 @@ def test_r5_openai_conversations_share_one_clock(tmp_path: Path) -> None:
         "c": 0.0,
     }
     assert report.untimed == 1  # ... and the import says which had no clock
+    assert trace.header.meta["untimed_sessions"] == ["c"]  # (so R8's waits leave it out)
+    assert workload_stats(trace).wait_p50_s is None  # no logged wait: a and b infer once
+    timed, _ = import_openai(paths[:2])
+    assert "untimed_sessions" not in timed.header.meta

@@ -17,8 +17,11 @@ from kvmodel.workloads import PRESETS, generate_agentic
 from kvmodel.workloads.stats import (
     FIT_COUNTS,
     FIT_TARGETS,
+    WAIT_TARGETS,
     fit_error,
     fit_generator,
+    render_side_by_side,
+    wait_error,
     workload_stats,
 )
 
@@ -56,6 +59,22 @@ def test_the_statistics_of_a_hand_written_trace() -> None:
     assert (st.reviewers_per_session, st.compactions_per_session) == (0.0, 0.0)
     # the second inference of c carries 110 of its 160 tokens; nothing else carries
     assert st.carried_share == pytest.approx(110 / 290)
+    # an importer that made up the session's times lists it: no wait is measured, the rest is
+    untimed = Trace(TraceHeader(1, {"untimed_sessions": ["s"]}), _trace().ops)
+    assert workload_stats(untimed) == attrs.evolve(st, wait_p50_s=None, wait_p90_s=None)
+    assert "n/a" in render_side_by_side({"untimed": workload_stats(untimed)})
+
+
+def test_the_wait_knobs_move_the_waits_alone() -> None:
+    """The main agent's tool-call time draws nothing: every statistic but the waits is the
+    same, which is why the fit searches it last and alone (spec R8)."""
+    base = attrs.evolve(PRESETS["single-agent"], sessions=2)
+    a = workload_stats(generate_agentic(base))
+    b = workload_stats(generate_agentic(attrs.evolve(base, tool_wait_median_s=8.0)))
+    assert b.wait_p50_s is not None
+    assert a.wait_p50_s is not None
+    assert b.wait_p50_s > 2 * a.wait_p50_s
+    assert b == attrs.evolve(a, wait_p50_s=b.wait_p50_s, wait_p90_s=b.wait_p90_s)
 
 
 def test_generated_and_written_traces_are_measured_alike(tmp_path: Path) -> None:
@@ -72,11 +91,16 @@ def test_generated_and_written_traces_are_measured_alike(tmp_path: Path) -> None
 
 def test_the_fit_recovers_the_knobs_a_trace_was_made_with() -> None:
     base = PRESETS["single-agent"]
-    truth = attrs.evolve(base, sessions=1, observation_scale=4.0, output_scale=0.5, rounds=8)
+    truth = attrs.evolve(
+        base, sessions=1, observation_scale=4.0, output_scale=0.5, rounds=8,
+        tool_wait_median_s=5.0, tool_wait_sigma=0.4,
+    )  # fmt: skip
     target = workload_stats(generate_agentic(truth))
     params, got = fit_generator(target, base, sessions=1)
     assert fit_error(got, target) == 0.0  # the same draws: the very trace
+    assert wait_error(got, target) == 0.0
     assert (params.observation_scale, params.output_scale, params.rounds) == (4.0, 0.5, 8)
+    assert (params.tool_wait_median_s, params.tool_wait_sigma) == (5.0, 0.4)
     assert params.sessions == base.sessions
 
 
@@ -136,7 +160,8 @@ def test_a_fitted_preset_is_within_a_factor_two_of_its_real_trace(preset: str) -
     real = _real(preset)
     got = workload_stats(generate_agentic(PRESETS[preset]))
     counts = (*FIT_COUNTS, "compactions_in_turn_per_session")
-    fields = [*FIT_TARGETS, *(f for f in counts if getattr(real, f))]
+    logged = [f for f in WAIT_TARGETS if getattr(real, f) is not None]  # tau-bench: none
+    fields = [*FIT_TARGETS, *logged, *(f for f in counts if getattr(real, f))]
     ratios = {f: getattr(got, f) / getattr(real, f) for f in fields}
     assert all(0.5 <= r <= 2.0 for r in ratios.values()), ratios
     assert all(getattr(got, f) == 0 for f in counts if not getattr(real, f))

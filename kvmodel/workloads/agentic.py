@@ -72,6 +72,10 @@ class AgenticParams:
     #: answers, reviews): the knobs a calibration to real traces turns (kvmodel stats --fit)
     observation_scale: float = 1.0
     output_scale: float = 1.0
+    #: the main agent's tool call takes a log-normal time with this median and sigma (its
+    #: workers' tools keep their own latencies): what a calibration to a timed trace fits
+    tool_wait_median_s: float = 3.0
+    tool_wait_sigma: float = 0.8
 
 
 #: Calibrated presets (tests/test_workloads.py measures them against these ranges):
@@ -96,7 +100,14 @@ PRESETS: dict[str, AgenticParams] = {
         sessions=24, turns=1, rounds=4, p_spawn=0.6, lead=True, p_review=0.5
     ),
     "mini-swe-agent-fit": AgenticParams(
-        sessions=24, turns=2, rounds=16, p_spawn=0.0, compact_at_tokens=10**9, output_scale=0.5
+        sessions=24,
+        turns=2,
+        rounds=16,
+        p_spawn=0.0,
+        compact_at_tokens=10**9,
+        output_scale=0.5,
+        tool_wait_median_s=5.0,
+        tool_wait_sigma=0.4,
     ),
     "tau-bench-fit": AgenticParams(
         sessions=24,
@@ -116,6 +127,8 @@ PRESETS: dict[str, AgenticParams] = {
         compact_at_tokens=200_000,
         compact_in_turn=True,
         observation_scale=2.0,
+        tool_wait_median_s=2.0,
+        tool_wait_sigma=1.6,
     ),
 }
 
@@ -312,7 +325,7 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
                 t = max(e for e, _ in ends)
                 history.extend(r for _, r in sorted(ends, key=lambda x: x[0]))
             else:
-                t += round(s.lognormal(3.0), 3)
+                t += round(s.lognormal(p.tool_wait_median_s, p.tool_wait_sigma), 3)
                 obs = s.msg(
                     Role.TOOL, MessageKind.OBSERVATION, s.lognormal(600 * p.observation_scale)
                 )
@@ -366,4 +379,7 @@ def generate_agentic(params: AgenticParams | None = None) -> Trace:
             del meta[knob]
     if not p.compact_in_turn:  # and before compaction inside a turn
         del meta["compact_in_turn"]
+    for knob, before in (("tool_wait_median_s", 3.0), ("tool_wait_sigma", 0.8)):  # and waits
+        if meta[knob] == before:
+            del meta[knob]
     return Trace(TraceHeader(1, meta), ops)

@@ -4,8 +4,10 @@ or imported from a real agent's log -- so the two can be printed side by side
 
 Per trace: sessions; inferences per session; prompt tokens per inference (p10, p50, p90); the
 input:output token ratio; the wait of a context between the end of one of its inferences and
-its next op (the tool's or user's time, p50 and p90); sub-agents (worker contexts), reviewers and
-compactions (compactor contexts) per session; and the share of prompt tokens the previous
+its next op (the tool's or user's time, p50 and p90; none for sessions whose times an importer
+made up, which the trace's header lists as ``untimed_sessions``); sub-agents (worker
+contexts), reviewers and compactions (compactor contexts) per session, and how many of the
+compactions fall inside a turn; and the share of prompt tokens the previous
 inference of the same context already held (the reuse a prefix cache can have at most).
 """
 
@@ -16,7 +18,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 import numpy as np
 
-from kvmodel.io.trace import Infer, Open, Trace, TurnEnd
+from kvmodel.io.trace import Fork, Infer, Open, Trace, TurnEnd
 from kvmodel.logical import Sequences
 from kvmodel.messages import AgentKind
 from kvmodel.workloads.agentic import AgenticParams, generate_agentic
@@ -28,10 +30,13 @@ __all__ = [
     "FIT_TARGETS",
     "ROWS",
     "SPAWN_GRID",
+    "WAIT_GRID",
+    "WAIT_TARGETS",
     "WorkloadStats",
     "fit_error",
     "fit_generator",
     "render_side_by_side",
+    "wait_error",
     "workload_stats",
 ]
 
@@ -45,8 +50,10 @@ class WorkloadStats:
     prompt_p50: float
     prompt_p90: float
     input_output_ratio: float
-    wait_p50_s: float
-    wait_p90_s: float
+    #: None where the trace has no logged wait (every session untimed, or no inference is
+    #: followed by an op of its context): a made-up time is no statistic
+    wait_p50_s: float | None
+    wait_p90_s: float | None
     subagents_per_session: float
     reviewers_per_session: float
     compactions_per_session: float
@@ -91,7 +98,9 @@ def workload_stats(trace: Trace) -> WorkloadStats:
     sessions: set[str] = set()
     kinds: dict[AgentKind, int] = {}
     waits: list[float] = []
+    untimed = frozenset(trace.header.meta.get("untimed_sessions", ()))
     ended: dict[str, float] = {}  # context -> end of its last inference, until its next op
+    session_of: dict[str, str] = {}  # context -> its session (a fork's is its source's)
     in_turn: set[str] = set()  # contexts with an inference since their last turn_end
     compactions_in_turn = 0
     for op in trace.ops:
@@ -100,9 +109,12 @@ def workload_stats(trace: Trace) -> WorkloadStats:
             waits.append(max(0.0, op.t - ended.pop(ctx)))
         if isinstance(op, Open):
             sessions.add(op.session)
+            session_of[op.ctx] = op.session
             kinds[op.agent] = kinds.get(op.agent, 0) + 1
             if op.agent is AgentKind.COMPACTOR and op.parent in in_turn:
                 compactions_in_turn += 1
+        elif isinstance(op, Fork):
+            session_of[op.ctx] = session_of[op.src]
         elif isinstance(op, TurnEnd):
             in_turn.discard(op.ctx)
         elif isinstance(op, Infer):
@@ -115,7 +127,8 @@ def workload_stats(trace: Trace) -> WorkloadStats:
             last[op.ctx] = prompt + out
             prompts.append(float(prompt))
             outputs += out
-            ended[op.ctx] = op.t + op.duration
+            if session_of.get(op.ctx) not in untimed:
+                ended[op.ctx] = op.t + op.duration
         seqs.apply(op)
     n = max(1, len(sessions))
     return WorkloadStats(
@@ -126,8 +139,8 @@ def workload_stats(trace: Trace) -> WorkloadStats:
         prompt_p50=_pct(prompts, 50),
         prompt_p90=_pct(prompts, 90),
         input_output_ratio=sum(prompts) / outputs if outputs else float("inf"),
-        wait_p50_s=_pct(waits, 50),
-        wait_p90_s=_pct(waits, 90),
+        wait_p50_s=_pct(waits, 50) if waits else None,
+        wait_p90_s=_pct(waits, 90) if waits else None,
         subagents_per_session=kinds.get(AgentKind.WORKER, 0) / n,
         reviewers_per_session=kinds.get(AgentKind.REVIEWER, 0) / n,
         compactions_per_session=kinds.get(AgentKind.COMPACTOR, 0) / n,
@@ -136,13 +149,17 @@ def workload_stats(trace: Trace) -> WorkloadStats:
     )
 
 
+def _cell(fmt: str, v: float | None) -> str:
+    return "n/a" if v is None else fmt.format(v)
+
+
 def render_side_by_side(columns: Mapping[str, WorkloadStats]) -> str:
     """One row per statistic, one column per trace."""
     names = list(columns)
     width = max(12, *(len(n) + 2 for n in names))
     lines = [f"{'statistic':<36}" + "".join(f"{n:>{width}}" for n in names)]
     for field, label, fmt in ROWS:
-        cells = "".join(f"{fmt.format(getattr(columns[n], field)):>{width}}" for n in names)
+        cells = "".join(f"{_cell(fmt, getattr(columns[n], field)):>{width}}" for n in names)
         lines.append(f"{label:<36}{cells}")
     return "\n".join(lines)
 
@@ -171,6 +188,15 @@ _COUNT_SMOOTHING = 0.5
 #: the per-session counts :func:`fit_error` also scores where the target has any
 FIT_COUNTS = ("subagents_per_session", "compactions_per_session")
 
+#: what the fit's last stage matches where the target logged its times (:func:`wait_error`), and
+#: the grid it searches: the main agent's tool-call time. No other statistic reads a time, and
+#: these knobs draw nothing, so they move the waits alone and are searched last, jointly
+WAIT_TARGETS = ("wait_p50_s", "wait_p90_s")
+WAIT_GRID: dict[str, tuple[float, ...]] = {
+    "tool_wait_median_s": (0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 12.0),
+    "tool_wait_sigma": (0.4, 0.8, 1.2, 1.6, 2.0),
+}
+
 
 def fit_error(got: WorkloadStats, target: WorkloadStats) -> float:
     """Sum of squared log ratios over :data:`FIT_TARGETS`, and over each of
@@ -186,6 +212,19 @@ def fit_error(got: WorkloadStats, target: WorkloadStats) -> float:
     return err
 
 
+def wait_error(got: WorkloadStats, target: WorkloadStats) -> float:
+    """Sum of squared log ratios over :data:`WAIT_TARGETS` the target has (0 if none)."""
+    err = 0.0
+    for f in WAIT_TARGETS:
+        a, b = getattr(got, f), getattr(target, f)
+        if b is None:
+            continue
+        if a is None:
+            return float("inf")
+        err += float(np.log(max(a, 1e-3) / max(b, 1e-3))) ** 2
+    return err
+
+
 def fit_generator(
     target: WorkloadStats, base: AgenticParams, *, sessions: int = 4, passes: int = 3
 ) -> tuple[AgenticParams, WorkloadStats]:
@@ -196,8 +235,9 @@ def fit_generator(
     :data:`FIT_GRID` (and :data:`COMPACTION_GRID` when the target compacts, :data:`SPAWN_GRID`
     when it has sub-agents) -- each knob in
     turn set to its best grid value with the others fixed, up to ``passes`` times or until
-    nothing moves -- scoring :func:`fit_error` on ``sessions`` generated sessions. A local
-    search: deterministic, not guaranteed to find the grid's best."""
+    nothing moves -- scoring :func:`fit_error` on ``sessions`` generated sessions; last, where
+    the target logged its times, the joint grid :data:`WAIT_GRID` scored by :func:`wait_error`.
+    A local search: deterministic, not guaranteed to find the grid's best."""
     p = attrs.evolve(base, sessions=sessions)
     if not target.subagents_per_session:
         p = attrs.evolve(p, p_spawn=0.0, lead=False)
@@ -247,4 +287,16 @@ def fit_generator(
                     best, best_stats, p, moved = e, st, q, True
         if not moved:
             break
+    if target.wait_p50_s is not None and passes:
+        waited = wait_error(best_stats, target)
+        start = p
+        for m in WAIT_GRID["tool_wait_median_s"]:
+            for sg in WAIT_GRID["tool_wait_sigma"]:
+                q = attrs.evolve(start, tool_wait_median_s=m, tool_wait_sigma=sg)
+                if q == start:
+                    continue
+                st = workload_stats(generate_agentic(q))
+                e = wait_error(st, target)
+                if e < waited:
+                    waited, best_stats, p = e, st, q
     return attrs.evolve(p, sessions=base.sessions), best_stats

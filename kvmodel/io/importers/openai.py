@@ -350,13 +350,22 @@ def import_openai(paths: Sequence[str | Path]) -> tuple[Trace, ImportReport]:
     created = [r.created for c in convs for r in c.requests if r.created is not None]
     t0 = min(created) if created else None
     streams: list[list[Op]] = []
+    untimed: list[str] = []
     for conv in convs:
         timed = any(r.created is not None for r in conv.requests)
         streams.append(_Builder(conv, report).run(t0 if timed else None))
         report.conversations += 1
-        report.untimed += not timed
         report.requests += len(conv.requests)
+        if not timed:
+            report.untimed += 1
+            untimed.append(conv.name)
     ops = sorted((op for s in streams for op in s), key=lambda o: o.t)
     report.ops = len(ops)
-    meta = {"kvtrace": 1, "importer": "openai", "sources": [Path(p).name for p in paths]}
+    meta: dict[str, Any] = {
+        "kvtrace": 1,
+        "importer": "openai",
+        "sources": [Path(p).name for p in paths],
+    }
+    if untimed:  # their sessions' times are made up: what reads waits must leave them out
+        meta["untimed_sessions"] = untimed
     return Trace(TraceHeader(1, meta), tuple(ops)), report
