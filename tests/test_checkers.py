@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 
+import checkers.search.claim_mutants
 import checkers.search.engine_mutants
 import checkers.search.mutants
 import checkers.search.outside_mutants
@@ -36,6 +37,7 @@ def test_expected_verdicts_cover_every_policy_and_mutant() -> None:
     assert set(BUILTIN) <= set(EXPECTED)
     zoo = (
         checkers.search.mutants,
+        checkers.search.claim_mutants,
         checkers.search.engine_mutants,
         checkers.search.outside_mutants,
     )

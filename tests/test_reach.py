@@ -78,10 +78,10 @@ def test_violations_are_shortest_and_replay() -> None:
 WIDE_ONLY = [
     "checkers.search.mutants:RootFirstLRU",
     "checkers.search.mutants:IndexesTemporary",
-    "checkers.search.mutants:NoBypassTetherLachesis",
+    "checkers.search.claim_mutants:NoBypassTetherLachesis",
     "checkers.search.mutants:StaleHitAfterReplace",
-    "checkers.search.mutants:ReclaimsExpiredTetherLachesis",
-    "checkers.search.mutants:AllHBMFirstTetherLachesis",
+    "checkers.search.claim_mutants:ReclaimsExpiredTetherLachesis",
+    "checkers.search.claim_mutants:AllHBMFirstTetherLachesis",
     "checkers.search.mutants:ForgetsHolder",
     "checkers.search.mutants:WritesPerSegment",
 ]

@@ -4,7 +4,10 @@ subtly. ``kvmodel check`` must catch every one; the expected verdicts say which 
 Each mutant resolves by import path like any third-party policy
 (``checkers.search.mutants:MRUInverted``) and is listed in :data:`MUTANTS` with the invariant it
 breaks. Engine bugs are planted through a policy's ``engine_class`` (see
-:func:`checkers.invariants.replay.engine_for`).
+:func:`checkers.invariants.replay.engine_for`). :data:`MUTANTS` is the one manifest of the zoo:
+it also takes in the mutants of :mod:`checkers.search.claim_mutants` (one for every claim of
+every built-in policy), :mod:`checkers.search.engine_mutants` and
+:mod:`checkers.search.outside_mutants`.
 """
 
 from __future__ import annotations
@@ -14,46 +17,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import ClassVar
 
-import attrs
-
+from checkers.search.claim_mutants import CLAIM_MUTANTS, _DeadAfterSuspended
 from checkers.search.engine_mutants import ENGINE_MUTANTS
 from checkers.search.outside_mutants import OUTSIDE_MUTANTS
 from kvmodel._rank_index import RankIndex
 from kvmodel.engine import Engine
-from kvmodel.ids import BlockId, ContextId, TierName
-from kvmodel.io.trace import Close, EndSession, Infer, Op, Remove, Replace, Return, TurnEnd
+from kvmodel.ids import BlockId, ContextId
+from kvmodel.io.trace import Close, Infer, Op, Remove, Replace, Return
 from kvmodel.lifecycle import BlockClass, MsgState
-from kvmodel.policy import BasePolicy, Placement, RankTerm, Reclaim, rank_key
+from kvmodel.policy import Placement, RankTerm, rank_key
 from kvmodel.view import BlockInfo, ModelView, NewBlock
-from policies.discovered import Discovered
 from policies.kvtether import KVTether
-from policies.lachesis import Lachesis, LachesisDet, SegmentClass
+from policies.lachesis import LachesisDet
 from policies.lru import LRU
-from policies.offline import Belady, OptPlacement
-from policies.prediction import TTL
-from policies.tether_lachesis import TetherLachesis
-from policies.vllm_prefix import VLLMPrefix
 
 __all__ = [
     "MUTANTS",
-    "AllHBMFirstDiscovered",
-    "AllHBMFirstLachesis",
-    "AllHBMFirstTetherLachesis",
-    "BoundaryReclaimDiscovered",
-    "BoundaryReclaimKVTether",
-    "BoundaryReclaimLachesis",
-    "BoundaryReclaimLachesisDet",
-    "BoundaryReclaimOptPlacement",
-    "BoundaryReclaimTetherLachesis",
-    "CappedReclaimDiscovered",
-    "CappedReclaimKVTether",
-    "CappedReclaimLachesis",
-    "CappedReclaimLachesisDet",
-    "CappedReclaimTetherLachesis",
-    "DeadAfterSuspendedDiscovered",
-    "DeadAfterSuspendedLachesis",
-    "DeadAfterSuspendedLachesisDet",
-    "DeadAfterSuspendedTetherLachesis",
     "DoubleFreeOnClose",
     "DropsForkPrefix",
     "EvictsInFlight",
@@ -63,52 +42,20 @@ __all__ = [
     "IdleTimeoutReclaim",
     "IndexesTemporary",
     "LateDeadReclaim",
-    "LateReclaimDiscovered",
-    "LateReclaimKVTether",
-    "LateReclaimLachesis",
-    "LateReclaimLachesisDet",
-    "LateReclaimOptPlacement",
-    "LateReclaimTetherLachesis",
     "LazyIndexUnderMRU",
     "LeadInHBM",
     "MRUInverted",
-    "MRUInvertedDiscovered",
-    "MRUInvertedTetherLachesis",
-    "NoBypassDiscovered",
-    "NoBypassTetherLachesis",
     "RaisesOnCompactor",
-    "ReclaimsExpiredDiscovered",
-    "ReclaimsExpiredLachesis",
-    "ReclaimsExpiredLachesisDet",
-    "ReclaimsExpiredOptPlacement",
-    "ReclaimsExpiredTetherLachesis",
     "ResurrectsRemoved",
     "RootFirstLRU",
-    "ShallowFirstBelady",
-    "ShallowFirstTTL",
-    "ShallowFirstVLLM",
     "SharedCursorLRU",
     "StaleCachedOrder",
     "StaleGroupIndex",
     "StaleHitAfterReplace",
-    "StateBlindTetherLachesis",
     "WritesPerSegment",
 ]
 
 _C = BlockClass
-
-
-class _DeadAfterSuspended(BasePolicy):
-    """No eager reclaim, and Dead ranks after Suspended: live KV is evicted while dead KV
-    waits."""
-
-    rank: ClassVar[tuple[RankTerm, ...]] = (
-        RankTerm("state", order=(_C.SUSPENDED, _C.DEAD, _C.EXPIRED, _C.TEMPORARY, _C.ACTIVE)),
-        RankTerm("last_access"),
-        RankTerm("depth", descending=True),
-    )
-
-    reclaim: ClassVar[Reclaim | None] = Reclaim.NONE
 
 
 class LateDeadReclaim(_DeadAfterSuspended, KVTether):
@@ -422,240 +369,6 @@ class LazyIndexUnderMRU(KVTether):
     engine_class: ClassVar[type[Engine]] = _AlwaysLazyEngine
 
 
-# -- one mutant for every claim of every built-in policy (kvmodel issue 12). Each bug is a mixin
-# an outside author could plausibly write, applied to every policy that claims what it breaks.
-
-
-class _ShallowFirst(BasePolicy):
-    """Evicts the shallowest candidates first ("the oldest KV goes first"), keeping the
-    parent's order among blocks of equal depth: a chain loses its head before its tail."""
-
-    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
-        depth = {b.id: b.depth for b in candidates}
-        return sorted(super().eviction_order(view, candidates), key=lambda b: depth[b])
-
-
-class _CappedReclaim(BasePolicy):
-    """Rate-limits reclaim to two blocks per op, shallowest first ("free the oldest KV
-    first"). Under a policy that reclaims dead KV eagerly a chain's blocks die together, so the
-    heads go and the tails stay resident: orphans (and zombie KV until later ops catch up)."""
-
-    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
-        return sorted(super().on_op(view, op), key=lambda b: view.block(b).depth)[:2]
-
-
-class _ReclaimAtBoundaries(BasePolicy):
-    """Reclaims dead KV only at turn and context boundaries (``turn_end``, ``return``,
-    ``close``, ``end_session``): what a ``remove`` or ``replace`` kills stays resident."""
-
-    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
-        out = list(super().on_op(view, op))
-        if isinstance(op, TurnEnd | Return | Close | EndSession):
-            return out
-        dead = set(view.dead())
-        return [b for b in out if b not in dead]
-
-
-class _ReclaimOneOpLate(BasePolicy):
-    """Batches reclaim: frees the blocks that were already dead at the previous op, so what an
-    op kills survives it (a lazy free list flushed one op late)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._was_dead: set[BlockId] = set()
-
-    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
-        out = list(super().on_op(view, op))
-        dead = set(view.dead())
-        late = [b for b in out if b not in dead or b in self._was_dead]
-        self._was_dead = dead - set(late)
-        return late
-
-
-class _ReclaimsExpired(BasePolicy):
-    """Treats Expired like Dead ("nobody will ask for it again") and frees it at once,
-    although a live context may still hold it."""
-
-    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
-        out = set(super().on_op(view, op))
-        out |= {b for b in view.resident() if view.block(b).state is _C.EXPIRED}
-        return sorted(out)
-
-
-class _NoBypass(BasePolicy):
-    """Indexes Temporary KV like any other (the bypass flag forgotten)."""
-
-    def place(self, view: ModelView, block: NewBlock) -> Placement:
-        return attrs.evolve(super().place(view, block), bypass=False)
-
-
-class _AllHBMFirst(LachesisDet):
-    """Every segment HBM-first, whatever its lifetime class."""
-
-    def tiers_for(self, view: ModelView, cls: SegmentClass) -> tuple[TierName, ...]:
-        return tuple(t.name for t in view.tiers())
-
-
-class ShallowFirstBelady(_ShallowFirst, Belady):
-    name: ClassVar[str] = "mutant-shallow-first-belady"
-
-
-class CappedReclaimKVTether(_CappedReclaim, KVTether):
-    name: ClassVar[str] = "mutant-capped-reclaim-kvtether"
-
-
-class CappedReclaimLachesis(_CappedReclaim, Lachesis):
-    name: ClassVar[str] = "mutant-capped-reclaim-lachesis"
-
-
-class CappedReclaimLachesisDet(_CappedReclaim, LachesisDet):
-    name: ClassVar[str] = "mutant-capped-reclaim-lachesis-det"
-
-
-class CappedReclaimTetherLachesis(_CappedReclaim, TetherLachesis):
-    name: ClassVar[str] = "mutant-capped-reclaim-tether-lachesis"
-
-
-class ShallowFirstTTL(_ShallowFirst, TTL):
-    name: ClassVar[str] = "mutant-shallow-first-ttl"
-
-
-class ShallowFirstVLLM(_ShallowFirst, VLLMPrefix):
-    name: ClassVar[str] = "mutant-shallow-first-vllm"
-
-
-class BoundaryReclaimKVTether(_ReclaimAtBoundaries, KVTether):
-    name: ClassVar[str] = "mutant-boundary-reclaim-kvtether"
-
-
-class BoundaryReclaimLachesis(_ReclaimAtBoundaries, Lachesis):
-    name: ClassVar[str] = "mutant-boundary-reclaim-lachesis"
-
-
-class BoundaryReclaimLachesisDet(_ReclaimAtBoundaries, LachesisDet):
-    name: ClassVar[str] = "mutant-boundary-reclaim-lachesis-det"
-
-
-class BoundaryReclaimTetherLachesis(_ReclaimAtBoundaries, TetherLachesis):
-    name: ClassVar[str] = "mutant-boundary-reclaim-tether-lachesis"
-
-
-class BoundaryReclaimOptPlacement(_ReclaimAtBoundaries, OptPlacement):
-    name: ClassVar[str] = "mutant-boundary-reclaim-opt-placement"
-
-
-class LateReclaimKVTether(_ReclaimOneOpLate, KVTether):
-    name: ClassVar[str] = "mutant-late-reclaim-kvtether"
-
-
-class LateReclaimLachesis(_ReclaimOneOpLate, Lachesis):
-    name: ClassVar[str] = "mutant-late-reclaim-lachesis"
-
-
-class LateReclaimLachesisDet(_ReclaimOneOpLate, LachesisDet):
-    name: ClassVar[str] = "mutant-late-reclaim-lachesis-det"
-
-
-class LateReclaimTetherLachesis(_ReclaimOneOpLate, TetherLachesis):
-    name: ClassVar[str] = "mutant-late-reclaim-tether-lachesis"
-
-
-class LateReclaimOptPlacement(_ReclaimOneOpLate, OptPlacement):
-    name: ClassVar[str] = "mutant-late-reclaim-opt-placement"
-
-
-class ReclaimsExpiredLachesis(_ReclaimsExpired, Lachesis):
-    name: ClassVar[str] = "mutant-reclaims-expired-lachesis"
-
-
-class ReclaimsExpiredLachesisDet(_ReclaimsExpired, LachesisDet):
-    name: ClassVar[str] = "mutant-reclaims-expired-lachesis-det"
-
-
-class ReclaimsExpiredTetherLachesis(_ReclaimsExpired, TetherLachesis):
-    name: ClassVar[str] = "mutant-reclaims-expired-tether-lachesis"
-
-
-class ReclaimsExpiredOptPlacement(_ReclaimsExpired, OptPlacement):
-    name: ClassVar[str] = "mutant-reclaims-expired-opt-placement"
-
-
-class DeadAfterSuspendedLachesis(_DeadAfterSuspended, Lachesis):
-    name: ClassVar[str] = "mutant-dead-after-suspended-lachesis"
-
-
-class DeadAfterSuspendedLachesisDet(_DeadAfterSuspended, LachesisDet):
-    name: ClassVar[str] = "mutant-dead-after-suspended-lachesis-det"
-
-
-class DeadAfterSuspendedTetherLachesis(_DeadAfterSuspended, TetherLachesis):
-    name: ClassVar[str] = "mutant-dead-after-suspended-tether-lachesis"
-
-
-class MRUInvertedTetherLachesis(TetherLachesis):
-    """tether-lachesis with KVTether's Suspended order inverted (LRU where MRU is claimed)."""
-
-    name: ClassVar[str] = "mutant-mru-inverted-tether-lachesis"
-    rank: ClassVar[tuple[RankTerm, ...]] = MRUInverted.rank
-
-
-class StateBlindTetherLachesis(TetherLachesis):
-    """tether-lachesis ranking by recency alone (the lifecycle rank dropped in a refactor)."""
-
-    name: ClassVar[str] = "mutant-state-blind-tether-lachesis"
-    rank: ClassVar[tuple[RankTerm, ...]] = (RankTerm("last_access"), RankTerm("depth", True))
-
-
-class NoBypassTetherLachesis(_NoBypass, TetherLachesis):
-    name: ClassVar[str] = "mutant-no-bypass-tether-lachesis"
-
-
-class AllHBMFirstLachesis(_AllHBMFirst, Lachesis):
-    name: ClassVar[str] = "mutant-all-hbm-first-lachesis"
-
-
-class AllHBMFirstTetherLachesis(_AllHBMFirst, TetherLachesis):
-    name: ClassVar[str] = "mutant-all-hbm-first-tether-lachesis"
-
-
-class CappedReclaimDiscovered(_CappedReclaim, Discovered):
-    name: ClassVar[str] = "mutant-capped-reclaim-discovered"
-
-
-class BoundaryReclaimDiscovered(_ReclaimAtBoundaries, Discovered):
-    name: ClassVar[str] = "mutant-boundary-reclaim-discovered"
-
-
-class LateReclaimDiscovered(_ReclaimOneOpLate, Discovered):
-    name: ClassVar[str] = "mutant-late-reclaim-discovered"
-
-
-class ReclaimsExpiredDiscovered(_ReclaimsExpired, Discovered):
-    name: ClassVar[str] = "mutant-reclaims-expired-discovered"
-
-
-class DeadAfterSuspendedDiscovered(_DeadAfterSuspended, Discovered):
-    name: ClassVar[str] = "mutant-dead-after-suspended-discovered"
-
-
-class MRUInvertedDiscovered(Discovered):
-    """The discovered policy with its Suspended order inverted (LRU where MRU is claimed)."""
-
-    name: ClassVar[str] = "mutant-mru-inverted-discovered"
-    rank: ClassVar[tuple[RankTerm, ...]] = tuple(
-        attrs.evolve(t, descending=False) if t.feature == "suspend_time" else t
-        for t in Discovered.rank
-    )
-
-
-class NoBypassDiscovered(_NoBypass, Discovered):
-    name: ClassVar[str] = "mutant-no-bypass-discovered"
-
-
-class AllHBMFirstDiscovered(_AllHBMFirst, Discovered):
-    name: ClassVar[str] = "mutant-all-hbm-first-discovered"
-
-
 #: import path -> the invariant it must be caught breaking
 MUTANTS: Mapping[str, str] = MappingProxyType(
     {
@@ -678,51 +391,7 @@ MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.search.mutants:IdleTimeoutReclaim": "pinned-never-evicted",
         "checkers.search.mutants:StaleCachedOrder": "state-priority-eviction",
         # one for every claim of every built-in policy
-        "checkers.search.mutants:ShallowFirstBelady": "prefix-closed-residency",
-        "checkers.search.mutants:CappedReclaimKVTether": "prefix-closed-residency",
-        "checkers.search.mutants:CappedReclaimLachesis": "prefix-closed-residency",
-        "checkers.search.mutants:CappedReclaimLachesisDet": "prefix-closed-residency",
-        "checkers.search.mutants:CappedReclaimTetherLachesis": "prefix-closed-residency",
-        "checkers.search.mutants:ShallowFirstTTL": "prefix-closed-residency",
-        "checkers.search.mutants:ShallowFirstVLLM": "prefix-closed-residency",
-        "checkers.search.mutants:BoundaryReclaimKVTether": "no-zombie-kv",
-        "checkers.search.mutants:BoundaryReclaimLachesis": "no-zombie-kv",
-        "checkers.search.mutants:BoundaryReclaimLachesisDet": "no-zombie-kv",
-        "checkers.search.mutants:BoundaryReclaimTetherLachesis": "no-zombie-kv",
-        "checkers.search.mutants:BoundaryReclaimOptPlacement": "no-zombie-kv",
-        "checkers.search.mutants:LateReclaimKVTether": "free-at-boundary",
-        "checkers.search.mutants:LateReclaimLachesis": "free-at-boundary",
-        "checkers.search.mutants:LateReclaimLachesisDet": "free-at-boundary",
-        "checkers.search.mutants:LateReclaimTetherLachesis": "free-at-boundary",
-        "checkers.search.mutants:LateReclaimOptPlacement": "free-at-boundary",
-        "checkers.search.mutants:ReclaimsExpiredLachesis": "reclaim-dead-only",
-        "checkers.search.mutants:ReclaimsExpiredLachesisDet": "reclaim-dead-only",
-        "checkers.search.mutants:ReclaimsExpiredTetherLachesis": "reclaim-dead-only",
-        "checkers.search.mutants:ReclaimsExpiredOptPlacement": "reclaim-dead-only",
-        "checkers.search.mutants:DeadAfterSuspendedLachesis": (
-            "no-live-eviction-before-dead-reclaim"
-        ),
-        "checkers.search.mutants:DeadAfterSuspendedLachesisDet": (
-            "no-live-eviction-before-dead-reclaim"
-        ),
-        "checkers.search.mutants:DeadAfterSuspendedTetherLachesis": (
-            "no-live-eviction-before-dead-reclaim"
-        ),
-        "checkers.search.mutants:MRUInvertedTetherLachesis": "suspended-mru",
-        "checkers.search.mutants:StateBlindTetherLachesis": "state-priority-eviction",
-        "checkers.search.mutants:NoBypassTetherLachesis": "temporary-bypass",
-        "checkers.search.mutants:AllHBMFirstLachesis": "deterministic-placement",
-        "checkers.search.mutants:AllHBMFirstTetherLachesis": "deterministic-placement",
-        "checkers.search.mutants:CappedReclaimDiscovered": "prefix-closed-residency",
-        "checkers.search.mutants:BoundaryReclaimDiscovered": "no-zombie-kv",
-        "checkers.search.mutants:LateReclaimDiscovered": "free-at-boundary",
-        "checkers.search.mutants:ReclaimsExpiredDiscovered": "reclaim-dead-only",
-        "checkers.search.mutants:DeadAfterSuspendedDiscovered": (
-            "no-live-eviction-before-dead-reclaim"
-        ),
-        "checkers.search.mutants:MRUInvertedDiscovered": "suspended-mru",
-        "checkers.search.mutants:NoBypassDiscovered": "temporary-bypass",
-        "checkers.search.mutants:AllHBMFirstDiscovered": "deterministic-placement",
+        **CLAIM_MUTANTS,
         # engine bugs that no invariant sees: caught by the engine's self-check
         "checkers.search.mutants:StaleGroupIndex": "engine-contract",
         "checkers.search.mutants:LazyIndexUnderMRU": "engine-contract",
