@@ -13,12 +13,30 @@ import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeAlias, TypeVar
-
-import attrs
+from typing import Any, TypeVar
 
 from kvmodel.errors import TraceError
 from kvmodel.ids import ContextId, MessageId, SessionId
+from kvmodel.io.ops import (
+    OP_NAMES,
+    TRACE_VERSION,
+    Append,
+    Close,
+    EndSession,
+    Fork,
+    Infer,
+    Op,
+    Open,
+    Pin,
+    Remove,
+    Replace,
+    Return,
+    Trace,
+    TraceHeader,
+    TurnEnd,
+    Unpin,
+    op_name,
+)
 from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
 
 __all__ = [
@@ -52,163 +70,6 @@ __all__ = [
     "parse_op",
     "parse_trace_lines",
 ]
-
-TRACE_VERSION = 1
-
-
-@attrs.frozen(slots=True)
-class Open:
-    t: float
-    ctx: ContextId
-    session: SessionId
-    agent: AgentKind
-    parent: ContextId | None = None
-    spawn: SpawnRecord | None = None
-    one_shot: bool = False
-
-
-@attrs.frozen(slots=True)
-class Fork:
-    t: float
-    ctx: ContextId
-    src: ContextId
-    upto: int | None = None
-
-
-@attrs.frozen(slots=True)
-class Append:
-    t: float
-    ctx: ContextId
-    messages: tuple[Message, ...]
-    temporary: bool = False
-
-
-@attrs.frozen(slots=True)
-class Replace:
-    t: float
-    ctx: ContextId
-    index: int
-    message: Message
-
-
-@attrs.frozen(slots=True)
-class Remove:
-    t: float
-    ctx: ContextId
-    index: int
-    count: int = 1
-
-
-@attrs.frozen(slots=True)
-class Pin:
-    t: float
-    ctx: ContextId
-    start: int | None = None
-    stop: int | None = None
-    ttl: float | None = None
-
-
-@attrs.frozen(slots=True)
-class Unpin:
-    t: float
-    ctx: ContextId
-    start: int | None = None
-    stop: int | None = None
-
-
-@attrs.frozen(slots=True)
-class Infer:
-    t: float
-    ctx: ContextId
-    output: tuple[Message, ...] = ()
-    duration: float = 0.0
-
-
-@attrs.frozen(slots=True)
-class TurnEnd:
-    t: float
-    ctx: ContextId
-
-
-@attrs.frozen(slots=True)
-class Return:
-    t: float
-    ctx: ContextId
-    into: ContextId
-    result: Message
-
-
-@attrs.frozen(slots=True)
-class Close:
-    t: float
-    ctx: ContextId
-
-
-@attrs.frozen(slots=True)
-class EndSession:
-    t: float
-    session: SessionId
-
-
-Op: TypeAlias = (
-    Open
-    | Fork
-    | Append
-    | Replace
-    | Remove
-    | Pin
-    | Unpin
-    | Infer
-    | TurnEnd
-    | Return
-    | Close
-    | EndSession
-)
-
-_OP_NAMES: dict[type[Any], str] = {
-    Open: "open",
-    Fork: "fork",
-    Append: "append",
-    Replace: "replace",
-    Remove: "remove",
-    Pin: "pin",
-    Unpin: "unpin",
-    Infer: "infer",
-    TurnEnd: "turn_end",
-    Return: "return",
-    Close: "close",
-    EndSession: "end_session",
-}
-
-
-#: every op kind, by its trace name, in spec order (read by the generators and the checkers)
-OP_NAMES: tuple[str, ...] = tuple(_OP_NAMES.values())
-
-
-def op_name(op: Op) -> str:
-    """The op's name as written in a trace (``"turn_end"``, ...)."""
-    return _OP_NAMES[type(op)]
-
-
-@attrs.frozen(slots=True)
-class TraceHeader:
-    """The optional first line. ``meta`` keeps every other key, verbatim."""
-
-    version: int = TRACE_VERSION
-    meta: Mapping[str, Any] = attrs.field(factory=dict)
-
-
-@attrs.frozen(slots=True)
-class Trace:
-    header: TraceHeader
-    ops: tuple[Op, ...]
-    #: 1-based source line of each op (for error messages); empty for traces built in code.
-    lines: tuple[int, ...] = ()
-    source: str | None = None
-
-    def line_of(self, i: int) -> int:
-        return self.lines[i] if self.lines else i + 1 + (1 if self.header.meta else 0)
-
 
 # --------------------------------------------------------------------------- reading
 
