@@ -333,7 +333,14 @@ def _cost_reason(
     if m < lo:
         return f"saves more than the paper reports ({diluted})"
     if opt is not None and opt > hi:
-        return f"Belady itself saves only {-opt:.1%} here: no policy can ({diluted})"
+        # the optimum falls short, but that must not hide how far short the policy falls of it
+        if m > 0:
+            own = f"; this policy costs {m:+.1%}, more than the baseline"
+        elif opt < 0:
+            own = f"; this policy takes {m / opt:.0%} of it"
+        else:
+            own = ""
+        return f"Belady itself saves only {-opt:.1%} here: no policy can{own} ({diluted})"
     if opt is not None and opt < 0:
         return f"captures {m / opt:.0%} of Belady's saving ({diluted})"
     return f"saves less than the paper reports ({diluted})"
@@ -343,10 +350,13 @@ def _ratio_reason(m: float, opt: float | None, lo: float, hi: float) -> str:
     if lo <= m <= hi:
         return "within the paper's range"
     if m < lo and opt is not None and opt < lo:
-        return (
+        short = (
             f"opt-placement (the most blocks to HBM under eager reclaim) reaches only "
-            f"{opt:.2f}x here: the regime, not the policy, falls short"
+            f"{opt:.2f}x here: the regime falls short"
         )
+        if opt > 1 and m < opt:  # and so does the policy, of what the regime allows
+            return f"{short}, and this policy takes {(m - 1) / (opt - 1):.0%} of its gain"
+        return f"{short}, not the policy"
     if m < lo and opt is not None and opt > 1:
         return f"captures {(m - 1) / (opt - 1):.0%} of opt-placement's gain"
     return "below the paper's range" if m < lo else "above the paper's range"
