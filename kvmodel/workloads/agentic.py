@@ -361,6 +361,16 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
     return sorted(s.ops, key=lambda o: o.t)
 
 
+#: knobs added after traces were first generated: a header names them only when they are set
+_LATER_KNOBS = (
+    "observation_scale",
+    "output_scale",
+    "compact_in_turn",
+    "tool_wait_median_s",
+    "tool_wait_sigma",
+)
+
+
 def generate_agentic(params: AgenticParams | None = None) -> Trace:
     """A deterministic trace for ``params`` (see module docstring)."""
     p = params or AgenticParams()
@@ -374,12 +384,10 @@ def generate_agentic(params: AgenticParams | None = None) -> Trace:
     meta = {"kvtrace": 1, "generator": "agentic", **attrs.asdict(p)}
     if not p.p_review:  # a reviewer-free workload's header is what it was before reviewers
         del meta["p_review"], meta["reviewer_system_tokens"]
-    for knob in ("observation_scale", "output_scale"):  # likewise before calibration
-        if meta[knob] == 1.0:
-            del meta[knob]
-    if not p.compact_in_turn:  # and before compaction inside a turn
-        del meta["compact_in_turn"]
-    for knob, before in (("tool_wait_median_s", 3.0), ("tool_wait_sigma", 0.8)):  # and waits
-        if meta[knob] == before:
+    # likewise for the knobs added since (calibration, compaction inside a turn, tool waits):
+    # at their defaults the header is what it was before them
+    fields = attrs.fields_dict(AgenticParams)
+    for knob in _LATER_KNOBS:
+        if meta[knob] == fields[knob].default:
             del meta[knob]
     return Trace(TraceHeader(1, meta), ops)
