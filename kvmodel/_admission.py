@@ -94,16 +94,17 @@ class AdmissionHost(Protocol):
 
 def allocate(e: AdmissionHost, tiers: Sequence[TierName], ctx: Context) -> BlockId | None:
     """A free slot in the first preferred tier that has one, else evict (spec M4)."""
+    mem = e.memory
     for tn in tiers:
-        if e.memory.free_count(tn):
-            return e.memory.alloc(tn)
+        if mem.free_count(tn):
+            return mem.alloc(tn)
     victim = e.victims.next_victim(tiers)
     if victim is None:
         return None
     if e.probe is not None:
         e.probe.before_evict(e, victim.id, tuple(tiers))
     evict(e, victim, ctx.id)
-    return e.memory.alloc(victim.tier)
+    return mem.alloc(victim.tier)
 
 
 def evict(e: AdmissionHost, victim: ResidentBlock, ctx: ContextId) -> None:
@@ -253,6 +254,9 @@ def write_misses(
     reasoning_block = c.first_reasoning_block()
     turn_start_block = min(c.turn_start, c.total_tokens) // e.block_size
     fixed = e.fixed_placement if e.probe is None else None
+    # no message with a stored state: every block's covered class is the phase's (L5.1;
+    # Context.covered_class, which the phase does not change during the writes), read once
+    uniform = c.covered_class(()) if not c.stored else None
     for s in misses:
         ob = index.get(s.key) if s.key is not None else None  # (res.hit, inlined: per block)
         orphan = blocks[ob] if ob is not None else None
@@ -280,7 +284,7 @@ def write_misses(
                 )
             placed.append(Placed(s, b, bypass=False, fresh=False))
             continue
-        state = c.covered_class(s.uids)
+        state = uniform if uniform is not None else c.covered_class(s.uids)
         if fixed is not None:
             # the base class's place(): the configured tier order for every block, whatever
             # the block; the NewBlock it would ignore is not built (checked once: Engine)

@@ -194,14 +194,16 @@ class RankIndex:
             self.dirty_ctxs.clear()
         flying = e.residency.flying
         features = self.features
-        grouped = self.grouped
+        grouped, lazy = self.grouped, self.lazy
+        blocks, entry, pinned, heap, key = e.blocks, self.entry, self.pinned, self.heap, self.key
+        stamp_of = e.residency.stamp
         for bid in self.dirty_blocks:
-            b = e.blocks.get(bid)
+            b = blocks.get(bid)
             if b is None:
                 if grouped:
                     self._unregister(bid)
-                self.entry.pop(bid, None)
-                self.pinned.discard(bid)
+                entry.pop(bid, None)
+                pinned.discard(bid)
                 continue
             if flying(bid):
                 # written or hit by the inference being admitted: not a candidate until it ends,
@@ -222,25 +224,24 @@ class RankIndex:
                     continue
                 self._unregister(bid)
             if info.state is BlockClass.PINNED:
-                self.pinned.add(bid)
-                self.entry.pop(bid, None)
+                pinned.add(bid)
+                entry.pop(bid, None)
                 if grouped:  # a change to any holder may unpin it
                     self._loosen(bid, b)
-                elif self.lazy:  # a change to any holder may unpin it: it is in that prefix
+                elif lazy:  # a change to any holder may unpin it: it is in that prefix
                     for h in b.holders:
                         if self.pin_depths.get(h, -1) < b.depth:
                             self.pin_depths[h] = b.depth
                 continue
-            self.pinned.discard(bid)
+            pinned.discard(bid)
             if grouped:
                 if self._plain(b, info):
                     self._join(b, info)
                     continue
                 self._loosen(bid, b)
-            self.seq += 1
-            stamp = e.residency.stamp(b) if self.lazy else 0
-            heapq.heappush(self.heap, (*self.key(info), bid, self.seq, stamp))
-            self.entry[bid] = self.seq
+            self.seq = seq = self.seq + 1
+            heapq.heappush(heap, (*key(info), bid, seq, stamp_of(b) if lazy else 0))
+            entry[bid] = seq
         self.dirty_blocks.clear()
         for cid, tier in self.unheaded:
             self._head(cid, tier)

@@ -13,7 +13,7 @@ side of that relation (``ResidentBlock.holders``) and the dead set consistent wi
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Protocol
+from typing import Protocol, cast
 
 from kvmodel._resident import ResidentBlock
 from kvmodel.blocks import BlockSpec
@@ -156,23 +156,28 @@ class Residency:
 
     def drop(self, b: ResidentBlock) -> None:
         """Remove a block from memory; every chain holding it is cut there (spec M4.3)."""
-        if b.indexed and b.spec.key is not None:
-            del self.index[b.spec.key]
-        for h in sorted(b.holders) if len(b.holders) > 1 else b.holders:
-            c = self.contexts[h]
-            cut = c.materialized[b.depth :]
-            if len(cut) > 1:
-                self.marks.invalidate()  # classes of the blocks below change
-            for spec in cut[1:]:
-                self.detach(c, spec)
-            del c.materialized[b.depth :]
-            c.valid = min(c.valid, b.depth)
-        b.holders.clear()
-        del self.blocks[b.id]
-        self.marks.forget(b.id)
-        self.dead.discard(b.id)
-        self._flying.discard(b.id)
-        self.memory.free(b.id)
+        if b.indexed:  # (only a full block, which has a key, is indexed)
+            del self.index[cast(BlockKey, b.spec.key)]
+        holders = b.holders
+        if holders:
+            d = b.depth
+            for h in sorted(holders) if len(holders) > 1 else holders:
+                c = self.contexts[h]
+                chain = c.materialized
+                if len(chain) > d + 1:  # blocks below it leave the chain: their classes change
+                    self.marks.invalidate()
+                    for spec in chain[d + 1 :]:
+                        self.detach(c, spec)
+                del chain[d:]
+                if c.valid > d:
+                    c.valid = d
+            holders.clear()
+        bid = b.id
+        del self.blocks[bid]
+        self.marks.forget(bid)
+        self.dead.discard(bid)
+        self._flying.discard(bid)
+        self.memory.free(bid)
 
     # ------------------------------------------------------------------ the request in flight
 
