@@ -51,6 +51,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"  {p:<16} {st.steps / dt:8.0f} steps/s  {sum(st.ops.values()) / dt:8.0f} ops/s"
             f"  ({st.steps} steps, {dt:.2f} s)"
         )
+    p = "lru" if "lru" in policies else policies[0]
+    print(
+        f"where a step's time goes ({p}; the same seed, each layer added in turn; the "
+        "eviction-time invariants read the contract model, so they come with it):"
+    )
+    for label, invariants, contract in (
+        ("engine + Hypothesis", [], False),
+        ("+ the invariants", list(INVARIANTS), False),
+        ("+ the contract model", list(INVARIANTS), True),
+    ):
+        st = SearchStats()
+        machine = make_machine(p, invariants, config=check_config(), stats=st, contract=contract)
+        t0 = time.perf_counter()
+        run_machine(machine, search_settings(examples, steps), 0)
+        dt = time.perf_counter() - t0
+        print(f"  {label:<22} {st.steps / dt:8.0f} steps/s  ({st.steps} steps, {dt:.2f} s)")
     walks = WALKS[a.profile]
     print(f"raw-op explorer (random walks, every invariant monitored), {walks} walks:")
     for p in policies:

@@ -78,6 +78,8 @@ def test_bench_checkers_prints_both_searches_throughput(
     out = capsys.readouterr().out
     assert out.count("ops/s") == 2  # the machine's line and the walks'
     assert "steps/s" in out
+    layers = [out.index(x) for x in ("engine + Hypothesis", "+ the invariants", "+ the contract")]
+    assert layers == sorted(layers)
 
 
 def test_bench_kvtether_ablation_runs(capsys: pytest.CaptureFixture[str]) -> None:

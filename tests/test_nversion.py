@@ -14,9 +14,9 @@ import pytest
 
 from checkers.invariants import INVARIANTS
 from checkers.invariants.contract import contract_violation, diverge
-from checkers.invariants.monitor import COMPARE_EVERY, FULL_COMPARE_OPS
+from checkers.invariants.monitor import COMPARE_EVERY, FULL_COMPARE_OPS, Monitor
 from checkers.invariants.nversion import KEEP, TETHER, Shadow
-from checkers.invariants.replay import check_ops
+from checkers.invariants.replay import check_ops, engine_for
 from checkers.search.engine_check import SELF_CHECK_BLOCK_SIZES, engine_self_check
 from checkers.search.engine_mutants import ENGINE_MUTANTS
 from checkers.search.swarm import draw_config
@@ -214,6 +214,18 @@ class _TetherMiscounting(KVTether):
     engine_class = _MiscountsOneOutput
 
 
+def _miscounted_ops() -> list[Op]:
+    """One context appending and inferring; op ``_MiscountsOneOutput.wrong_op`` is an infer."""
+    ctx = ContextId("c")
+    ops: list[Op] = [Open(0.0, ctx, SessionId("s"), AgentKind.MAIN)]
+    while len(ops) < 60:
+        t = float(len(ops))
+        ops.append(Append(t, ctx, (msg(f"u{len(ops)}", 3),)))
+        ops.append(Infer(t, ctx, (Message(f"a{len(ops)}", Role.ASSISTANT, MessageKind.OUTPUT, 2),)))
+    assert isinstance(ops[_MiscountsOneOutput.wrong_op], Infer)
+    return ops
+
+
 def test_an_ops_inference_figures_are_compared_on_every_op() -> None:
     """spec/invariants.md, Self-checks of the engine: the state comparison is sampled after
     FULL_COMPARE_OPS, the inference figures never are. The wrong record is on op 50, past the
@@ -221,16 +233,25 @@ def test_an_ops_inference_figures_are_compared_on_every_op() -> None:
     k = _MiscountsOneOutput.wrong_op
     assert k >= FULL_COMPARE_OPS
     assert k % COMPARE_EVERY
-    ctx = ContextId("c")
-    ops: list[Op] = [Open(0.0, ctx, SessionId("s"), AgentKind.MAIN)]
-    while len(ops) < 60:
-        t = float(len(ops))
-        ops.append(Append(t, ctx, (msg(f"u{len(ops)}", 3),)))
-        ops.append(Infer(t, ctx, (Message(f"a{len(ops)}", Role.ASSISTANT, MessageKind.OUTPUT, 2),)))
-    assert isinstance(ops[k], Infer)
+    ops = _miscounted_ops()
     config = EngineConfig(4, (TierConfig(TierName("hbm"), 1024),))
     run = check_ops(ops, _TetherMiscounting(), config, ["engine-contract"])
     [v] = run.violations
     assert v.op == k
     assert "inference figures" in v.message
     assert not check_ops(ops, KVTether(), config, ["engine-contract"]).violations
+
+
+def test_a_monitor_without_the_contract_model_makes_no_contract_finding() -> None:
+    """``Monitor(contract=False)`` (what bench_checkers measures the contract's cost against)
+    really runs no contract model: the miscounted record that the default monitor reports goes
+    unseen."""
+    config = EngineConfig(4, (TierConfig(TierName("hbm"), 1024),))
+    found: dict[bool, object] = {}
+    for contract in (True, False):
+        mon = Monitor(engine_for(_TetherMiscounting(), config), [], contract=contract)
+        for op in _miscounted_ops():
+            assert mon.apply(op)
+        found[contract] = mon.first("engine-contract")
+    assert found[True] is not None
+    assert found[False] is None

@@ -99,8 +99,16 @@ class Monitor:
     """
 
     def __init__(
-        self, engine: Engine, invariants: Iterable[str], *, endurance_years: float = 5.0
+        self,
+        engine: Engine,
+        invariants: Iterable[str],
+        *,
+        endurance_years: float = 5.0,
+        contract: bool = True,
     ) -> None:
+        """``contract=False``: no contract model follows the engine, so no ``engine-contract``
+        finding is made and the eviction-time invariants, which read the model, judge nothing.
+        For measuring what the model costs (benchmarks/bench_checkers.py), never for a verdict."""
         # the findings are recorded whatever is asked
         invariants = invariant_names([n for n in invariants if n not in FINDINGS], default=())
         self.engine = engine
@@ -114,7 +122,9 @@ class Monitor:
         self._pending = _Pending()
         self._writes: dict[str, int] = dict.fromkeys(engine.memory.names, 0)
         #: the contract model, following the engine's log (None once it could not follow)
-        self._shadow: Shadow | None = Shadow(engine.block_size, tiers=engine.memory.names)
+        self._shadow: Shadow | None = (
+            Shadow(engine.block_size, tiers=engine.memory.names) if contract else None
+        )
         #: the policy's declarative rank, when it is its order: every victim must be its first
         self._rank = declared_rank(engine.policy)
         self._diverged = False

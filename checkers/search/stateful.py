@@ -132,12 +132,15 @@ def make_machine(
     fail_on: frozenset[str] = frozenset(),
     record: Record | None = None,
     stats: SearchStats | None = None,
+    contract: bool = True,
 ) -> type[RuleBasedStateMachine]:
     """A machine class for ``policy``; it fails on the invariants in ``fail_on`` and reports
     every first violation of any monitored invariant to ``record``. ``config=None`` is a swarm
     search: each example draws its engine from :func:`checkers.search.swarm.swarm_configs`. Every
     example targets pressure (Hypothesis ``target``: evictions, rejections, spills, dead
-    blocks resident), so the search climbs towards the states where policies differ."""
+    blocks resident), so the search climbs towards the states where policies differ.
+    ``contract=False`` runs no contract model (:class:`~checkers.invariants.monitor.Monitor`):
+    for measuring its cost, never for a search whose verdict is reported."""
     monitored = tuple(invariants)
     st_ = stats if stats is not None else SearchStats(rule_names=RULES)
     configs = st.just(config) if config is not None else swarm_configs()
@@ -154,7 +157,7 @@ def make_machine(
         def _setup(self, cfg: EngineConfig) -> None:
             self.config = cfg
             self.engine = engine_for(resolve_policy(policy), cfg)
-            self.monitor = Monitor(self.engine, monitored)
+            self.monitor = Monitor(self.engine, monitored, contract=contract)
 
         @initialize(cfg=configs)
         def engine_config(self, cfg: EngineConfig) -> None:
