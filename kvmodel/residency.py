@@ -243,6 +243,10 @@ class Residency:
     def block_class(self, b: ResidentBlock) -> BlockClass:
         """Spec L5.2; a block written by the in-flight request and not yet on a chain keeps the
         class it had in the writing context."""
-        if not b.holders and b.id in self._flying:
+        holders = b.holders
+        if len(holders) == 1:  # most blocks; one context's class is never Dead, so it is the max
+            for h in holders:
+                return self.contexts[h].block_class(b.depth)
+        if not holders and b.id in self._flying:
             return b.birth_state
         return aggregate_across_contexts(self.contexts[h].block_class(b.depth) for h in b.holders)
