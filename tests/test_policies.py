@@ -502,3 +502,43 @@ def test_mori_idle_share_skips_only_what_adds_nothing(
 
 
 CID = ContextId("c")
+
+
+def test_every_compiled_rank_term_has_the_terms_value() -> None:
+    """spec/policies.md, performance note: whatever form a term compiles to, its value is the
+    feature's (None as -inf), negated when descending, 0 for a class outside ``only``."""
+    import math
+
+    from kvmodel._engine_view import Features
+    from kvmodel.ids import BlockId
+    from kvmodel.lifecycle import BlockClass
+    from kvmodel.policy import FEATURES, RankTerm, key_function, term_function
+
+    raw = {
+        "last_access": lambda b: b.last_access,
+        "last_op": lambda b: b.last_op,
+        "suspend_time": lambda b: b.suspend_time,
+        "alloc_time": lambda b: b.alloc_time,
+        "depth": lambda b: b.depth,
+        "tier": lambda b: b.tier_index,
+        "holders": lambda b: len(b.holders),
+    }
+    assert set(raw) == set(FEATURES)
+    blocks = [
+        Features(BlockId(3), 1, 7, BlockClass.SUSPENDED, 2.5, 9, 4.0, 1.5, (ContextId("a"),)),
+        Features(BlockId(4), 0, 0, BlockClass.ACTIVE, 0.0, 0, None, 0.0, ()),
+    ]
+    for feature, descending, only in itertools.product(
+        raw, (False, True), (None, frozenset({BlockClass.SUSPENDED}))
+    ):
+        t = RankTerm(feature, descending=descending, only=only)
+        for b in blocks:
+            v = raw[feature](b)
+            want = -math.inf if v is None else float(v)
+            want = -want if descending else want
+            if only is not None and b.state not in only:
+                want = 0.0
+            got = term_function(t)(b)
+            assert got == want, (feature, descending, only, b.id)
+            assert type(got) is float, (feature, descending, only, b.id)
+            assert key_function((t,))(b) == (want, float(b.id))
