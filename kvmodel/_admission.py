@@ -254,8 +254,8 @@ def write_misses(
     reasoning_block = c.first_reasoning_block()
     turn_start_block = min(c.turn_start, c.total_tokens) // e.block_size
     fixed = e.fixed_placement if e.probe is None else None
-    # no message with a stored state: every block's covered class is the phase's (L5.1;
-    # Context.covered_class, which the phase does not change during the writes), read once
+    # no message with a stored state: every block's covered class is the phase's (L5.1,
+    # Context.covered_class); the writes change neither, so it is read once
     uniform = c.covered_class(()) if not c.stored else None
     for s in misses:
         ob = index.get(s.key) if s.key is not None else None  # (res.hit, inlined: per block)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import math
 import random
+import typing
 
 import pytest
 from hypothesis import given
@@ -13,8 +15,18 @@ from scenario import config, log_of, msg, run, trace, turn
 from checkers.invariants import INVARIANTS
 from checkers.invariants.replay import check_ops
 from kvmodel import EngineConfig, TierConfig
-from kvmodel.ids import ContextId, TierName
-from kvmodel.policy import registered_policies, resolve_policy
+from kvmodel._engine_view import Features
+from kvmodel.ids import BlockId, ContextId, TierName
+from kvmodel.lifecycle import BlockClass
+from kvmodel.policy import (
+    FEATURES,
+    MAY_BE_NONE,
+    RankTerm,
+    key_function,
+    registered_policies,
+    resolve_policy,
+    term_function,
+)
 from kvmodel.replay import replay
 from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, random_trace
 from policies.lachesis import DEFAULT_WEIGHTS, Lachesis, LachesisDet, SegmentClass
@@ -506,14 +518,8 @@ CID = ContextId("c")
 
 def test_every_compiled_rank_term_has_the_terms_value() -> None:
     """spec/policies.md, performance note: whatever form a term compiles to, its value is the
-    feature's (None as -inf), negated when descending, 0 for a class outside ``only``."""
-    import math
-
-    from kvmodel._engine_view import Features
-    from kvmodel.ids import BlockId
-    from kvmodel.lifecycle import BlockClass
-    from kvmodel.policy import FEATURES, RankTerm, key_function, term_function
-
+    feature's (None as -inf), negated when descending, 0 for a class outside ``only``; and
+    MAY_BE_NONE, which decides the form, names exactly the features whose field may be None."""
     raw = {
         "last_access": lambda b: b.last_access,
         "last_op": lambda b: b.last_op,
@@ -524,6 +530,10 @@ def test_every_compiled_rank_term_has_the_terms_value() -> None:
         "holders": lambda b: len(b.holders),
     }
     assert set(raw) == set(FEATURES)
+    hints = typing.get_type_hints(Features)
+    field = {"tier": "tier_index"}
+    optional = {f for f in raw if type(None) in typing.get_args(hints[field.get(f, f)])}
+    assert optional == MAY_BE_NONE
     blocks = [
         Features(BlockId(3), 1, 7, BlockClass.SUSPENDED, 2.5, 9, 4.0, 1.5, (ContextId("a"),)),
         Features(BlockId(4), 0, 0, BlockClass.ACTIVE, 0.0, 0, None, 0.0, ()),
