@@ -11,6 +11,9 @@ import argparse
 import time
 from collections.abc import Sequence
 
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule
+
 from checkers.invariants import INVARIANTS
 from checkers.search.mutants import MUTANTS
 from checkers.search.stateful import (
@@ -24,7 +27,37 @@ from checkers.search.stateful import (
     search_settings,
 )
 from checkers.search.walk import run_walk
+from kvmodel.io.trace import Op
 from kvmodel.policy import registered_policies, resolve_policy
+
+
+def hypothesis_floor(examples: int, steps: int) -> tuple[int, float]:
+    """Hypothesis's own cost per step on this machine now (the issue's anchor, ~5,000 steps/s):
+    a machine of one rule drawing one integer that does nothing, under the search's settings.
+    Machine speed here drifts by up to 30% within minutes: the checked machine's figures are
+    read against this one, measured in the same run."""
+    count = [0]
+
+    class Trivial(RuleBasedStateMachine):
+        @rule(x=st.integers(0, 7))
+        def step(self, x: int) -> None:
+            count[0] += 1
+
+    t0 = time.perf_counter()
+    run_machine(Trivial, search_settings(examples, steps), 0)
+    return count[0], time.perf_counter() - t0
+
+
+def harness_only(policy: str, stats: SearchStats) -> type[RuleBasedStateMachine]:
+    """The checked machine's rules and draws, its ops built by the harness and never applied
+    (no engine, no monitor): what Hypothesis and the harness cost on their own."""
+    base = make_machine(policy, [], config=check_config(), stats=stats, contract=False)
+
+    class HarnessOnly(base):  # type: ignore[misc,valid-type]
+        def _apply(self, ops: list[Op]) -> None:
+            pass
+
+    return HarnessOnly
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,8 +89,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"where a step's time goes ({p}; the same seed, each layer added in turn; the "
         "eviction-time invariants read the contract model, so they come with it):"
     )
+    n, dt = hypothesis_floor(examples, steps)
+    floor = n / dt
+    print(f"  {'Hypothesis alone':<22} {floor:8.0f} steps/s  ({n} steps, {dt:.2f} s; a "
+          "trivial machine: one rule, one integer)")  # fmt: skip
+    st_ = SearchStats()
+    t0 = time.perf_counter()
+    run_machine(harness_only(p, st_), search_settings(examples, steps), 0)
+    dt = time.perf_counter() - t0
+    print(f"  {'+ the harness':<22} {st_.steps / dt:8.0f} steps/s  ({st_.steps} steps, "
+          f"{dt:.2f} s; ops built, none applied)")  # fmt: skip
     for label, invariants, contract in (
-        ("engine + Hypothesis", [], False),
+        ("+ the engine", [], False),
         ("+ the invariants", list(INVARIANTS), False),
         ("+ the contract model", list(INVARIANTS), True),
     ):
@@ -67,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_machine(machine, search_settings(examples, steps), 0)
         dt = time.perf_counter() - t0
         print(f"  {label:<22} {st.steps / dt:8.0f} steps/s  ({st.steps} steps, {dt:.2f} s)")
+    print(f"  a checked step costs {floor / (st.steps / dt):.1f} trivial steps (the goal, "
+          f"2,000 steps/s at a floor of ~5,000, is 2.5)")  # fmt: skip
     walks = WALKS[a.profile]
     print(f"raw-op explorer (random walks, every invariant monitored), {walks} walks:")
     for p in policies:
