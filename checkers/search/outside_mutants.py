@@ -18,6 +18,19 @@ Both break ``suspended-mru`` only when a Suspended block's holders (or its write
 with another Suspended candidate's time: about one random walk in 100. Before walks were capped
 to the engine's capacity and drew shared system prompts (spec/invariants.md, swarm testing)
 ``kvmodel check`` at the ci profile passed both.
+
+Written later still (2026-12-03), by the same rule -- the bug first, the search run after:
+
+* :class:`LastAccessMRU` reads "most recently suspended" as "most recently used": a context
+  suspends when its inference ends, so the two agree unless inferences run for different
+  times, which the harness's clock lets them (spec/invariants.md);
+* :class:`ReclaimAtInfer` frees dead KV when an inference needs memory, i.e. at ``infer`` ops
+  only: the KV a ``close`` kills stays resident until the next inference.
+
+A third, KVTether with Temporary ranked ahead of Expired ("scratch KV goes first"), passed
+``kvmodel check``, rightly: no evictable block is ever Temporary (spec lifecycle.md L5.4), so it
+is KVTether under another name -- an equivalent mutant, which tests/test_lifecycle.py pins
+instead (it replays to KVTether's log).
 """
 
 from __future__ import annotations
@@ -27,11 +40,13 @@ from types import MappingProxyType
 from typing import ClassVar
 
 from kvmodel.ids import BlockId
+from kvmodel.io.trace import Infer, Op
 from kvmodel.lifecycle import BlockClass, MsgState
+from kvmodel.policy import Reclaim
 from kvmodel.view import BlockInfo, ModelView
 from policies.kvtether import KVTether
 
-__all__ = ["OUTSIDE_MUTANTS", "LatestHolderMRU", "WriterMRU"]
+__all__ = ["OUTSIDE_MUTANTS", "LastAccessMRU", "LatestHolderMRU", "ReclaimAtInfer", "WriterMRU"]
 
 _C = BlockClass
 #: KVTether's class order, as a port would write it out
@@ -83,10 +98,31 @@ class WriterMRU(_CodedTether):
         return view.context(b.writer).suspended_at
 
 
+class LastAccessMRU(_CodedTether):
+    """A Suspended block is as recently suspended as it was last used."""
+
+    name: ClassVar[str] = "mutant-last-access-mru"
+
+    def suspended_at(self, view: ModelView, b: BlockInfo) -> float | None:
+        return b.last_access
+
+
+class ReclaimAtInfer(KVTether):
+    """Dead KV is freed when an inference comes to need memory: after ``infer`` ops only."""
+
+    name: ClassVar[str] = "mutant-reclaim-at-infer"
+    reclaim: ClassVar[Reclaim | None] = None  # the rule is code (on_op)
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        return view.dead() if isinstance(op, Infer) else ()
+
+
 #: import path -> the invariant it must be caught breaking
 OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
     {
         "checkers.search.outside_mutants:LatestHolderMRU": "suspended-mru",
         "checkers.search.outside_mutants:WriterMRU": "suspended-mru",
+        "checkers.search.outside_mutants:LastAccessMRU": "suspended-mru",
+        "checkers.search.outside_mutants:ReclaimAtInfer": "free-at-boundary",
     }
 )
