@@ -310,6 +310,9 @@ class Discovery:
     gates: tuple[Gate, ...]
     test_metrics: dict[str, dict[str, dict[str, float]]]  # policy -> cell -> metrics
     best: Candidate | None
+    #: candidates the search reached but did not score, because it scored the one that behaves
+    #: as each (:attr:`policies.space.Candidate.behaviour`, spec L5.4)
+    merged: tuple[str, ...] = ()
 
     def test_table(self) -> dict[str, dict[str, float]]:
         """Per policy on the test cells: mean cost, hit rate, HBF writes and zombie
@@ -372,6 +375,8 @@ class Discovery:
         lines = [
             f"searched {len(self.scores)} candidates (seed {self.seed}, budget {self.budget}) "
             f"on {len(self.train)} training cells; frontier {len(self.frontier)}",
+            f"  {len(self.merged)} more reached and merged with the searched candidate that "
+            "behaves as each (Temporary's place in a rank is unobservable: spec L5.4)",
             "training frontier (geometric means; below 1.00 beats the baseline):",
         ]
         for n in self.frontier:
@@ -470,6 +475,7 @@ class Discovery:
             ],
             "test_table": self.test_table(),
             "best": self.best.name if self.best else None,
+            "merged": list(self.merged),
             "goal": {"met": ok, "why": why},
         }
 
@@ -493,16 +499,22 @@ def discover(
     base = score_cells(("kvtether", "lachesis"), train, workers=workers, scheduler=scheduler)
     scores: dict[str, Score] = {}
     by_name: dict[str, Candidate] = {}
+    merged: dict[str, None] = {}  # (ordered, for the report)
 
     def visit(batch: Sequence[Candidate]) -> None:
-        todo = [c for c in batch if c.name not in scores][: budget - len(scores)]
-        if not todo:
-            return
-        got = score_cells([c.path for c in todo], train, workers=workers, scheduler=scheduler)
-        for c in todo:
-            scores[c.name] = score(got[c.path], base)
-            by_name[c.name] = c
-        say(f"scored {len(scores)}/{budget}")
+        # one candidate per behaviour: those that differ only in where Temporary stands in the
+        # rank replay to one log (spec L5.4), so scoring two would spend budget on one policy
+        todo = [c for c in dict.fromkeys(c.behaviour for c in batch) if c.name not in scores]
+        todo = todo[: budget - len(scores)]
+        if todo:
+            got = score_cells([c.path for c in todo], train, workers=workers, scheduler=scheduler)
+            for c in todo:
+                scores[c.name] = score(got[c.path], base)
+                by_name[c.name] = c
+            say(f"scored {len(scores)}/{budget}")
+        merged.update(
+            (c.name, None) for c in batch if c != c.behaviour and c.behaviour.name in scores
+        )
 
     # enumeration: the seeds and every candidate one dimension from them
     ring: list[Candidate] = []
@@ -512,8 +524,8 @@ def discover(
     # local search from the best scored, in a seeded order
     while len(scores) < budget:
         best = sorted(scores, key=lambda n: (scores[n].objective, n))[:3]
-        pool = [o for n in best for o in neighbours(by_name[n]) if o.name not in scores]
-        pool = list(dict.fromkeys(pool))
+        pool = [o.behaviour for n in best for o in neighbours(by_name[n])]
+        pool = [o for o in dict.fromkeys(pool) if o.name not in scores]
         if not pool:
             break
         picks = rng.permutation(len(pool))[: max(1, min(4, budget - len(scores)))]
@@ -543,6 +555,7 @@ def discover(
         tuple(gates),
         test_metrics,
         passed[0] if passed else None,
+        tuple(merged),
     )
 
 

@@ -93,6 +93,16 @@ class Candidate:
             f"-{self.placement}"
         )
 
+    @property
+    def behaviour(self) -> Candidate:
+        """The candidate that behaves as this one, Temporary first in its live order (the order
+        of Suspended and Active kept). No evictable block is ever Temporary (spec lifecycle.md
+        L5.4), so where Temporary stands in a rank is unobservable: a candidate and its
+        behaviour replay every trace to one observation log (a test pins it), and the search
+        scores one of them (spec policies.md, §Policy space)."""
+        rest = tuple(c for c in self.live if c is not _C.TEMPORARY)
+        return attrs.evolve(self, live=(_C.TEMPORARY, *rest))
+
     @classmethod
     def parse(cls, name: str) -> Candidate:
         """The candidate a :attr:`name` names (a ``ValueError`` naming what is wrong)."""

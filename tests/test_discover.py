@@ -154,6 +154,11 @@ def test_the_search_is_deterministic_and_never_reads_the_test_cells(
     assert runs[0] == runs[1]
     d = runs[0]
     assert len(d["scores"]) == 3
+    # one candidate per behaviour (spec L5.4): Temporary's place in the rank is not searched;
+    # the candidates reached that differ only there are reported, merged with one scored
+    assert all(Candidate.parse(n).behaviour.name == n for n in d["scores"])
+    assert d["merged"]
+    assert all(Candidate.parse(n).behaviour.name in d["scores"] for n in d["merged"])
     assert d["frontier"]
     assert set(d["frontier"]) <= set(d["scores"])
     assert d["best"] is None
