@@ -31,22 +31,49 @@ A third, KVTether with Temporary ranked ahead of Expired ("scratch KV goes first
 ``kvmodel check``, rightly: no evictable block is ever Temporary (spec lifecycle.md L5.4), so it
 is KVTether under another name -- an equivalent mutant, which tests/test_lifecycle.py pins
 instead (it replays to KVTether's log).
+
+And engines, the way an outside engine's author errs (the users of ``kvmodel oracle``), each
+run as KVTether on it (``engine_class``):
+
+* :class:`PinEndsLate` ends a TTL pin after its deadline instead of at it (``<`` for ``<=``,
+  spec P6): wrong for exactly the ops at a deadline;
+* :class:`ForkKeepsInvalidTail` reads the source's chain length where it should read its valid
+  count (P5): a fork taken after an edit, before the next inference, holds stale KV as valid;
+* :class:`SuspendAtStart` takes an inference's start for its context's suspension time, not its
+  end (``t + duration``, P7.6);
+* :class:`ForkCopiesPins` lets a fork inherit the source's pins (L6 says they are not).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import ClassVar
 
+from kvmodel.engine import Engine
 from kvmodel.ids import BlockId
-from kvmodel.io.trace import Infer, Op
+from kvmodel.io.trace import Fork, Infer, Op, Pin
 from kvmodel.lifecycle import BlockClass, MsgState
 from kvmodel.policy import Reclaim
 from kvmodel.view import BlockInfo, ModelView
 from policies.kvtether import KVTether
 
-__all__ = ["OUTSIDE_MUTANTS", "LastAccessMRU", "LatestHolderMRU", "ReclaimAtInfer", "WriterMRU"]
+__all__ = [
+    "OUTSIDE_MUTANTS",
+    "ForkCopiesPins",
+    "ForkCopiesPinsTether",
+    "ForkKeepsInvalidTail",
+    "ForkKeepsInvalidTailTether",
+    "LastAccessMRU",
+    "LatestHolderMRU",
+    "PinEndsLate",
+    "PinEndsLateTether",
+    "ReclaimAtInfer",
+    "SuspendAtStart",
+    "SuspendAtStartTether",
+    "WriterMRU",
+]
 
 _C = BlockClass
 #: KVTether's class order, as a port would write it out
@@ -117,6 +144,73 @@ class ReclaimAtInfer(KVTether):
         return view.dead() if isinstance(op, Infer) else ()
 
 
+class PinEndsLate(Engine):
+    """A TTL pin ends after its deadline, not at it: still pinned at the op at the deadline."""
+
+    def _expire_pins(self, t: float) -> None:
+        super()._expire_pins(math.nextafter(t, -math.inf))  # deadline < t, not <= t
+
+
+class ForkKeepsInvalidTail(Engine):
+    """A fork keeps the source's whole chain inside the shared messages, valid or not."""
+
+    def _fork(self, op: Fork) -> None:
+        src = self.contexts.get(op.src)
+        if src is None:
+            super()._fork(op)
+            return
+        valid, src.valid = src.valid, len(src.materialized)
+        try:
+            super()._fork(op)
+        finally:
+            src.valid = valid
+
+
+class SuspendAtStart(Engine):
+    """A context is suspended from its inference's start, not its end."""
+
+    def apply(self, op: Op) -> None:
+        super().apply(op)
+        if isinstance(op, Infer) and op.ctx in self.contexts:
+            c = self.contexts[op.ctx]
+            if c.is_open and c.suspended_at is not None:
+                c.suspended_at = op.t
+                self._bump(c)
+
+
+class ForkCopiesPins(Engine):
+    """A fork's copies of pinned messages are pinned too, until the source's deadlines."""
+
+    def _fork(self, op: Fork) -> None:
+        super()._fork(op)
+        src, child = self.contexts[op.src], self.contexts[op.ctx]
+        for i, (_m, uid) in enumerate(child.entries):
+            if src.stored.get(uid) is MsgState.PINNED:
+                deadline = src.pin_deadline.get(uid)
+                ttl = None if deadline is None else deadline - op.t
+                self._pin(Pin(op.t, child.id, i, i + 1, ttl))
+
+
+class PinEndsLateTether(KVTether):
+    name: ClassVar[str] = "mutant-pin-ends-late"
+    engine_class: ClassVar[type[Engine]] = PinEndsLate
+
+
+class ForkKeepsInvalidTailTether(KVTether):
+    name: ClassVar[str] = "mutant-fork-keeps-invalid-tail"
+    engine_class: ClassVar[type[Engine]] = ForkKeepsInvalidTail
+
+
+class SuspendAtStartTether(KVTether):
+    name: ClassVar[str] = "mutant-suspend-at-start"
+    engine_class: ClassVar[type[Engine]] = SuspendAtStart
+
+
+class ForkCopiesPinsTether(KVTether):
+    name: ClassVar[str] = "mutant-fork-copies-pins"
+    engine_class: ClassVar[type[Engine]] = ForkCopiesPins
+
+
 #: import path -> the invariant it must be caught breaking
 OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
     {
@@ -124,5 +218,9 @@ OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.search.outside_mutants:WriterMRU": "suspended-mru",
         "checkers.search.outside_mutants:LastAccessMRU": "suspended-mru",
         "checkers.search.outside_mutants:ReclaimAtInfer": "free-at-boundary",
+        "checkers.search.outside_mutants:PinEndsLateTether": "engine-contract",
+        "checkers.search.outside_mutants:ForkKeepsInvalidTailTether": "no-stale-hit",
+        "checkers.search.outside_mutants:SuspendAtStartTether": "engine-contract",
+        "checkers.search.outside_mutants:ForkCopiesPinsTether": "engine-contract",
     }
 )
