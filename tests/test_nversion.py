@@ -242,6 +242,29 @@ def test_an_ops_inference_figures_are_compared_on_every_op() -> None:
     assert not check_ops(ops, KVTether(), config, ["engine-contract"]).violations
 
 
+def test_message_states_are_compared_on_every_op() -> None:
+    """A state wrong on one op alone -- a TTL pin that an outside author's engine ends one op
+    late (PinEndsLate) -- is found on that op, though it falls between two samples of the
+    whole-state comparison; the reference engine agrees on the same trace."""
+    from checkers.search.outside_mutants import PinEndsLateTether
+
+    k = FULL_COMPARE_OPS + 1  # the op at the pin's deadline: past the full prefix, unsampled
+    assert k % COMPARE_EVERY
+    c = ContextId("c")
+    ops: list[Op] = [
+        Open(0.0, c, SessionId("s"), AgentKind.MAIN),
+        Append(0.0, c, (msg("sys", 6, MessageKind.SYSTEM),)),
+        Pin(0.0, c, 0, 1, float(k)),
+    ]
+    ops += [Append(float(i), c, (msg(f"u{i}", 2),)) for i in range(len(ops), k + 2)]
+    assert ops[k].t == k
+    config = EngineConfig(4, (TierConfig(TierName("hbm"), 1024),))
+    [v] = check_ops(ops, PinEndsLateTether(), config, ["engine-contract"]).violations
+    assert v.op == k
+    assert "state of message #0 of c" in v.message
+    assert not check_ops(ops, KVTether(), config, ["engine-contract"]).violations
+
+
 def test_a_monitor_without_the_contract_model_makes_no_contract_finding() -> None:
     """``Monitor(contract=False)`` (what bench_checkers measures the contract's cost against)
     really runs no contract model: the miscounted record that the default monitor reports goes

@@ -107,8 +107,9 @@ def compare(
     k: int, e: Engine, s: Shadow, records: Sequence[object], *, full: bool = True
 ) -> Divergence | None:
     """After op ``k``: the first field on which the engine (its view and the op's ``records``)
-    and the shadow differ. ``full=False`` compares the op's inference figures alone (constant
-    work; they exist only on the op itself), not every context and resident block."""
+    and the shadow differ. ``full=False`` compares the op's inference figures (they exist only on
+    the op itself) and every message's state (work proportional to the messages), not every
+    context and resident block."""
 
     def differ(what: str, ev: object, sv: object) -> Divergence | None:
         return None if ev == sv else Divergence(k, what, ev, sv)
@@ -129,6 +130,20 @@ def compare(
         )
         if (d := differ(f"inference figures of {infer.ctx}", got, fig)) is not None:
             return d
+    # the state of every message of every open context, every op: a state wrong for one op (a
+    # pin that ends late) shows only on that op, which the whole-state comparison below meets
+    # one time in COMPARE_EVERY (a closed context's messages are not compared: the model has
+    # them all Expired for good, and no block is classed by them)
+    for cid, c in s.ctxs.items():
+        if not c.open:
+            continue
+        ec = e.contexts.get(cid)
+        states = {} if ec is None else {uid: ec.state(uid) for uid in ec.messages_by_uid}
+        if states != c.state:
+            keys = c.state.keys() | states.keys()
+            uid = min(u for u in keys if states.get(u) is not c.state.get(u))
+            what = f"state of message #{uid} of {cid}"
+            return Divergence(k, what, states.get(uid), c.state.get(uid))
     if not full:
         return None
     view = e.view

@@ -55,6 +55,8 @@ class HarnessBuilder:
         #: the context that last received input (what a harness would run next)
         self.last: ContextId | None = None
         self._n = 0
+        #: when each TTL pin emitted so far ends (``t + ttl``, as the engine computes it)
+        self.deadlines: list[float] = []
 
     # ------------------------------------------------------------------ helpers
 
@@ -67,6 +69,7 @@ class HarnessBuilder:
 
     def _emit(self, *ops: Op) -> list[Op]:
         self.ops.extend(ops)
+        self.deadlines += [o.t + o.ttl for o in ops if isinstance(o, Pin) and o.ttl is not None]
         return list(ops)
 
     def _pick(
@@ -84,8 +87,15 @@ class HarnessBuilder:
         self.last = c.id
         return Append(self.t, c.id, msgs, temporary)
 
-    def advance(self, dt: float) -> list[Op]:
-        self.t = round(self.t + dt, 3)
+    def advance(self, dt: float | None) -> list[Op]:
+        """Time passes: ``dt``, or (``None``) exactly to the next TTL pin deadline, so that the
+        next op lands on it -- the boundary where a pin ends (spec P6: at the first op at or
+        after its deadline), which time drawn at random almost never meets. Nothing passes
+        when no deadline lies ahead."""
+        if dt is None:
+            self.t = min((d for d in self.deadlines if d > self.t), default=self.t)
+        else:
+            self.t = round(self.t + dt, 3)
         return []
 
     # ------------------------------------------------------------------ actions

@@ -92,9 +92,11 @@ class SearchStats:
     ops: Counter[str] = attrs.field(factory=Counter)
     #: which rules the machine has (empty for a trace-level search)
     rule_names: tuple[str, ...] = ()
-    #: the longest run's ops and engine: replayed for the determinism check
+    #: the ops and engine of the run with the most evictions (the longest among those):
+    #: replayed for the determinism check, so the run with the most decisions to make
     sample: list[Op] = attrs.field(factory=list)
     sample_config: EngineConfig | None = None
+    sample_evictions: int = 0
     #: what the runs exercised, summed (see :func:`run_coverage`)
     coverage: Counter[str] = attrs.field(factory=Counter)
     #: invariant -> seconds from the search's start to its first violation (before shrinking)
@@ -102,10 +104,14 @@ class SearchStats:
     #: random traces on which the engine was compared with the contract (engine-contract)
     contract_traces: int = 0
 
-    def keep_sample(self, ops: Sequence[Op], config: EngineConfig) -> None:
-        if len(ops) > len(self.sample):
+    def keep_sample(self, ops: Sequence[Op], config: EngineConfig, evictions: int = 0) -> None:
+        """Keep ``ops`` as the determinism check's sample if its run evicted more than the
+        sample's (a policy's nondeterminism shows in its choices: a run with none cannot show a
+        tie broken two ways), or as many and it is longer."""
+        if (evictions, len(ops)) > (self.sample_evictions, len(self.sample)):
             self.sample = list(ops)
             self.sample_config = config
+            self.sample_evictions = evictions
 
     def count_ops(self, ops: Iterable[Op]) -> None:
         self.ops.update(op_name(op) for op in ops)
@@ -128,7 +134,7 @@ class SearchStats:
         self.ops.update(other.ops)
         self.coverage.update(other.coverage)
         if other.sample_config is not None:
-            self.keep_sample(other.sample, other.sample_config)
+            self.keep_sample(other.sample, other.sample_config, other.sample_evictions)
 
     def coverage_line(self) -> str:
         keys = ("evictions", "rejections", "spills", "reclaims", "temporaries", "bypasses")

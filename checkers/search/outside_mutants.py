@@ -36,7 +36,9 @@ And engines, the way an outside engine's author errs (the users of ``kvmodel ora
 run as KVTether on it (``engine_class``):
 
 * :class:`PinEndsLate` ends a TTL pin after its deadline instead of at it (``<`` for ``<=``,
-  spec P6): wrong for exactly the ops at a deadline;
+  spec P6): wrong for exactly the ops at a deadline. It passed ``kvmodel check`` until the
+  machine drew TTL pins as often as untimed ones and could wait for a deadline, and the
+  contract comparison looked at message states on every op (spec/invariants.md);
 * :class:`ForkKeepsInvalidTail` reads the source's chain length where it should read its valid
   count (P5): a fork taken after an edit, before the next inference, holds stale KV as valid;
 * :class:`SuspendAtStart` takes an inference's start for its context's suspension time, not its

@@ -26,7 +26,7 @@ __all__ = ["actions", "agent_traces", "play"]
 
 _tok = st.integers(1, 16)
 _pick = st.integers(0, 7)
-_ttl = st.one_of(st.none(), st.sampled_from([0.5, 2.0, 10.0]))
+_ttl = st.sampled_from([None, 0.5, 2.0, 10.0])
 _dur = st.sampled_from([0.0, 0.5, 2.0])
 
 #: (builder method, argument strategies) -- the harness primitives, most frequent first
@@ -46,7 +46,7 @@ _ACTIONS: list[tuple[str, tuple[st.SearchStrategy[Any], ...]]] = [
     ("unpin", (_pick,)),
     ("close", (_pick,)),
     ("end_session", (_pick,)),
-    ("advance", (st.sampled_from([0.5, 1.0, 5.0, 60.0]),)),
+    ("advance", (st.sampled_from([0.5, 1.0, 5.0, 60.0, None]),)),  # None: to a pin deadline
 ]
 
 
