@@ -2,7 +2,12 @@
 both with every invariant and the contract comparison monitored -- and the time for the stateful
 search alone to catch each mutant. Prints figures; asserts nothing.
 
-    python benchmarks/bench_checkers.py [--profile ci] [--policies lru,kvtether] [--no-mutants]
+    python benchmarks/bench_checkers.py [--profile ci] [--seeds 4] [--policies lru,kvtether]
+        [--no-mutants]
+
+The machine's figures are over ``--seeds`` search seeds (total steps over total time): one
+seed's examples can be several times heavier than another's (more sessions open at once), so a
+single seed's rate says as much about that seed as about the checker.
 """
 
 from __future__ import annotations
@@ -31,7 +36,15 @@ from kvmodel.io.trace import Op
 from kvmodel.policy import registered_policies, resolve_policy
 
 
-def hypothesis_floor(examples: int, steps: int) -> tuple[int, float]:
+def timed(machine: type[RuleBasedStateMachine], examples: int, steps: int, seeds: int) -> float:
+    """Seconds to run ``machine`` once per search seed ``0 .. seeds - 1``."""
+    t0 = time.perf_counter()
+    for seed in range(seeds):
+        run_machine(machine, search_settings(examples, steps), seed)
+    return time.perf_counter() - t0
+
+
+def hypothesis_floor(examples: int, steps: int, seeds: int) -> tuple[int, float]:
     """Hypothesis's own cost per step on this machine now (the issue's anchor, ~5,000 steps/s):
     a machine of one rule drawing one integer that does nothing, under the search's settings.
     Machine speed here drifts by up to 30% within minutes: the checked machine's figures are
@@ -43,9 +56,8 @@ def hypothesis_floor(examples: int, steps: int) -> tuple[int, float]:
         def step(self, x: int) -> None:
             count[0] += 1
 
-    t0 = time.perf_counter()
-    run_machine(Trivial, search_settings(examples, steps), 0)
-    return count[0], time.perf_counter() - t0
+    dt = timed(Trivial, examples, steps, seeds)
+    return count[0], dt
 
 
 def harness_only(policy: str, stats: SearchStats) -> type[RuleBasedStateMachine]:
@@ -65,38 +77,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--profile", default="ci", choices=sorted(PROFILES))
     ap.add_argument("--policies", help="comma-separated (default: every registered policy)")
     ap.add_argument("--no-mutants", action="store_true", help="throughput only")
+    ap.add_argument("--seeds", type=int, default=4, help="search seeds per machine figure")
     a = ap.parse_args(argv)
     policies = a.policies.split(",") if a.policies else registered_policies()
     examples, steps = PROFILES[a.profile]
     print(
         f"stateful machine, all {len(INVARIANTS)} invariants monitored, profile {a.profile} "
-        f"({examples} examples x {steps} steps):"
+        f"({examples} examples x {steps} steps), seeds 0-{a.seeds - 1}:"
     )
     for p in policies:
         if callable(getattr(resolve_policy(p), "prepare", None)):
             continue  # offline policies are searched over traces, not machine steps
         st = SearchStats()
         machine = make_machine(p, list(INVARIANTS), config=check_config(), stats=st)
-        t0 = time.perf_counter()
-        run_machine(machine, search_settings(examples, steps), 0)
-        dt = time.perf_counter() - t0
+        dt = timed(machine, examples, steps, a.seeds)
         print(
             f"  {p:<16} {st.steps / dt:8.0f} steps/s  {sum(st.ops.values()) / dt:8.0f} ops/s"
             f"  ({st.steps} steps, {dt:.2f} s)"
         )
     p = "lru" if "lru" in policies else policies[0]
     print(
-        f"where a step's time goes ({p}; the same seed, each layer added in turn; the "
+        f"where a step's time goes ({p}; the same seeds, each layer added in turn; the "
         "eviction-time invariants read the contract model, so they come with it):"
     )
-    n, dt = hypothesis_floor(examples, steps)
+    n, dt = hypothesis_floor(examples, steps, a.seeds)
     floor = n / dt
     print(f"  {'Hypothesis alone':<22} {floor:8.0f} steps/s  ({n} steps, {dt:.2f} s; a "
           "trivial machine: one rule, one integer)")  # fmt: skip
     st_ = SearchStats()
-    t0 = time.perf_counter()
-    run_machine(harness_only(p, st_), search_settings(examples, steps), 0)
-    dt = time.perf_counter() - t0
+    dt = timed(harness_only(p, st_), examples, steps, a.seeds)
     print(f"  {'+ the harness':<22} {st_.steps / dt:8.0f} steps/s  ({st_.steps} steps, "
           f"{dt:.2f} s; ops built, none applied)")  # fmt: skip
     for label, invariants, contract in (
@@ -106,9 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         st = SearchStats()
         machine = make_machine(p, invariants, config=check_config(), stats=st, contract=contract)
-        t0 = time.perf_counter()
-        run_machine(machine, search_settings(examples, steps), 0)
-        dt = time.perf_counter() - t0
+        dt = timed(machine, examples, steps, a.seeds)
         print(f"  {label:<22} {st.steps / dt:8.0f} steps/s  ({st.steps} steps, {dt:.2f} s)")
     print(f"  a checked step costs {floor / (st.steps / dt):.1f} trivial steps (the goal, "
           f"2,000 steps/s at a floor of ~5,000, is 2.5)")  # fmt: skip
