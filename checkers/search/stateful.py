@@ -38,6 +38,7 @@ from checkers.search.builder import HarnessBuilder
 from checkers.search.coverage import TARGETS, SearchStats
 from checkers.search.pool import fixed_constants
 from checkers.search.shrink import shrink
+from checkers.search.strategies import durations, picks, tokens, ttls, waits
 from checkers.search.swarm import check_config, swarm_configs
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
@@ -92,19 +93,11 @@ class SearchResult:
     stats: SearchStats
 
 
-tokens = st.integers(1, 16)
-picks = st.integers(0, 7)
-ttls = st.sampled_from([None, 0.5, 2.0, 10.0])
-durations = st.sampled_from([0.0, 0.5, 2.0])
 #: after new input, usually run the context (the harness's next request): its duration, or None
 #: for no inference; running is drawn first. Three in four run, each for its own time -- the
 #: harness clock moves with its inferences, so holders of shared KV are suspended at different
 #: times (spec/invariants.md, "The harness clock moves with its inferences")
 go_on = st.sampled_from([0.5, None, 2.0, 0.0])
-#: how long a wait lasts; None: exactly to the next TTL pin deadline, a boundary that the
-#: other waits would almost never land on (PinEndsLate, an outside author's engine, ends
-#: pins one op late and passed every search until they could)
-waits = st.sampled_from([0.5, 1.0, 5.0, 60.0, None])
 #: destructive actions happen in about a quarter of the draws of their rule
 rarely = st.sampled_from([False, False, True])
 
