@@ -421,13 +421,14 @@ def commit(
     L5.1) are this context's own. The writer's uids name other messages, or none, in this context.
     """
     tail: list[BlockSpec] = list(hit_specs)
+    res = e.residency
+    for b in hits:
+        res.attach(c, b)
     for p in placed:
         if p.spec.key is None or p.bypass:
             break
         tail.append(p.spec)
-    res = e.residency
-    for s in tail:
-        res.attach(c, s)
+        res.attach(c, p.block)
     c.materialized.extend(tail)
     if cut is not None and len(c.materialized) > cut:
         # a temporary leaves after this inference: what follows it is not kept (spec P8)

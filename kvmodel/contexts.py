@@ -146,6 +146,9 @@ class Context:
         """
         if depth >= self.valid:
             return BlockClass.EXPIRED
+        if not self.stored and not self.pin_deadline:
+            # (most blocks: covered_class is the phase's and pin_depth() is -1; per block keyed)
+            return _PHASE_CLASS[self.phase]
         cls = self.covered_class(self.materialized[depth].uids)
         if depth <= self.pin_depth() and cls in _LIVE_CLASSES:
             return BlockClass.PINNED

@@ -309,7 +309,7 @@ class Engine:
         child = src.fork(op.ctx, upto, op.t)
         self._register(child)
         for spec in child.materialized:
-            self.residency.attach(child, spec)
+            self.residency.attach(child, self.residency.block_of(spec))
         self.edges.append((src.id, child.id, "fork"))
 
     def _pin(self, op: Pin) -> None:

@@ -119,9 +119,8 @@ class Residency:
         bid = self.index.get(key) if key is not None else None
         return None if bid is None else self.blocks[bid]
 
-    def attach(self, c: Context, spec: BlockSpec) -> None:
-        """``c``'s chain now holds the block ``spec`` names."""
-        b = self.block_of(spec)
+    def attach(self, c: Context, b: ResidentBlock) -> None:
+        """``c``'s chain now holds ``b`` (the caller appends its spec to the chain)."""
         b.holders.add(c.id)
         self.bump_block(b)
         self.dead.discard(b.id)
