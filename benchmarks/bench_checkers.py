@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-mutants", action="store_true", help="throughput only")
     ap.add_argument("--seeds", type=int, default=4, help="search seeds per machine figure")
     a = ap.parse_args(argv)
-    policies = a.policies.split(",") if a.policies else registered_policies()
+    policies = a.policies.split(",") if a.policies else list(registered_policies())
     examples, steps = PROFILES[a.profile]
     print(
         f"stateful machine, all {len(INVARIANTS)} invariants monitored, profile {a.profile} "

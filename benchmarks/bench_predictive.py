@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from kvmodel.io.observations import AllocObs
 from kvmodel.messages import AgentKind
 from kvmodel.replay import replay
 from kvmodel.studies.presets import hardware_config
@@ -51,13 +52,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     tiers = [
                         o.tier
                         for o in r.engine.log
-                        if o.kind == "alloc" and agent[o.ctx] is AgentKind.REVIEWER
+                        if isinstance(o, AllocObs) and agent[o.ctx] is AgentKind.REVIEWER
                     ]
                     to_flash[policy] = tiers.count(hbf) / len(tiers) if tiers else None
                 hf, det, lach = (max(writes[p], 1) for p in POLICIES)
                 share = "  ".join(
-                    "    -" if to_flash[p] is None else f"{to_flash[p]:5.1%}"
-                    for p in POLICIES[1:]
+                    "    -" if to_flash[p] is None else f"{to_flash[p]:5.1%}" for p in POLICIES[1:]
                 )
                 print(
                     f"{workload:<19} {scale:<6} {split:<6} {config.tiers[0].blocks:>7}"

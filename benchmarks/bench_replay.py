@@ -19,6 +19,7 @@ import time
 
 from kvmodel import EngineConfig, Message, MessageKind, Role, TierConfig, replay
 from kvmodel.ids import ContextId, MessageId, SessionId, TierName
+from kvmodel.io.observations import InferObs
 from kvmodel.io.trace import Append, Infer, Op, Open
 from kvmodel.messages import AgentKind
 from kvmodel.workloads import RandomParams, random_trace
@@ -33,7 +34,7 @@ def throughput(n_ops: int) -> None:
         r = replay(tr, policy, cfg)
         dt = time.perf_counter() - t0
         recs = sum(1 for o in r.engine.log if o.kind in ("alloc", "evict", "free", "hit"))
-        own = sum(o.own_blocks for o in r.engine.log if o.kind == "infer")  # type: ignore[union-attr]
+        own = sum(o.own_blocks for o in r.engine.log if isinstance(o, InferObs))
         print(
             f"  {policy:<10} {dt:7.2f} s  {len(tr.ops) / dt:9.0f} ops/s  "
             f"{(recs + own) / dt:10.0f} block ops/s  ({recs} block records, {own} kept)"

@@ -43,6 +43,7 @@ from checkers.conformance.vllm_pool import (
 )
 from kvmodel import EngineConfig, Message, MessageKind, Role, TierConfig, replay
 from kvmodel.ids import ContextId, MessageId, SessionId, TierName
+from kvmodel.io.observations import HitObs, InferObs
 from kvmodel.io.trace import Append, Infer, Op, Open, Trace, TraceHeader
 from kvmodel.messages import AgentKind
 from kvmodel.replay import fewer_collections
@@ -142,9 +143,7 @@ def run_vllm(
     return pool_s, hash_s, {"hits": hits, "writes": writes, "evictions": evictions}
 
 
-def run_kvmodel(
-    trace: Trace, blocks: int, *, observe: bool = True
-) -> tuple[float, dict[str, int]]:
+def run_kvmodel(trace: Trace, blocks: int, *, observe: bool = True) -> tuple[float, dict[str, int]]:
     cfg = EngineConfig(BLOCK, (TierConfig(TierName("hbm"), blocks),))
     t0 = time.process_time()
     r = replay(trace, "vllm-prefix", cfg, observe=observe)
@@ -154,9 +153,9 @@ def run_kvmodel(
     st = r.engine.stats
     # a hit is a hit record, or a block of the context's own chain found resident (counted)
     hits = sum(
-        1 if o.kind == "hit" else o.own_blocks  # type: ignore[union-attr]
+        1 if isinstance(o, HitObs) else o.own_blocks
         for o in r.engine.log
-        if o.kind in ("hit", "infer")
+        if isinstance(o, (HitObs, InferObs))
     )
     return dt, {
         "hits": hits,

@@ -24,7 +24,7 @@ from checkers.conformance.lockstep import differential
 from checkers.search.strategies import agent_traces
 from checkers.search.walk import random_walks
 from kvmodel import EngineConfig, TierConfig
-from kvmodel.ids import TierName
+from kvmodel.ids import BlockKey, TierName
 
 Page = tuple[int, ...]
 
@@ -32,7 +32,7 @@ Page = tuple[int, ...]
 class Node:
     ids = itertools.count()
 
-    def __init__(self, parent: Node | None, pages: list[Page], keys: list[object]) -> None:
+    def __init__(self, parent: Node | None, pages: list[Page], keys: list[BlockKey | None]) -> None:
         self.id, self.parent, self.pages, self.keys = next(Node.ids), parent, pages, keys
         self.children: dict[Page, Node] = {}
         self.last, self.locks = 0, 0
@@ -86,7 +86,8 @@ class RadixAdapter(PrefixCacheAdapter):
 
     def __init__(self, config: EngineConfig) -> None:
         super().__init__(config)
-        self.cache, self.path = RadixCache(self.capacity), []
+        self.cache = RadixCache(self.capacity)
+        self.path: list[Node] = []
 
     def pages(self, r: Request, n: int) -> list[Page]:
         return [r.block_tokens(d) for d in range(n)]
