@@ -314,7 +314,7 @@ class Engine:
 
     def _pin(self, op: Pin) -> None:
         c = self.context(op.ctx)
-        deadline = op.t + op.ttl if op.ttl is not None else None
+        deadline = op.deadline
         for uid in c.pin(op.start, op.stop, deadline):
             d = c.pin_deadline.get(uid)
             if d is not None:

@@ -4,6 +4,7 @@ explorer, pressure and coverage, and the CLI's budget and parallelism."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections import Counter
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from hypothesis import given, settings
 from checkers.invariants import INVARIANTS
 from checkers.invariants.predicates import contested
 from checkers.invariants.replay import check_ops
-from checkers.search.coverage import SearchStats
+from checkers.search.coverage import SearchStats, at_deadlines
 from checkers.search.stateful import search
 from checkers.search.swarm import BLOCK_SIZES, check_config, draw_config, swarm_configs
 from checkers.search.walk import WalkFind, explore, run_walk, walk_recipe
@@ -29,7 +30,9 @@ from kvmodel.io.trace import (
     Infer,
     Op,
     Open,
+    Pin,
     Remove,
+    Trace,
     dump_trace,
     dumps_op,
     op_name,
@@ -131,6 +134,65 @@ def test_a_system_prompt_opens_contexts_and_is_shared() -> None:
     assert len({(m.hash, m.tokens) for op in prompts for m in op.messages}) <= 3
     with pytest.raises(ValueError, match="p_system"):
         RandomParams(p_system=1.5)
+
+
+def test_walks_land_ops_on_ttl_pin_deadlines() -> None:
+    """A pin that ends one op late differs from one that ends on time only at an op exactly on
+    its deadline, which a clock drawn from a continuous distribution never meets (one op in 200
+    walks did, before): a swarm walk may aim its ops at the nearest deadline ahead."""
+    off = random_trace(RandomParams(seed=7, ops=300, p_ttl=1.0))
+    on = random_trace(RandomParams(seed=7, ops=300, p_ttl=1.0, p_deadline=0.5))
+    assert at_deadlines(off.ops) == 0
+    assert at_deadlines(on.ops) >= 20
+    assert on.header.meta["p_deadline"] == 0.5
+    assert "p_deadline" not in off.header.meta
+    assert all(a.t <= b.t for a, b in itertools.pairwise(on.ops))
+    # no draw is spent on deadlines before the first TTL pin
+    first = next(i for i, op in enumerate(off.ops) if isinstance(op, Pin) and op.ttl is not None)
+    assert on.ops[: first + 1] == off.ops[: first + 1]
+    # the engine reads the same float: at an op on a deadline, that pin has ended
+    engine = Engine(EngineConfig(4, (TierConfig(TierName("hbm"), 64),)), resolve_policy("lru"))
+    ends: dict[float, list[tuple[ContextId, int]]] = {}
+    checked = 0
+    for op in on.ops:
+        engine.apply(op)  # (pins due at or before op.t end before the op: spec P6)
+        for cid, uid in ends.pop(op.t, []):
+            c = engine.contexts.get(cid)
+            if c is not None and c.is_open and uid in c.messages_by_uid:
+                assert c.pin_deadline.get(uid) != op.t  # ended (or pinned again, for later)
+                checked += 1
+        if isinstance(op, Pin) and op.deadline is not None:
+            c = engine.contexts[op.ctx]
+            pinned = [u for u, d in c.pin_deadline.items() if d == op.deadline]
+            ends.setdefault(op.deadline, []).extend((op.ctx, u) for u in pinned)
+    assert checked >= 10
+    # seed 0's 50 walks (the dev profile's): most draw landings, and ops meet deadlines
+    landing = [walk_recipe(0, i)[1].p_deadline for i in range(50)]
+    assert 0.0 in landing
+    assert sum(p > 0 for p in landing) >= 25
+    walks = [random_trace(walk_recipe(0, i)[1]).ops for i in range(50)]
+    assert sum(at_deadlines(ops) for ops in walks) >= 40
+    # an op after one on a deadline (off the 3-decimal grid) with no time between them: the
+    # clock is rounded, and must not run back (the engine refuses such a trace)
+    assert all(a.t <= b.t for ops in walks for a, b in itertools.pairwise(ops))
+    with pytest.raises(ValueError, match="p_deadline"):
+        RandomParams(p_deadline=1.5)
+
+
+def test_a_walk_the_model_refuses_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A walk is valid input by construction: if the engine refuses one of its ops (a bug in the
+    generator, or in the engine under test), the search fails saying which walk and op, rather
+    than checking the walk's prefix and going on in silence."""
+    import checkers.search.walk as walk_module
+    from kvmodel.errors import InternalError
+
+    def backwards(params: RandomParams) -> Trace:
+        tr = random_trace(params)
+        return attrs.evolve(tr, ops=(*tr.ops[:3], attrs.evolve(tr.ops[3], t=-1.0), *tr.ops[4:]))
+
+    monkeypatch.setattr(walk_module, "random_trace", backwards)
+    with pytest.raises(InternalError, match=r"walk 2 of seed 0 under lru: op 3 .* time went back"):
+        run_walk("lru", INVARIANTS, 0, 2, None)
 
 
 def test_capped_walks_trade_rejections_for_evictions() -> None:
@@ -292,7 +354,7 @@ def test_an_order_no_eviction_constrained_is_reported_unexercised() -> None:
     assert run.trace_error is None
     assert not run.violations
     st = SearchStats()
-    st.observe(run.engine)
+    st.observe(run.engine, ops)
     assert st.coverage["evictions"] == 2
     assert st.coverage["contested:suspended-mru"] == 0
     warnings = " ".join(st.unexercised(INVARIANTS))
@@ -301,7 +363,7 @@ def test_an_order_no_eviction_constrained_is_reported_unexercised() -> None:
     # c2 suspended after c1 makes the same evictions MRU decisions
     ops[7] = attrs.evolve(ops[7], t=1.2)
     st = SearchStats()
-    st.observe(check_ops(ops, "kvtether", cfg, INVARIANTS).engine)
+    st.observe(check_ops(ops, "kvtether", cfg, INVARIANTS).engine, ops)
     assert st.coverage["contested:suspended-mru"] == 2
     assert "constraining mru 2" in st.coverage_line()
 

@@ -55,7 +55,7 @@ class HarnessBuilder:
         #: the context that last received input (what a harness would run next)
         self.last: ContextId | None = None
         self._n = 0
-        #: when each TTL pin emitted so far ends (``t + ttl``, as the engine computes it)
+        #: when each TTL pin emitted so far ends (``Pin.deadline``, as the engine reads it)
         self.deadlines: list[float] = []
 
     # ------------------------------------------------------------------ helpers
@@ -69,7 +69,7 @@ class HarnessBuilder:
 
     def _emit(self, *ops: Op) -> list[Op]:
         self.ops.extend(ops)
-        self.deadlines += [o.t + o.ttl for o in ops if isinstance(o, Pin) and o.ttl is not None]
+        self.deadlines += [d for o in ops if isinstance(o, Pin) and (d := o.deadline) is not None]
         return list(ops)
 
     def _pick(

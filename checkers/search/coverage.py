@@ -20,10 +20,10 @@ from checkers.invariants.monitor import Monitor
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.io.observations import AllocObs, BypassObs, EvictObs, FreeObs, FreeReason, RejectObs
-from kvmodel.io.trace import OP_NAMES, Op, op_name
+from kvmodel.io.trace import OP_NAMES, Op, Pin, op_name
 from kvmodel.lifecycle import BlockClass
 
-__all__ = ["TARGETS", "TRIGGERS", "SearchStats", "run_coverage"]
+__all__ = ["TARGETS", "TRIGGERS", "SearchStats", "at_deadlines", "run_coverage"]
 
 #: an invariant -> the coverage counter without which it was never put to the test (for an
 #: eviction-order invariant: an eviction it constrained, not any eviction -- evicting among
@@ -49,9 +49,22 @@ _SHORT = {
 TARGETS = ("evictions", "rejections", "spills", "dead resident")
 
 
-def run_coverage(engine: Engine, seconds_bound: float = 5.0) -> Counter[str]:
-    """What one finished run exercised, from its observation log and memory."""
+def at_deadlines(ops: Iterable[Op]) -> int:
+    """The ops of a run that fall exactly on the deadline of an earlier TTL pin of the run: the
+    only ops at which a pin that ends late (or early) differs from one that ends on time."""
+    deadlines: set[float] = set()
+    n = 0
+    for op in ops:
+        n += op.t in deadlines
+        if isinstance(op, Pin) and (d := op.deadline) is not None:
+            deadlines.add(d)
+    return n
+
+
+def run_coverage(engine: Engine, ops: Sequence[Op], seconds_bound: float = 5.0) -> Counter[str]:
+    """What one finished run of ``ops`` exercised, from its observation log and memory."""
     cov: Counter[str] = Counter()
+    cov["at deadlines"] = at_deadlines(ops)
     first_tier = engine.memory.names[0] if engine.memory.names else None
     for r in engine.log:
         if isinstance(r, EvictObs):
@@ -120,9 +133,9 @@ class SearchStats:
         self.coverage.update(cov)
         self.coverage["runs"] += 1
 
-    def observe(self, engine: Engine) -> Counter[str]:
-        """Add one finished run; return its own counts (the machine targets them)."""
-        cov = run_coverage(engine)
+    def observe(self, engine: Engine, ops: Sequence[Op]) -> Counter[str]:
+        """Add one finished run of ``ops``; return its own counts (the machine targets them)."""
+        cov = run_coverage(engine, ops)
         self.add(cov)
         return cov
 
@@ -152,6 +165,7 @@ class SearchStats:
             inner.append(f"constraining {contested}")
         parts[0] += f" ({'; '.join(inner)})" if inner else ""
         parts += [f"forks {self.ops['fork']}", f"pins {self.ops['pin']}"]
+        parts[-1] += f" ({self.coverage['at deadlines']} ops at a TTL deadline)"
         parts.append(f"worn tiers {self.coverage['worn tiers']}")
         parts.append(f"multi-tier runs {self.coverage['tiers>1']}/{self.coverage['runs']}")
         return "coverage: " + ", ".join(parts)

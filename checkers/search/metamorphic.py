@@ -218,8 +218,8 @@ def retiming(ops: Sequence[Op], run: Run, seed: int = 0) -> str | None:
         points.add(op.t)
         if isinstance(op, Infer):
             points.add(op.t + op.duration)
-        if isinstance(op, Pin) and op.ttl is not None:
-            points.add(op.t + op.ttl)
+        if isinstance(op, Pin) and (d := op.deadline) is not None:
+            points.add(d)
     order = sorted(points)
     gaps = np.random.default_rng(seed).integers(1, 50, len(order))
     new = dict(zip(order, (float(x) for x in np.cumsum(gaps)), strict=True))
@@ -228,8 +228,8 @@ def retiming(ops: Sequence[Op], run: Run, seed: int = 0) -> str | None:
         moved = attrs.evolve(op, t=new[op.t])
         if isinstance(op, Infer) and isinstance(moved, Infer):
             moved = attrs.evolve(moved, duration=new[op.t + op.duration] - new[op.t])
-        if isinstance(op, Pin) and isinstance(moved, Pin) and op.ttl is not None:
-            moved = attrs.evolve(moved, ttl=new[op.t + op.ttl] - new[op.t])
+        if isinstance(op, Pin) and isinstance(moved, Pin) and (d := op.deadline) is not None:
+            moved = attrs.evolve(moved, ttl=new[d] - new[op.t])
         out.append(moved)
     a = [{**r, "t": new[r["t"]]} if "t" in r else r for r in _records(run(ops))]
     b = _records(run(out))

@@ -305,7 +305,7 @@ def make_machine(
             self._run("end_session", self.b.end_session(pick))
 
         def teardown(self) -> None:
-            cov = st_.observe(self.engine)
+            cov = st_.observe(self.engine, self.b.ops)
             st_.keep_sample(self.b.ops, self.config, cov["evictions"])
             for label in TARGETS:
                 target(float(cov[label]), label=label)
@@ -399,7 +399,7 @@ def _search_traces(
         stats.steps += len(trace.ops)
         stats.count_ops(trace.ops)
         result = check_ops(trace.ops, policy, c, invariants)
-        cov = stats.observe(result.engine)
+        cov = stats.observe(result.engine, trace.ops[: result.applied])
         stats.keep_sample(trace.ops, c, cov["evictions"])
         for label in TARGETS:
             target(float(cov[label]), label=label)

@@ -27,6 +27,7 @@ from checkers.invariants.structural import Violation
 from checkers.search.coverage import SearchStats, run_coverage
 from checkers.search.swarm import draw_config, draw_weights
 from kvmodel.config import EngineConfig
+from kvmodel.errors import InternalError
 from kvmodel.io.trace import Op, Trace, op_name
 from kvmodel.policy import resolve_policy
 from kvmodel.studies.sweep import executor
@@ -56,6 +57,8 @@ def walk_recipe(
 CONTEXT_CAPS = (None, 0.5, 0.75, 1.0)
 #: the probability that a walk's opened context starts with a shared system prompt
 SYSTEM_PROMPTS = (0.0, 0.5, 1.0)
+#: the probability that a walk's op lands exactly on the nearest TTL pin deadline ahead
+DEADLINE_LANDINGS = (0.0, 0.2, 0.5)
 
 
 def walk_params(
@@ -64,7 +67,8 @@ def walk_params(
     """A swarm draw of the raw-op generator's parameters: length, token sizes, open contexts,
     sharing, temporaries, one-shot contexts, TTLs, op weights and clock rate -- and, given the
     engine's ``capacity`` in tokens, a context cap from :data:`CONTEXT_CAPS` and a system-prompt
-    probability from :data:`SYSTEM_PROMPTS` (spec/invariants.md, swarm testing). Uncapped, a walk's
+    probability from :data:`SYSTEM_PROMPTS` (spec/invariants.md, swarm testing); last, how often an
+    op lands exactly on a TTL pin's deadline (:data:`DEADLINE_LANDINGS`). Uncapped, a walk's
     contexts soon outgrow a 2-16-block memory and most inferences are rejected (4 walks in 5
     rejected, 1 in 4 evicted at all, before caps); capped, several contexts share the memory and
     compete for it, and the compactions edit contexts whose KV is resident."""
@@ -80,14 +84,15 @@ def walk_params(
         weights=tuple(draw_weights(rng).items()),
         mean_gap=float(rng.choice([0.1, 1.0, 5.0])),
     )
-    if capacity is None:
-        return params
-    factor = CONTEXT_CAPS[int(rng.integers(0, len(CONTEXT_CAPS)))]
-    return attrs.evolve(
-        params,
-        max_context_tokens=None if factor is None else max(2, int(factor * capacity)),
-        p_system=float(rng.choice(SYSTEM_PROMPTS)),
-    )
+    if capacity is not None:
+        factor = CONTEXT_CAPS[int(rng.integers(0, len(CONTEXT_CAPS)))]
+        params = attrs.evolve(
+            params,
+            max_context_tokens=None if factor is None else max(2, int(factor * capacity)),
+            p_system=float(rng.choice(SYSTEM_PROMPTS)),
+        )
+    # drawn last, so that every earlier draw of a walk is what it was before deadlines
+    return attrs.evolve(params, p_deadline=float(rng.choice(DEADLINE_LANDINGS)))
 
 
 def random_walks(max_ops: int = 120) -> st.SearchStrategy[Trace]:
@@ -124,6 +129,14 @@ def run_walk(
     cfg, params = walk_recipe(seed, index, config)
     ops = random_trace(params).ops
     run = check_ops(ops, policy, cfg, invariants)
+    if run.trace_error is not None:
+        # a generated walk is valid input by construction: its refusal is a bug in the generator
+        # or in the engine under test, never a walk cut short in silence (as the machine's
+        # TraceError fails its search)
+        raise InternalError(
+            f"walk {index} of seed {seed} under {policy}: op {run.applied} "
+            f"({op_name(ops[run.applied])}) was refused as bad input: {run.trace_error}"
+        )
     offline = callable(getattr(resolve_policy(policy), "prepare", None))
     finds = []
     seen: set[str] = set()
@@ -138,7 +151,7 @@ def run_walk(
     return WalkOutcome(
         index,
         tuple(finds),
-        run_coverage(run.engine),
+        run_coverage(run.engine, applied),
         Counter(op_name(o) for o in applied),
         len(ops),
     )

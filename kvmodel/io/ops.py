@@ -88,6 +88,12 @@ class Pin:
     stop: int | None = None
     ttl: float | None = None
 
+    @property
+    def deadline(self) -> float | None:
+        """When the pin ends (``t + ttl``; None: held until unpinned), the one computation of
+        it: a search that aims an op at a deadline meets the engine's float exactly."""
+        return None if self.ttl is None else self.t + self.ttl
+
 
 @attrs.frozen(slots=True)
 class Unpin:

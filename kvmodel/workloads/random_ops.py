@@ -87,6 +87,11 @@ class RandomParams:
     #: by every context (an agent's fixed prompt: the common case of KV that several contexts
     #: hold, each suspended at its own time, and that one of them wrote). 0: none, no draws
     p_system: float = 0.0
+    #: the probability that an op, drawn while a TTL pin's deadline lies ahead, happens exactly
+    #: at the nearest one (``Pin.deadline``, the engine's float): whether a pin still holds *at*
+    #: its deadline is a boundary that times drawn from a continuous clock never meet
+    #: (spec/invariants.md, swarm testing). 0: none, no draws
+    p_deadline: float = 0.0
 
     def __attrs_post_init__(self) -> None:
         for op, w in self.weights or ():
@@ -96,6 +101,8 @@ class RandomParams:
                 )
         if not 0.0 <= self.p_system <= 1.0:
             raise ValueError(f"RandomParams.p_system: {self.p_system!r} (expected 0..1)")
+        if not 0.0 <= self.p_deadline <= 1.0:
+            raise ValueError(f"RandomParams.p_deadline: {self.p_deadline!r} (expected 0..1)")
         cap = self.max_context_tokens
         if cap is not None and not cap >= 2:
             raise ValueError(f"RandomParams.max_context_tokens: {cap!r} (expected at least 2)")
@@ -134,6 +141,8 @@ class _Gen:
         )
         #: ops an op implies, emitted before the next draw (an opened context's system prompt)
         self.pending: list[Op] = []
+        #: the deadlines of the TTL pins emitted, while they lie ahead (only with p_deadline)
+        self.deadlines: list[float] = []
 
     def pick(self, xs: list[ContextId]) -> ContextId:
         return xs[int(self.rng.integers(0, len(xs)))]
@@ -152,8 +161,14 @@ class _Gen:
         if self.pending:
             return self.pending.pop(0)
         rng = self.rng
-        self.t = round(self.t + float(rng.exponential(self.p.mean_gap)) * (rng.random() < 0.7), 3)
-        t = self.t
+        t = round(self.t + float(rng.exponential(self.p.mean_gap)) * (rng.random() < 0.7), 3)
+        # (a deadline need not be on the 3-decimal grid: rounding after one may not run back)
+        t = max(t, self.t)
+        if self.deadlines:
+            self.deadlines = ahead = [d for d in self.deadlines if d > self.t]
+            if ahead and rng.random() < self.p.p_deadline:
+                t = min(ahead)  # (later than self.t: the clock still never runs back)
+        self.t = t
         live = sorted(self.open)
         nonempty = [c for c in live if self.open[c].msgs]
         legal = ["open"] if len(live) < self.p.max_open else []
@@ -281,7 +296,10 @@ class _Gen:
             if self.rng.random() < self.p.p_ttl
             else None
         )
-        return Pin(t, cid, a, b, ttl)
+        pin = Pin(t, cid, a, b, ttl)
+        if pin.deadline is not None and self.p.p_deadline:
+            self.deadlines.append(pin.deadline)
+        return pin
 
     def _unpin(self, t: float, live: list[ContextId], _n: list[ContextId]) -> Op:
         cid = self.pick(live)
@@ -340,4 +358,6 @@ def random_trace(params: RandomParams | None = None) -> Trace:
         del meta["max_context_tokens"]
     if not p.p_system:
         del meta["p_system"]
+    if not p.p_deadline:
+        del meta["p_deadline"]
     return Trace(TraceHeader(1, {"kvtrace": 1, "generator": "random", **meta}), ops)
