@@ -207,6 +207,45 @@ def test_check_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFix
         check_policies(["lru", "policies.lru:LRU"])
 
 
+def test_an_engine_refusing_valid_input_is_a_finding_and_bad_input_stays_bad(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What bad input is, the reference's logical semantics decide: an engine that refuses a pin
+    over an empty range (which the format allows) has an engine-internal finding, on replay and
+    in the search alike; a trace that is bad input stays a usage error (exit 2), whichever
+    engine reads it first."""
+    from kvmodel import EngineConfig, TierConfig
+    from kvmodel.ids import ContextId, MessageId, SessionId, TierName
+    from kvmodel.io.trace import Append, Open, Pin, Trace, TraceHeader, dump_trace
+    from kvmodel.messages import AgentKind, Message, MessageKind, Role
+
+    strict = "checkers.search.outside_mutants:RefusesEmptyPinTether"
+    c = ContextId("c")
+    msg = Message(MessageId("m"), Role.USER, MessageKind.USER, 8)
+    ops = [Open(0.0, c, SessionId("s"), AgentKind.MAIN), Append(0.0, c, (msg,)), Pin(1.0, c, 1, 1)]
+    cfg = EngineConfig(4, (TierConfig(TierName("hbm"), 8),))
+    run = check_ops(ops, strict, cfg, INVARIANTS)
+    assert run.trace_error is None
+    [v] = [v for v in run.violations if v.invariant == "engine-internal"]
+    assert v.op == 2
+    assert "refused valid input: TraceError" in v.message
+    assert "covers no message" in v.message
+    assert check_ops(ops, "kvtether", cfg, INVARIANTS).violations == ()
+    # bad input (a range past the context's end) is bad for the reference too: it propagates
+    bad = [*ops[:2], Pin(1.0, c, 0, 5)]
+    assert check_ops(bad, strict, cfg, INVARIANTS).trace_error is not None
+    path = tmp_path / "bad.jsonl"
+    dump_trace(Trace(TraceHeader(), tuple(bad)), path)
+    config = tmp_path / "engine.toml"
+    config.write_text('block_size = 4\n[[tiers]]\nname = "hbm"\nblocks = 8\n')
+    argv = ["replay", str(path), "--policy", strict, "--config", str(config), "--check"]
+    assert main(argv) == 2
+    assert "bad.jsonl" in capsys.readouterr().err
+    dump_trace(Trace(TraceHeader(), tuple(ops)), path)
+    assert main(argv) == 1
+    assert "engine-internal" in capsys.readouterr().out
+
+
 def test_shrink_reaches_one_minimal() -> None:
     ops = list(range(40))
 

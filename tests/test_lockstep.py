@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 
 from checkers.conformance.lockstep import EngineImplementation, differential, run_lockstep
@@ -48,6 +49,21 @@ def test_mutants_diverge_on_a_small_shrunk_trace(mutant: str, policy: str) -> No
     # the shrunk trace replays to the same divergence
     again = run_lockstep(res.trace, lambda c: EngineImplementation(mutant, c), policy, CFG)
     assert again == res.verdict
+
+
+def test_a_generated_trace_that_is_not_valid_input_fails_the_search() -> None:
+    """A trace the strategy draws is valid input by construction; one that is not (the random
+    walks' clock once ran back) is the generator's bug, not a divergence of the implementation,
+    which would otherwise be blamed for refusing it ("the implementation crashed")."""
+    from hypothesis import strategies as st
+
+    from checkers.invariants.replay import RefusedTraceError
+    from kvmodel.io.trace import Trace
+
+    good = random_trace(RandomParams(seed=1, ops=12))
+    bad = Trace(good.header, (*good.ops[:5], attrs.evolve(good.ops[5], t=-1.0), *good.ops[6:]))
+    with pytest.raises(RefusedTraceError, match=r"not valid input: op 5 .*time went back"):
+        differential(lambda c: EngineImplementation("lru", c), "lru", CFG, traces=st.just(bad))
 
 
 def test_a_crashing_or_confused_implementation_is_a_divergence() -> None:

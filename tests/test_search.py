@@ -184,15 +184,26 @@ def test_a_walk_the_model_refuses_fails_loudly(monkeypatch: pytest.MonkeyPatch) 
     generator, or in the engine under test), the search fails saying which walk and op, rather
     than checking the walk's prefix and going on in silence."""
     import checkers.search.walk as walk_module
-    from kvmodel.errors import InternalError
+    from checkers.invariants.replay import CheckRun, RefusedTraceError
+    from kvmodel.errors import TraceError
 
     def backwards(params: RandomParams) -> Trace:
         tr = random_trace(params)
         return attrs.evolve(tr, ops=(*tr.ops[:3], attrs.evolve(tr.ops[3], t=-1.0), *tr.ops[4:]))
 
     monkeypatch.setattr(walk_module, "random_trace", backwards)
-    with pytest.raises(InternalError, match=r"walk 2 of seed 0 under lru: op 3 .* time went back"):
+    with pytest.raises(RefusedTraceError, match=r"walk 2 of seed 0 under lru: op 3 .* time went"):
         run_walk("lru", INVARIANTS, 0, 2, None)
+    # the trace-level search (offline policies) the same: a refusal is not read as a find
+    import checkers.search.stateful as stateful_module
+
+    def refusing(ops: list[Op], *args: object, **kwargs: object) -> CheckRun:
+        run = check_ops(ops, *args, **kwargs)  # type: ignore[arg-type]
+        return attrs.evolve(run, applied=0, trace_error=TraceError("planted", field="t"))
+
+    monkeypatch.setattr(stateful_module, "check_ops", refusing)
+    with pytest.raises(RefusedTraceError, match="a generated trace under belady: op 0"):
+        search("belady", ["no-zombie-kv"], max_examples=3, steps=5, walks=0)
 
 
 def test_capped_walks_trade_rejections_for_evictions() -> None:

@@ -31,7 +31,7 @@ from hypothesis.errors import NoSuchExample
 from hypothesis.strategies import SearchStrategy
 
 from checkers.conformance.oracle import Conformance, OracleVerdict
-from checkers.invariants.replay import engine_for
+from checkers.invariants.replay import RefusedTraceError, engine_for
 from checkers.search.pool import fixed_constants
 from checkers.search.strategies import agent_traces
 from kvmodel.config import EngineConfig
@@ -151,15 +151,16 @@ def run_lockstep(
     return OracleVerdict("OK")
 
 
-def _valid(trace: Trace, block_size: int) -> bool:
-    """Is ``trace`` valid input (its logical semantics alone, no KV decision)?"""
+def _refusal(trace: Trace, block_size: int) -> str | None:
+    """Why ``trace`` is not valid input (its logical semantics alone, no KV decision); None if
+    it is."""
     seq = Sequences(block_size)
-    try:
-        for op in trace.ops:
+    for i, op in enumerate(trace.ops):
+        try:
             seq.apply(op)
-    except TraceError:
-        return False
-    return True
+        except TraceError as e:
+            return f"op {i} ({type(op).__name__}): {e}"
+    return None
 
 
 def differential(
@@ -197,6 +198,9 @@ def differential(
     def diverges(trace: Trace) -> bool:
         nonlocal tried
         tried += 1
+        why = _refusal(trace, config.block_size)
+        if why is not None:  # not the implementation's divergence: the generator's bug
+            raise RefusedTraceError(f"a generated trace is not valid input: {why}")
         return run(trace, coverage).verdict != "OK"
 
     opts = settings(
@@ -224,7 +228,7 @@ def differential(
         cand = Trace(found.header, tuple(ops))
         # a shortened trace must still be valid input, or the implementation's refusal of it
         # would pass for a divergence
-        return _valid(cand, config.block_size) and run(cand).verdict != "OK"
+        return _refusal(cand, config.block_size) is None and run(cand).verdict != "OK"
 
     small, minimal = shrink(found.ops, still, budget=shrink_budget)
     found = Trace(found.header, tuple(small))

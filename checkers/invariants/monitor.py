@@ -91,6 +91,20 @@ def _dead_verdicts(state: BlockClass, was_dead: bool, closing: bool) -> tuple[bo
     )
 
 
+def _valid_input(ops: Sequence[Op], engine: Engine) -> bool:
+    """Whether the reference model accepts ``ops`` as input (their logical semantics: what bad
+    input is, spec/trace-format.md), whatever ``engine`` made of them."""
+    from kvmodel.logical import Sequences
+
+    seq = Sequences(engine.block_size)
+    try:
+        for op in ops:
+            seq.apply(op)
+    except TraceError:
+        return False
+    return True
+
+
 class Monitor:
     """Checks the selected invariants on one engine run; installs itself as the engine's probe.
 
@@ -117,6 +131,9 @@ class Monitor:
         self.violations: list[Violation] = []
         self.op_index = -1
         self._seen = 0
+        #: the ops applied, kept for an engine other than the reference: if it refuses an op as
+        #: bad input, the reference's logical semantics decide whether the input was bad
+        self._history: list[Op] | None = None if type(engine) is Engine else []
         self._states: dict[tuple[ContextId, int], MsgState] = {}
         self._temp_indexed: set[BlockId] = set()
         self._pending = _Pending()
@@ -231,19 +248,25 @@ class Monitor:
 
     def apply(self, op: Op) -> bool:
         """Apply one op to the engine with the checks around it. False when the run cannot go
-        on: the engine refused a policy decision, or crashed (both recorded as violations). Bad
-        input (:class:`~kvmodel.errors.TraceError`) propagates."""
+        on: the engine refused a policy decision, crashed, or (an engine other than the
+        reference) refused as bad input an op the reference accepts (each recorded as a
+        violation). Bad input (:class:`~kvmodel.errors.TraceError`) propagates."""
         self.before_op(op)
         try:
             self.engine.apply(op)
-        except TraceError:
-            raise
+        except TraceError as e:
+            if self._history is None or not _valid_input([*self._history, op], self.engine):
+                raise
+            self.internal_error(e, where="the engine refused valid input")
+            return False
         except PolicyError as e:
             self.policy_error(e)
             return False
         except Exception as e:  # an engine that crashes is a finding, not a checker crash
             self.internal_error(e)
             return False
+        if self._history is not None:
+            self._history.append(op)
         try:
             self.after_op(op)
         except Exception as e:  # a state the checks cannot read: reported with the trace

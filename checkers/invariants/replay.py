@@ -17,7 +17,7 @@ from kvmodel.io.observations import observation_to_json
 from kvmodel.io.trace import Op, Trace, TraceHeader
 from kvmodel.policy import Policy, resolve_policy
 
-__all__ = ["CheckRun", "check_ops", "engine_for", "nondeterminism"]
+__all__ = ["CheckRun", "RefusedTraceError", "check_ops", "engine_for", "nondeterminism"]
 
 
 def engine_for(policy: Policy, config: EngineConfig) -> Engine:
@@ -25,6 +25,13 @@ def engine_for(policy: Policy, config: EngineConfig) -> Engine:
     engine bugs this way); everything else runs on the reference :class:`Engine`."""
     cls: type[Engine] = getattr(policy, "engine_class", Engine)
     return cls(config, policy)
+
+
+class RefusedTraceError(RuntimeError):
+    """A generated trace, valid input by construction, was refused by the engine: a bug in the
+    generator or in the engine under test. Raised out of the search (not an AssertionError,
+    which a Hypothesis search reads as a find): a search that checked the trace only up to the
+    refused op would pass in silence."""
 
 
 @attrs.frozen
@@ -38,6 +45,16 @@ class CheckRun:
 
     def first(self, invariant: str) -> Violation | None:
         return next((v for v in self.violations if v.invariant == invariant), None)
+
+    def require_accepted(self, ops: Sequence[Op], what: str) -> None:
+        """For a run of generated ``ops`` (``what`` names them): raise :class:`RefusedTraceError` if
+        the engine refused one as bad input."""
+        if self.trace_error is not None:
+            op = ops[self.applied] if self.applied < len(ops) else None
+            name = type(op).__name__ if op is not None else "the trace"
+            raise RefusedTraceError(
+                f"{what}: op {self.applied} ({name}) was refused as bad input: {self.trace_error}"
+            )
 
 
 def check_ops(

@@ -43,7 +43,11 @@ run as KVTether on it (``engine_class``):
   count (P5): a fork taken after an edit, before the next inference, holds stale KV as valid;
 * :class:`SuspendAtStart` takes an inference's start for its context's suspension time, not its
   end (``t + duration``, P7.6);
-* :class:`ForkCopiesPins` lets a fork inherit the source's pins (L6 says they are not).
+* :class:`ForkCopiesPins` lets a fork inherit the source's pins (L6 says they are not);
+* :class:`RefusesEmptyPin` refuses, as bad input, a pin whose range covers no message ("pinning
+  nothing is the caller's bug"), where the trace format has it pin nothing (``start <= stop``).
+  Before the monitor asked the reference whether refused input was bad (spec/invariants.md,
+  Findings), ``kvmodel check`` stopped on it with exit status 2, as if its own input were bad.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from types import MappingProxyType
 from typing import ClassVar
 
 from kvmodel.engine import Engine
+from kvmodel.errors import TraceError
 from kvmodel.ids import BlockId
 from kvmodel.io.trace import Fork, Infer, Op, Pin
 from kvmodel.lifecycle import BlockClass, MsgState
@@ -72,6 +77,8 @@ __all__ = [
     "PinEndsLate",
     "PinEndsLateTether",
     "ReclaimAtInfer",
+    "RefusesEmptyPin",
+    "RefusesEmptyPinTether",
     "SuspendAtStart",
     "SuspendAtStartTether",
     "WriterMRU",
@@ -193,6 +200,19 @@ class ForkCopiesPins(Engine):
                 self._pin(Pin(op.t, child.id, i, i + 1, ttl))
 
 
+class RefusesEmptyPin(Engine):
+    """A pin over an empty range is refused as bad input."""
+
+    def _pin(self, op: Pin) -> None:
+        c = self.contexts.get(op.ctx)
+        if c is not None:
+            start = 0 if op.start is None else op.start
+            stop = len(c) if op.stop is None else op.stop
+            if start >= stop:
+                raise TraceError(f"pin range [{start}, {stop}) covers no message", field="stop")
+        super()._pin(op)
+
+
 class PinEndsLateTether(KVTether):
     name: ClassVar[str] = "mutant-pin-ends-late"
     engine_class: ClassVar[type[Engine]] = PinEndsLate
@@ -213,6 +233,11 @@ class ForkCopiesPinsTether(KVTether):
     engine_class: ClassVar[type[Engine]] = ForkCopiesPins
 
 
+class RefusesEmptyPinTether(KVTether):
+    name: ClassVar[str] = "mutant-refuses-empty-pin"
+    engine_class: ClassVar[type[Engine]] = RefusesEmptyPin
+
+
 #: import path -> the invariant it must be caught breaking
 OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
     {
@@ -224,5 +249,6 @@ OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.search.outside_mutants:ForkKeepsInvalidTailTether": "no-stale-hit",
         "checkers.search.outside_mutants:SuspendAtStartTether": "engine-contract",
         "checkers.search.outside_mutants:ForkCopiesPinsTether": "engine-contract",
+        "checkers.search.outside_mutants:RefusesEmptyPinTether": "engine-internal",
     }
 )

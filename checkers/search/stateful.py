@@ -399,6 +399,7 @@ def _search_traces(
         stats.steps += len(trace.ops)
         stats.count_ops(trace.ops)
         result = check_ops(trace.ops, policy, c, invariants)
+        result.require_accepted(trace.ops, f"a generated trace under {policy}")
         cov = stats.observe(result.engine, trace.ops[: result.applied])
         stats.keep_sample(trace.ops, c, cov["evictions"])
         for label in TARGETS:

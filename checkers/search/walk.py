@@ -27,7 +27,6 @@ from checkers.invariants.structural import Violation
 from checkers.search.coverage import SearchStats, run_coverage
 from checkers.search.swarm import draw_config, draw_weights
 from kvmodel.config import EngineConfig
-from kvmodel.errors import InternalError
 from kvmodel.io.trace import Op, Trace, op_name
 from kvmodel.policy import resolve_policy
 from kvmodel.studies.sweep import executor
@@ -129,14 +128,7 @@ def run_walk(
     cfg, params = walk_recipe(seed, index, config)
     ops = random_trace(params).ops
     run = check_ops(ops, policy, cfg, invariants)
-    if run.trace_error is not None:
-        # a generated walk is valid input by construction: its refusal is a bug in the generator
-        # or in the engine under test, never a walk cut short in silence (as the machine's
-        # TraceError fails its search)
-        raise InternalError(
-            f"walk {index} of seed {seed} under {policy}: op {run.applied} "
-            f"({op_name(ops[run.applied])}) was refused as bad input: {run.trace_error}"
-        )
+    run.require_accepted(ops, f"walk {index} of seed {seed} under {policy}")
     offline = callable(getattr(resolve_policy(policy), "prepare", None))
     finds = []
     seen: set[str] = set()
