@@ -90,6 +90,7 @@ WALKS = {
     "checkers.search.mutants:StaleGroupIndex": 100,
     "checkers.search.outside_mutants:LatestHolderMRU": 200,
     "checkers.search.outside_mutants:WriterMRU": 200,
+    "checkers.search.outside_mutants:LastPinWinsTether": 200,
 }
 #: mutants that need more machine examples than the dev profile's (none now: a pin ended one
 #: op late, which shows only on the ops at a TTL deadline, needed the ci profile until the
@@ -105,8 +106,9 @@ def test_every_mutant_is_caught_with_a_replayable_bundle(
     # cover Hypothesis's shrinking): the zoo is caught without the default budget -- but for
     # the stale group index, which needs 100 walks (its traces fill a context's group, cut the
     # context mid-way, then evict from the group: 1 walk in 33), and the outside authors'
-    # suspension rules, which get the ci profile's 200 (about 1 walk in 100 each); PROFILE
-    # names the one that needs more machine examples
+    # suspension rules and last-pin-wins, which get the ci profile's 200 (about 1 walk in 100
+    # each; last-pin-wins needs a second, shorter pin over a pinned message); PROFILE names any
+    # that needs more machine examples
     [report] = check_policies(
         [mutant],
         [invariant],

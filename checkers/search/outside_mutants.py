@@ -47,11 +47,17 @@ run as KVTether on it (``engine_class``):
 * :class:`RefusesEmptyPin` refuses, as bad input, a pin whose range covers no message ("pinning
   nothing is the caller's bug"), where the trace format has it pin nothing (``start <= stop``).
   Before the monitor asked the reference whether refused input was bad (spec/invariants.md,
-  Findings), ``kvmodel check`` stopped on it with exit status 2, as if its own input were bad.
+  Findings), ``kvmodel check`` stopped on it with exit status 2, as if its own input were bad;
+* :class:`LastPinWins` lets a pin over a message already pinned set its deadline anew ("the
+  last pin wins"), where overlapping pins keep the longer protection (L6; no TTL is the
+  longest): a message pinned for 10 and then for 0.5 is unpinned after 0.5. It shows only
+  after a second, shorter pin over the same message and before the first one's deadline: the
+  ci profile's walks catch it (seed 0), the dev profile's 50 do not, 200 do.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
@@ -73,6 +79,8 @@ __all__ = [
     "ForkKeepsInvalidTail",
     "ForkKeepsInvalidTailTether",
     "LastAccessMRU",
+    "LastPinWins",
+    "LastPinWinsTether",
     "LatestHolderMRU",
     "PinEndsLate",
     "PinEndsLateTether",
@@ -213,6 +221,23 @@ class RefusesEmptyPin(Engine):
         super()._pin(op)
 
 
+class LastPinWins(Engine):
+    """A pin over a message already pinned sets its deadline anew: the last pin wins."""
+
+    def _pin(self, op: Pin) -> None:
+        c = self.context(op.ctx)
+        before = set(c.pin_deadline)
+        super()._pin(op)
+        lo = 0 if op.start is None else op.start
+        hi = len(c) if op.stop is None else op.stop
+        for _m, uid in c.entries[lo:hi]:
+            if uid in before and uid in c.pin_deadline:
+                c.pin_deadline[uid] = op.deadline
+                if op.deadline is not None:
+                    heapq.heappush(self._pins, (op.deadline, self._pin_seq, c.id, uid))
+                    self._pin_seq += 1
+
+
 class PinEndsLateTether(KVTether):
     name: ClassVar[str] = "mutant-pin-ends-late"
     engine_class: ClassVar[type[Engine]] = PinEndsLate
@@ -238,6 +263,11 @@ class RefusesEmptyPinTether(KVTether):
     engine_class: ClassVar[type[Engine]] = RefusesEmptyPin
 
 
+class LastPinWinsTether(KVTether):
+    name: ClassVar[str] = "mutant-last-pin-wins"
+    engine_class: ClassVar[type[Engine]] = LastPinWins
+
+
 #: import path -> the invariant it must be caught breaking
 OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
     {
@@ -250,5 +280,6 @@ OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.search.outside_mutants:SuspendAtStartTether": "engine-contract",
         "checkers.search.outside_mutants:ForkCopiesPinsTether": "engine-contract",
         "checkers.search.outside_mutants:RefusesEmptyPinTether": "engine-internal",
+        "checkers.search.outside_mutants:LastPinWinsTether": "engine-contract",
     }
 )
