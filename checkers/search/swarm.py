@@ -98,9 +98,11 @@ def _drawn(draw: st.DrawFn) -> EngineConfig:
 
 def swarm_configs() -> st.SearchStrategy[EngineConfig]:
     """Hypothesis strategy over :func:`swarm_config`; the fixed :func:`check_config` stays in
-    the swarm as one point among many (a shrunk counterexample tends to it or to one 2-block
-    tier of 4 tokens)."""
-    return st.one_of(st.just(check_config()), _drawn())
+    the swarm as one point among many, about one example in 20 (``one_of(just(fixed), drawn)``
+    gave it three in four: spec/invariants.md, swarm testing). A shrunk counterexample tends to
+    the smallest drawn engine."""
+    fixed = check_config()
+    return st.integers(0, 7).flatmap(lambda i: st.just(fixed) if i == 7 else _drawn())
 
 
 def draw_config(rng: np.random.Generator) -> EngineConfig:
