@@ -133,6 +133,14 @@ class Context:
             return None
         return self.stored.get(uid, self.phase)
 
+    def states(self) -> dict[int, MsgState]:
+        """:meth:`state` of every message instance ever admitted, by uid, built in one pass: a
+        message without a stored state is in the context's phase (spec L4), and only admitted
+        instances have a stored one. What a checker compares after every op."""
+        out = dict.fromkeys(self.messages_by_uid, self.phase)
+        out.update(self.stored)
+        return out
+
     def message_states(self) -> Iterator[tuple[Message, MsgState]]:
         """Every message of the logical sequence with its state, in order."""
         for m, uid in self.entries:

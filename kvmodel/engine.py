@@ -410,13 +410,7 @@ class Engine:
 
     def message_states(self) -> dict[tuple[ContextId, int], MsgState]:
         """Every (context, message instance) ever admitted and its current state (spec L1)."""
-        out: dict[tuple[ContextId, int], MsgState] = {}
-        for cid, c in self.contexts.items():
-            for uid in c.messages_by_uid:
-                st = c.state(uid)
-                if st is not None:
-                    out[(cid, uid)] = st
-        return out
+        return {(c.id, uid): st for c in self.contexts.values() for uid, st in c.states().items()}
 
     def block_parent(self, block: BlockId) -> BlockKey:
         """The hash-chain key of a resident block's parent (``ROOT_KEY`` at depth 0)."""

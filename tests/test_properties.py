@@ -93,6 +93,8 @@ def test_every_state_change_is_a_row_of_the_table(tr, cfg) -> None:  # type: ign
             if old is not s:
                 assert reachable(old, s), (i, op, k, old, s)
         assert set(prev) <= set(now)  # instances are never forgotten
+        for c in e.contexts.values():  # the bulk read the checkers use is the per-message one
+            assert c.states() == {u: c.state(u) for u in c.messages_by_uid}
         prev = now
 
     replay(tr, "kvtether", cfg, after_op=check)

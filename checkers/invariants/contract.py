@@ -138,7 +138,7 @@ def compare(
         if not c.open:
             continue
         ec = e.contexts.get(cid)
-        states = {} if ec is None else {uid: ec.state(uid) for uid in ec.messages_by_uid}
+        states = {} if ec is None else ec.states()
         if states != c.state:
             keys = c.state.keys() | states.keys()
             uid = min(u for u in keys if states.get(u) is not c.state.get(u))

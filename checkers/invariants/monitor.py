@@ -134,7 +134,8 @@ class Monitor:
         #: the ops applied, kept for an engine other than the reference: if it refuses an op as
         #: bad input, the reference's logical semantics decide whether the input was bad
         self._history: list[Op] | None = None if type(engine) is Engine else []
-        self._states: dict[tuple[ContextId, int], MsgState] = {}
+        #: each context's message states after the last op (legal-transitions)
+        self._states: dict[ContextId, dict[int, MsgState]] = {}
         self._temp_indexed: set[BlockId] = set()
         self._pending = _Pending()
         self._writes: dict[str, int] = dict.fromkeys(engine.memory.names, 0)
@@ -316,15 +317,20 @@ class Monitor:
             for v in check_chains(e):
                 self._add("chains", v.message, v.block, v.ctx)
         if "legal-transitions" in a:
-            now = e.message_states()
-            for k, s in now.items():
-                old = self._states.get(k)
-                if old is not s and not reachable(old, s):
-                    self._add(
-                        "legal-transitions",
-                        f"message #{k[1]} of {k[0]}: {old.value if old else 'absent'} -> {s.value}",
-                        ctx=k[0],
-                    )
+            now = {cid: c.states() for cid, c in e.contexts.items()}
+            for cid, states in now.items():
+                before = self._states.get(cid, {})
+                if states == before:  # (most contexts, most ops: one comparison in C)
+                    continue
+                for uid, s in states.items():
+                    old = before.get(uid)
+                    if old is not s and not reachable(old, s):
+                        self._add(
+                            "legal-transitions",
+                            f"message #{uid} of {cid}: {old.value if old else 'absent'} -> "
+                            f"{s.value}",
+                            ctx=cid,
+                        )
             self._states = now
         if "pinned-never-evicted" in a:
             for msg, b in log_pinned(records):
