@@ -671,6 +671,8 @@ class Shadow:
 
     def pin_depth(self, c: _Ctx) -> int:
         """The deepest block covering a Pinned message of ``c`` (-1: none)."""
+        if MsgState.PINNED not in c.state.values():  # (most contexts: no pin to look for)
+            return -1
         starts = c.starts()
         return max(
             (
