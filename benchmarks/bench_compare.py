@@ -1,5 +1,7 @@
 """Wall time of the full paper-style comparison sweep. Prints figures; asserts nothing.
 
+Run it as
+
     python benchmarks/bench_compare.py [--sessions 8]
 """
 
@@ -22,12 +24,20 @@ def main() -> None:
     a = ap.parse_args()
     trace = generate_agentic(attrs.evolve(PRESETS["multi-agent"], sessions=a.sessions))
     t0 = time.perf_counter()
-    cmp = compare(trace, default_config(hbm_blocks=256, hbf_blocks=1024), splits=list(SPLITS),
-                  model="llama-4-maverick", scale=0.005, progress=False)
+    cmp = compare(
+        trace,
+        default_config(hbm_blocks=256, hbf_blocks=1024),
+        splits=list(SPLITS),
+        model="llama-4-maverick",
+        scale=0.005,
+        progress=False,
+    )
     dt = time.perf_counter() - t0
     runs = len(cmp.cache) + sum(len(r) for r in cmp.placement.values())
-    print(f"full sweep: {len(trace.ops)} ops x {runs} replays in {dt:.1f} s "
-          f"({dt / runs:.2f} s per replay)")
+    print(
+        f"full sweep: {len(trace.ops)} ops x {runs} replays in {dt:.1f} s "
+        f"({dt / runs:.2f} s per replay)"
+    )
     print(cmp.render())
 
 

@@ -266,9 +266,7 @@ class Gate:
     reason: str = ""
 
 
-def gate(
-    c: Candidate, *, profile: str = "dev", seed: int = 0, prove_depth: int = 6
-) -> Gate:
+def gate(c: Candidate, *, profile: str = "dev", seed: int = 0, prove_depth: int = 6) -> Gate:
     """``kvmodel check`` on the candidate's claims, then ``kvmodel prove`` on the fragment."""
     from checkers.invariants import FINDINGS
     from checkers.search.report import check_policies

@@ -27,5 +27,7 @@ if __name__ == "__main__":
     config = default_config(hbm_blocks=256, hbf_blocks=512)
     for policy in ("lru", "custom_policy:DeadFirstLRU"):  # a name, or package.module:Name
         s = replay(trace, policy, config).summary
-        print(f"{s.policy:<15} hit rate {s.token_hit_rate:.1%}  recomputed {s.miss_tokens:>7}"
-              f"  evictions {sum(s.evictions.values()):>5}  dead at end {s.dead_resident_final}")
+        print(
+            f"{s.policy:<15} hit rate {s.token_hit_rate:.1%}  recomputed {s.miss_tokens:>7}"
+            f"  evictions {sum(s.evictions.values()):>5}  dead at end {s.dead_resident_final}"
+        )

@@ -25,15 +25,23 @@ INVARIANTS = ["no-zombie-kv", "state-priority-eviction", "pinned-never-evicted",
 
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
-        [report] = check_policies(["find_counterexample:NaiveMRU"], INVARIANTS, profile="dev",
-                                  out=Path(tmp))
+        [report] = check_policies(
+            ["find_counterexample:NaiveMRU"], INVARIANTS, profile="dev", out=Path(tmp)
+        )
         for inv in INVARIANTS:
             print(f"{inv:<26} {report.verdict(inv)}")
         bundle = report.bundles["state-priority-eviction"]
         trace, config = load_trace(bundle / "trace.jsonl"), load_config(bundle / "config.toml")
-        again = check_ops(trace.ops, "find_counterexample:NaiveMRU", config,
-                          ["state-priority-eviction"], stop_at="state-priority-eviction")
+        again = check_ops(
+            trace.ops,
+            "find_counterexample:NaiveMRU",
+            config,
+            ["state-priority-eviction"],
+            stop_at="state-priority-eviction",
+        )
         found = report.result.found["state-priority-eviction"]
-        print("bundle replays to the same violation:", again.first("state-priority-eviction")
-              == found.violation)
+        print(
+            "bundle replays to the same violation:",
+            again.first("state-priority-eviction") == found.violation,
+        )
         print("counterexample is 1-minimal:", found.one_minimal)

@@ -16,16 +16,26 @@ def m(mid: str, tokens: int, kind: str, role: str = "user") -> dict[str, object]
     return {"id": mid, "role": role, "kind": kind, "tokens": tokens}
 
 
-history = [m("sys", 64, "system", "system"), m("u1", 48, "user"),
-           m("r1", 96, "reasoning", "assistant"), m("obs1", 160, "observation", "tool")]
+history = [
+    m("sys", 64, "system", "system"),
+    m("u1", 48, "user"),
+    m("r1", 96, "reasoning", "assistant"),
+    m("obs1", 160, "observation", "tool"),
+]
 ops = [
     {"op": "open", "t": 0, "ctx": "main", "session": "s", "agent": "main"},
     {"op": "append", "t": 0, "ctx": "main", "messages": history},
     {"op": "infer", "t": 1, "ctx": "main", "output": [], "duration": 2},
-    {"op": "open", "t": 5, "ctx": "compact", "session": "s", "agent": "compactor",
-     "parent": "main", "one_shot": True},
-    {"op": "append", "t": 5, "ctx": "compact",
-     "messages": [*history, m("how", 32, "instruction")]},
+    {
+        "op": "open",
+        "t": 5,
+        "ctx": "compact",
+        "session": "s",
+        "agent": "compactor",
+        "parent": "main",
+        "one_shot": True,
+    },
+    {"op": "append", "t": 5, "ctx": "compact", "messages": [*history, m("how", 32, "instruction")]},
     {"op": "infer", "t": 5, "ctx": "compact", "output": [m("sum", 48, "summary", "assistant")]},
     {"op": "remove", "t": 9, "ctx": "main", "index": 1, "count": 3},
     {"op": "append", "t": 9, "ctx": "main", "messages": [m("sum", 48, "summary")]},
@@ -38,7 +48,9 @@ config = EngineConfig(16, (TierConfig(TierName("hbm"), 64),))
 if __name__ == "__main__":
     for policy in ("lru", "kvtether"):
         r = replay(trace, policy, config)
-        print(f"{policy:<9} dead blocks max {r.summary.dead_resident_max:>3}, "
-              f"at end {r.summary.dead_resident_final:>3}; "
-              f"zombie block-seconds {r.summary.zombie_block_seconds:>7.1f}; "
-              f"frees {r.summary.frees['hbm']}")
+        print(
+            f"{policy:<9} dead blocks max {r.summary.dead_resident_max:>3}, "
+            f"at end {r.summary.dead_resident_final:>3}; "
+            f"zombie block-seconds {r.summary.zombie_block_seconds:>7.1f}; "
+            f"frees {r.summary.frees['hbm']}"
+        )

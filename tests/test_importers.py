@@ -181,8 +181,10 @@ def test_claude_code_session_matches_the_providers_own_counts() -> None:
         r = json.loads(line)
         if r.get("type") == "assistant" and not r.get("isSidechain"):
             usage.setdefault(r["message"]["id"], r["message"]["usage"])
-    sent = [u["input_tokens"] + u["cache_creation_input_tokens"] + u["cache_read_input_tokens"]
-            for u in usage.values()]
+    sent = [
+        u["input_tokens"] + u["cache_creation_input_tokens"] + u["cache_read_input_tokens"]
+        for u in usage.values()
+    ]
     trace, _ = import_claude_code([CLAUDE[0]])
     r = replay(trace, "lru", load_config_big())
     main_calls = [o for o in r.engine.log if o.kind == "infer" and o.ctx.endswith(".main")]

@@ -54,9 +54,7 @@ class WriterNameOrder(LRU):
     name: ClassVar[str] = "test-writer-name-order"
     rank: ClassVar[tuple[RankTerm, ...]] = ()
 
-    def eviction_order(
-        self, view: ModelView, candidates: Sequence[BlockInfo]
-    ) -> Iterable[BlockId]:
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
         return [b.id for b in sorted(candidates, key=lambda b: (b.writer, b.id))]
 
 

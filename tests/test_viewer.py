@@ -37,9 +37,17 @@ def browser() -> Iterator[Any]:
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--window-size=1200,900"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1200,900",
+    ):
         opts.add_argument(flag)  # fmt: skip
     driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
     try:
@@ -95,7 +103,7 @@ def test_a_bundle_page_opens_at_the_violation_and_steps(browser: Any, tmp_path: 
 
 
 HOSTILE = [
-    '<script>window.__pwned = 1</script>',
+    "<script>window.__pwned = 1</script>",
     '"><img src=x onerror="window.__pwned=2">',
     "</script><script>window.__pwned=3</script>",
     "ctx \u2028 \u2029 ünïcødé 日本 'q' \"qq\" &amp; <!--",
@@ -137,7 +145,7 @@ def test_the_page_is_self_contained_and_deterministic(tmp_path: Path) -> None:
     a = viewer_html(tr.ops, "kvtether", config, finding=Finding(3, "x", "y"))
     assert a == viewer_html(tr.ops, "kvtether", config, finding=Finding(3, "x", "y"))
     for remote in ("http://", "https://", "//cdn", "src="):
-        assert remote not in a.split("<script id=\"data\"")[0]  # no fetched code or style
+        assert remote not in a.split('<script id="data"')[0]  # no fetched code or style
     data = a.split('<script id="data" type="application/json">')[1].split("</script>")[0]
     assert "<" not in data
     assert json.loads(data)["states"] == itf_trace(tr.ops, "kvtether", config)["states"]

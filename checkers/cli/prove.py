@@ -90,9 +90,7 @@ def _cmd_prove(args: argparse.Namespace) -> int:
                 max_states=args.max_states,
                 max_seconds=args.reach_seconds,
             )
-            bad_claim = bad_claim or any(
-                n in claims or n in FINDINGS for n in found.failing
-            )
+            bad_claim = bad_claim or any(n in claims or n in FINDINGS for n in found.failing)
             uncovered = sorted(set(uncovered) - set(REACH_INVARIANTS))
             done("reach")
     if args.json:
@@ -189,13 +187,9 @@ def add_prove(sub: Subparsers) -> None:
     pv.add_argument("--prop", help="comma-separated rank properties (default: those it claims)")
     pv.add_argument("--invariant", help="comma-separated fragment invariants (default: all)")
     pv.add_argument("--depth", type=int_at_least(1), default=8, help="BMC depth (default 8)")
-    pv.add_argument(
-        "--contexts", type=int, default=3, help="fragment: open contexts (default 3)"
-    )
+    pv.add_argument("--contexts", type=int, default=3, help="fragment: open contexts (default 3)")
     pv.add_argument("--slots", type=int, default=2, help="fragment: HBM slots (default 2)")
-    pv.add_argument(
-        "--edits", type=int, default=1, help="fragment: edits per context (default 1)"
-    )
+    pv.add_argument("--edits", type=int, default=1, help="fragment: edits per context (default 1)")
     pv.add_argument(
         "--self-check",
         action="store_true",

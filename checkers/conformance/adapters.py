@@ -144,9 +144,7 @@ class Records:
         self._add("evict", **rec)
 
     def alloc(self, r: Request, depth: int) -> None:
-        self._add(
-            "alloc", ctx=r.ctx, key=r.keys[depth], tier=self.tier, depth=depth, rewrite=False
-        )
+        self._add("alloc", ctx=r.ctx, key=r.keys[depth], tier=self.tier, depth=depth, rewrite=False)
 
     def free_partial(self, r: Request, depth: int) -> None:
         self._add("free", key=None, tier=self.tier, depth=depth, reason="partial")

@@ -455,5 +455,3 @@ def check_log(
         shortened_trace=tuple(dumps_op(o) for o in sub.ops),
         shortened_log=tuple(dict(r) for n in sorted(recs) for r in recs[n]),
     )
-
-

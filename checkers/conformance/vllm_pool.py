@@ -300,9 +300,7 @@ class VLLMBlockPool(PrefixCacheAdapter):
     def available(self, r: Request, hits: int) -> int:
         """The scheduler's admission test: free blocks, less the hits sitting in the free queue
         (touching them takes them out of it)."""
-        return int(self.pool.get_num_free_blocks()) - sum(
-            1 for b in self._blocks if b.ref_cnt == 0
-        )
+        return int(self.pool.get_num_free_blocks()) - sum(1 for b in self._blocks if b.ref_cnt == 0)
 
     def make_room(self, r: Request, hits: int, need: int) -> list[Eviction] | None:
         if need > self.available(r, hits):

@@ -524,9 +524,7 @@ def from_schema(
         ref = schema["$ref"]
         if not ref.startswith("#/$defs/"):
             raise ValueError(f"from_schema follows only '#/$defs/...' references (got {ref!r})")
-        return st.deferred(
-            lambda: from_schema(root["$defs"][ref[len("#/$defs/") :]], root, key)
-        )
+        return st.deferred(lambda: from_schema(root["$defs"][ref[len("#/$defs/") :]], root, key))
     if "oneOf" in schema:
         return st.one_of([from_schema(s, root, key) for s in schema["oneOf"]])
     if "const" in schema:

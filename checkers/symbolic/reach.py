@@ -159,9 +159,7 @@ def parse_wide(text: str) -> Wide:
         name, eq, val = part.partition("=")
         name = name.strip()
         if not eq or name not in fields:
-            raise ValueError(
-                f"expected key=value with a key in {', '.join(fields)} (got {part!r})"
-            )
+            raise ValueError(f"expected key=value with a key in {', '.join(fields)} (got {part!r})")
         if name == "temporary":
             if val.strip() not in ("yes", "no", "1", "0", "true", "false"):
                 raise ValueError(f"temporary: expected yes or no (got {val!r})")
@@ -274,9 +272,13 @@ def exact_merge(policy: Policy) -> str | None:
     # the declaration speaks only for the ``place`` of the class that makes it (a subclass that
     # overrides ``place`` does not inherit it), as a declared Reclaim speaks only for its on_op
     owner = next((k for k in type(policy).__mro__ if "place" in vars(k)), None)
-    if owner is not None and owner is not BasePolicy and not (
-        vars(owner).get("compares_times_only", False)
-        and getattr(policy, "compares_times_only", False)  # a subclass may withdraw it
+    if (
+        owner is not None
+        and owner is not BasePolicy
+        and not (
+            vars(owner).get("compares_times_only", False)
+            and getattr(policy, "compares_times_only", False)  # a subclass may withdraw it
+        )
     ):
         return (
             f"its placement is code ({owner.__name__}.place) and {type(policy).__name__} does "
@@ -520,10 +522,14 @@ def check_merges(
                 okb = b.monitor.apply(b.harness.op(s2, float(seen[1] + k)))
                 va = sorted({v.invariant for v in a.monitor.violations[na:]})
                 vb = sorted({v.invariant for v in b.monitor.violations[nb:]})
-                if oka != okb or va != vb or (
-                    oka
-                    and state_key(a.engine, a.monitor, a.harness)
-                    != state_key(b.engine, b.monitor, b.harness)
+                if (
+                    oka != okb
+                    or va != vb
+                    or (
+                        oka
+                        and state_key(a.engine, a.monitor, a.harness)
+                        != state_key(b.engine, b.monitor, b.harness)
+                    )
                 ):
                     bad.append(
                         f"{' ; '.join(map(str, a.path))} and {' ; '.join(map(str, b.path))} "

@@ -178,11 +178,7 @@ def state_key(engine: Engine, monitor: Monitor | None, harness: _Keyed) -> tuple
     t_rank = {t: i for i, t in enumerate(sorted(times))}
     o_rank = {o: i for i, o in enumerate(sorted(ops))}
     key = [
-        ("t", t_rank[v])
-        if isinstance(v, _T)
-        else ("o", o_rank[v])
-        if isinstance(v, _O)
-        else v
+        ("t", t_rank[v]) if isinstance(v, _T) else ("o", o_rank[v]) if isinstance(v, _O) else v
         for v in out
     ]
     return (*key, *(float(v) if isinstance(v, _T) else v for v in pol))

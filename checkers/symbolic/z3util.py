@@ -28,9 +28,7 @@ TIMEOUT_MS = 600_000
 S = TypeVar("S", z3.Solver, z3.Optimize)
 
 
-def limited(
-    solver: S, *, rlimit: int = RLIMIT, timeout_ms: int = TIMEOUT_MS
-) -> S:
+def limited(solver: S, *, rlimit: int = RLIMIT, timeout_ms: int = TIMEOUT_MS) -> S:
     """``solver`` with the deterministic resource limit and the wall-clock safety net set."""
     solver.set("rlimit", rlimit)
     solver.set("timeout", timeout_ms)

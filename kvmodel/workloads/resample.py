@@ -105,4 +105,3 @@ def resample_sessions(
         "sessions": n,
     }
     return Trace(TraceHeader(1, meta), tuple(merge_streams(streams)))
-

@@ -117,9 +117,7 @@ def _is_tool_results(r: dict[str, Any]) -> bool:
 class _Agent:
     """One context's ops (the main loop, a sub-agent) on the import's clock."""
 
-    def __init__(
-        self, imp: _Importer, ctx: str, agent: AgentKind, agent_type: str = ""
-    ) -> None:
+    def __init__(self, imp: _Importer, ctx: str, agent: AgentKind, agent_type: str = "") -> None:
         self.imp = imp
         self.ctx = ContextId(ctx)
         self.agent = agent

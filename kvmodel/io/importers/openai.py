@@ -58,8 +58,6 @@ from kvmodel.messages import AgentKind, Message, MessageKind, Role
 __all__ = ["Conversation", "ImportReport", "Request", "conversations", "import_openai"]
 
 
-
-
 @attrs.frozen
 class Request:
     """One logged request; usage counts and ``created`` as :mod:`kvmodel.io.importers._limits`
