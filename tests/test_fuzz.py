@@ -19,11 +19,10 @@ from checkers.search.fuzz import (
     TARGETS,
     Outcome,
     campaign,
-    from_schema,
     run,
-    schema_traces,
     seeds,
 )
+from checkers.search.schema_inputs import from_schema, schema_traces
 
 SEEDS = seeds()
 
