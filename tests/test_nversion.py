@@ -15,8 +15,9 @@ import pytest
 from checkers.invariants import INVARIANTS
 from checkers.invariants.contract import contract_violation, diverge
 from checkers.invariants.monitor import COMPARE_EVERY, FULL_COMPARE_OPS, Monitor
-from checkers.invariants.nversion import KEEP, TETHER, Shadow
+from checkers.invariants.nversion import Shadow
 from checkers.invariants.replay import check_ops, engine_for
+from checkers.invariants.shadow_terms import KEEP, TETHER
 from checkers.search.engine_check import SELF_CHECK_BLOCK_SIZES, engine_self_check
 from checkers.search.engine_mutants import ENGINE_MUTANTS
 from checkers.search.swarm import draw_config

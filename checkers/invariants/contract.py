@@ -13,14 +13,8 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from checkers.invariants.nversion import (
-    KEEP,
-    TETHER,
-    BlockFigures,
-    InferFigures,
-    Rules,
-    Shadow,
-)
+from checkers.invariants.nversion import Shadow
+from checkers.invariants.shadow_terms import KEEP, TETHER, BlockFigures, InferFigures, Rules
 from checkers.invariants.structural import Violation
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine

@@ -26,11 +26,19 @@ about it, and everything else is computed and compared as before.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from collections.abc import Sequence
 
-import attrs
-
+from checkers.invariants.shadow_terms import (
+    KEEP,
+    BlockFigures,
+    Eviction,
+    EvictionTerms,
+    InferFigures,
+    Rules,
+    ShadowContext,
+    ShadowMessage,
+    highest,
+)
 from kvmodel.blocks import ROOT_KEY, Segment, chain_key
 from kvmodel.ids import BlockId, BlockKey, ContentKey, ContextId
 from kvmodel.io.observations import (
@@ -62,131 +70,9 @@ from kvmodel.io.trace import (
 from kvmodel.lifecycle import BlockClass, MsgState
 from kvmodel.messages import Message, MessageKind
 
-__all__ = [
-    "KEEP",
-    "TETHER",
-    "BlockFigures",
-    "Eviction",
-    "EvictionTerms",
-    "InferFigures",
-    "Rules",
-    "Shadow",
-]
+__all__ = ["Shadow"]
 
 _COMMIT_FREES = (FreeReason.PARTIAL, FreeReason.BYPASS)
-# L5.2: the class of a block is the highest over its holders
-_ACROSS = {
-    BlockClass.EXPIRED: 1,
-    BlockClass.TEMPORARY: 2,
-    BlockClass.SUSPENDED: 3,
-    BlockClass.ACTIVE: 4,
-    BlockClass.PINNED: 5,
-}
-_AS_CLASS = {
-    MsgState.PINNED: BlockClass.PINNED,
-    MsgState.ACTIVE: BlockClass.ACTIVE,
-    MsgState.SUSPENDED: BlockClass.SUSPENDED,
-}
-# L5.1 for a block whose covered messages are all in one state
-_ONE = {MsgState.EXPIRED: BlockClass.EXPIRED, MsgState.TEMPORARY: BlockClass.TEMPORARY, **_AS_CLASS}
-
-
-@attrs.frozen
-class Rules:
-    """What the policy does when memory never runs out."""
-
-    bypass: bool  # a block whose class in its writer is Temporary is written, never indexed
-    reclaim: bool  # every Dead block is freed after every op
-
-
-KEEP = Rules(bypass=False, reclaim=False)
-TETHER = Rules(bypass=True, reclaim=True)
-
-
-@attrs.define
-class _Msg:
-    uid: int
-    id: str
-    content: str
-    tokens: int
-    kind: MessageKind
-
-
-@attrs.define
-class _Ctx:
-    id: ContextId
-    session: str
-    one_shot: bool
-    open: bool = True
-    runnable: bool = True  # L4: runnable from creation and every run until infer_end
-    seq: list[_Msg] = attrs.Factory(list)
-    state: dict[int, MsgState] = attrs.Factory(dict)  # every instance ever admitted
-    deadline: dict[int, float | None] = attrs.Factory(dict)  # pinned instances: when the pin ends
-    chain: list[tuple[BlockKey, tuple[int, ...]]] = attrs.Factory(list)  # (key, covered uids)
-    valid: int = 0
-    next_uid: int = 0
-    suspended_at: float | None = None
-    last_infer: float | None = None
-
-    def starts(self) -> list[int]:
-        out, pos = [], 0
-        for m in self.seq:
-            out.append(pos)
-            pos += m.tokens
-        return out
-
-    def tokens(self) -> int:
-        return sum(m.tokens for m in self.seq)
-
-
-@attrs.frozen
-class InferFigures:
-    prompt_tokens: int
-    hit_tokens: int
-    miss_tokens: int
-    output_tokens: int
-    own_blocks: int
-    hits: int
-    writes: int
-
-
-class BlockFigures(NamedTuple):
-    """A resident block's figures (a tuple: one is built per block per comparison)."""
-
-    depth: int
-    state: BlockClass
-    holders: tuple[str, ...]
-    suspend_time: float | None
-    last_access: float
-    last_op: int
-    alloc_time: float
-
-
-class EvictionTerms(NamedTuple):
-    """What the eviction-order checks read of a block at the moment of an eviction: its slot,
-    class and suspension (the invariants), and every other rank feature (the declared rank's
-    order, spec PP3): the :class:`~kvmodel.view.Featured` protocol, from the contract. A tuple:
-    one is built per candidate per eviction."""
-
-    id: BlockId
-    state: BlockClass
-    suspend_time: float | None
-    depth: int
-    tier_index: int
-    last_access: float
-    last_op: int
-    alloc_time: float
-    holders: tuple[ContextId, ...]
-
-
-@attrs.frozen
-class Eviction:
-    """One eviction as the contract sees it: the victim, the other evictable blocks in the
-    tiers the allocation could evict from (M4.1), and whether the victim was in flight (M4.2)."""
-
-    victim: EvictionTerms
-    candidates: tuple[EvictionTerms, ...]
-    in_flight: bool
 
 
 class Shadow:
@@ -201,7 +87,7 @@ class Shadow:
         self.op_index = -1
         self.touch_op: dict[BlockKey, int] = {}
         self.born: dict[BlockKey, float] = {}
-        self.ctxs: dict[ContextId, _Ctx] = {}
+        self.ctxs: dict[ContextId, ShadowContext] = {}
         self.sessions: dict[str, list[ContextId]] = {}
         self.key_depth: dict[BlockKey, int] = {}
         self._keys: dict[tuple[BlockKey, tuple[tuple[str, int, int], ...]], BlockKey] = {}
@@ -273,7 +159,7 @@ class Shadow:
             case Pin():
                 c = self.ctxs[op.ctx]
                 end = None if op.ttl is None else op.t + op.ttl
-                for m in c.seq[_span(c, op.start, op.stop)]:
+                for m in c.span(op.start, op.stop):
                     if c.state[m.uid] is MsgState.TEMPORARY:
                         continue  # L3.4
                     if c.state[m.uid] is MsgState.PINNED:
@@ -285,7 +171,7 @@ class Shadow:
                     c.deadline[m.uid] = end_now
             case Unpin():
                 c = self.ctxs[op.ctx]
-                for m in c.seq[_span(c, op.start, op.stop)]:
+                for m in c.span(op.start, op.stop):
                     self._unpin(c, m.uid)
             case Infer():
                 self._infer(op, todo, list(evict_tiers))
@@ -314,8 +200,8 @@ class Shadow:
         elif self.rules.reclaim:
             self.resident &= self.held()
 
-    def _new(self, ctx: ContextId, session: str, one_shot: bool) -> _Ctx:
-        c = _Ctx(ctx, session, one_shot)
+    def _new(self, ctx: ContextId, session: str, one_shot: bool) -> ShadowContext:
+        c = ShadowContext(ctx, session, one_shot)
         self.ctxs[ctx] = c
         self.sessions.setdefault(session, []).append(ctx)
         return c
@@ -334,23 +220,25 @@ class Shadow:
         c.chain = list(src.chain[:keep])
         c.valid = keep
 
-    def _msg(self, c: _Ctx, m: Message) -> _Msg:
-        out = _Msg(c.next_uid, m.id, m.hash if m.hash is not None else m.id, m.tokens, m.kind)
+    def _msg(self, c: ShadowContext, m: Message) -> ShadowMessage:
+        out = ShadowMessage(
+            c.next_uid, m.id, m.hash if m.hash is not None else m.id, m.tokens, m.kind
+        )
         c.next_uid += 1
         return out
 
-    def _admit(self, c: _Ctx, m: Message, *, temporary: bool) -> None:
+    def _admit(self, c: ShadowContext, m: Message, *, temporary: bool) -> None:
         msg = self._msg(c, m)
         c.state[msg.uid] = MsgState.TEMPORARY if temporary or c.one_shot else MsgState.ACTIVE
         c.seq.append(msg)
 
-    def _run(self, c: _Ctx) -> None:
+    def _run(self, c: ShadowContext) -> None:
         c.runnable = True
         for m in c.seq:
             if c.state[m.uid] is MsgState.SUSPENDED:
                 c.state[m.uid] = MsgState.ACTIVE
 
-    def _unpin(self, c: _Ctx, uid: int) -> None:
+    def _unpin(self, c: ShadowContext, uid: int) -> None:
         if c.state[uid] is MsgState.PINNED:
             c.state[uid] = MsgState.ACTIVE if c.runnable else MsgState.SUSPENDED
         c.deadline.pop(uid, None)
@@ -362,19 +250,19 @@ class Shadow:
                     if end is not None and end <= t:
                         self._unpin(c, uid)
 
-    def _invalidate(self, c: _Ctx, index: int) -> None:
+    def _invalidate(self, c: ShadowContext, index: int) -> None:
         """B5: every block from the edit's token offset on is invalid."""
         if index < len(c.seq):
             c.valid = min(c.valid, c.starts()[index] // self.bs)
 
-    def _close(self, c: _Ctx) -> None:
+    def _close(self, c: ShadowContext) -> None:
         for m in c.seq:
             c.state[m.uid] = MsgState.EXPIRED
         c.seq, c.chain, c.valid, c.deadline, c.open = [], [], 0, {}, False
 
     # -------------------------------------------------------------- the inference boundary
 
-    def pack(self, seq: Sequence[_Msg]) -> list[tuple[BlockKey | None, tuple[int, ...]]]:
+    def pack(self, seq: Sequence[ShadowMessage]) -> list[tuple[BlockKey | None, tuple[int, ...]]]:
         """B2-B3 from block 0: (key, or None for the partial tail; covered uids) per block. The
         packing is the shadow's own; the key is the spec's hash over it (B3's one definition)."""
         out: list[tuple[BlockKey | None, tuple[int, ...]]] = []
@@ -437,9 +325,7 @@ class Shadow:
                 if key is not None and key in self.resident:  # recomputed in place (B6.3)
                     self._use(key)
                     placed.append((key, uids, True))
-                elif key is None or (
-                    self.rules.bypass and self._within(c, uids) is BlockClass.TEMPORARY
-                ):
+                elif key is None or (self.rules.bypass and c.within(uids) is BlockClass.TEMPORARY):
                     placed.append((key, uids, False))
                 else:
                     self._index(key, op.t)
@@ -518,8 +404,8 @@ class Shadow:
         flight: set[BlockKey],
         pins: dict[ContextId, int],
     ) -> Eviction:
-        """``pins``: every open context's :meth:`pin_depth` (an inference's evictions change
-        chains, never messages: computed once for all of them)."""
+        """``pins``: every open context's :meth:`~ShadowContext.pin_depth` (an inference's
+        evictions change chains, never messages: computed once for all of them)."""
         holders, _ = self._holders(pins)
         cands = []
         for key in sorted(self.resident):
@@ -533,7 +419,7 @@ class Shadow:
     def evictable(
         self,
         key: BlockKey,
-        holders: dict[BlockKey, list[_Ctx]] | None = None,
+        holders: dict[BlockKey, list[ShadowContext]] | None = None,
         pins: dict[ContextId, int] | None = None,
     ) -> EvictionTerms:
         f = self.figures(key, holders, pins)
@@ -551,7 +437,7 @@ class Shadow:
 
     def _follow_infer(
         self,
-        c: _Ctx,
+        c: ShadowContext,
         op: Infer,
         todo: list[Observation],
         blocks: Sequence[tuple[BlockKey | None, tuple[int, ...]]],
@@ -574,7 +460,7 @@ class Shadow:
             bad(f"hit records name {logged}, the contract's hits are {blocks[:hits]}")
         misses = blocks[hits:]
         flight = {k for k, _ in c.chain} | {k for k, _ in blocks[:hits] if k is not None}
-        pins = {h.id: self.pin_depth(h) for h in self.ctxs.values() if h.open}
+        pins = {h.id: h.pin_depth(self.bs) for h in self.ctxs.values() if h.open}
         rejected = False
         while todo and not (isinstance(todo[0], FreeObs) and todo[0].reason == FreeReason.RECLAIM):
             r = todo.pop(0)
@@ -600,7 +486,7 @@ class Shadow:
                         f"alloc (key, depth, rewrite) = {(r.key, r.depth, r.rewrite)}; the next "
                         f"block to write is {(key, depth, rewrite)}"
                     )
-                if not rewrite and (cls := self._within(c, uids)) is not r.state:
+                if not rewrite and (cls := c.within(uids)) is not r.state:
                     bad(f"alloc of block {r.block} logged as {r.state.value}; it is {cls.value}")
                 if key is not None:
                     flight.add(key)
@@ -646,43 +532,6 @@ class Shadow:
 
     # -------------------------------------------------------------- what an observer sees
 
-    def _within(self, c: _Ctx, uids: Iterable[int]) -> BlockClass:
-        states = {c.state[u] for u in uids}
-        if len(states) == 1:
-            (one,) = states
-            return _ONE[one]
-        if MsgState.EXPIRED in states:
-            return BlockClass.EXPIRED
-        if MsgState.TEMPORARY in states:
-            return BlockClass.TEMPORARY
-        return max((_AS_CLASS[s] for s in states), key=_ACROSS.__getitem__)
-
-    def block_class_in(self, c: _Ctx, depth: int, pin_depth: int | None = None) -> BlockClass:
-        """L5.1 (with the L5.3 pinned prefix). ``pin_depth``: :meth:`pin_depth` of ``c`` if
-        the caller has it."""
-        if depth >= c.valid:
-            return BlockClass.EXPIRED
-        cls = self._within(c, c.chain[depth][1])
-        if pin_depth is None:
-            pin_depth = self.pin_depth(c)
-        if depth <= pin_depth and cls in _ACROSS and _ACROSS[cls] >= 3:
-            return BlockClass.PINNED
-        return cls
-
-    def pin_depth(self, c: _Ctx) -> int:
-        """The deepest block covering a Pinned message of ``c`` (-1: none)."""
-        if MsgState.PINNED not in c.state.values():  # (most contexts: no pin to look for)
-            return -1
-        starts = c.starts()
-        return max(
-            (
-                (starts[i] + m.tokens - 1) // self.bs
-                for i, m in enumerate(c.seq)
-                if c.state[m.uid] is MsgState.PINNED
-            ),
-            default=-1,
-        )
-
     def class_of(self, key: BlockKey) -> BlockClass:
         """L5.2 over the open contexts holding ``key`` now; Dead if none."""
         return self.figures(key).state
@@ -696,7 +545,7 @@ class Shadow:
     def figures(
         self,
         key: BlockKey,
-        holders: dict[BlockKey, list[_Ctx]] | None = None,
+        holders: dict[BlockKey, list[ShadowContext]] | None = None,
         pins: dict[ContextId, int] | None = None,
     ) -> BlockFigures:
         """A resident block's figures (L5.2, PP3) now. ``holders`` and ``pins`` (from
@@ -707,12 +556,12 @@ class Shadow:
         hs = holders.get(key, ())
         if len(hs) == 1:  # (most blocks: the general case below, without its sorts)
             (h,) = hs
-            state = self.block_class_in(h, d, pins[h.id])
+            state = h.block_class(d, self.bs, pins[h.id])
             ids: tuple[str, ...] = (h.id,)
             wait = h.suspended_at if state is BlockClass.SUSPENDED else None
         else:
-            classes = [self.block_class_in(h, d, pins[h.id]) for h in hs]
-            state = max(classes, key=_ACROSS.__getitem__) if classes else BlockClass.DEAD
+            classes = [h.block_class(d, self.bs, pins[h.id]) for h in hs]
+            state = highest(classes)
             ids = tuple(sorted(h.id for h in hs))
             waits = [
                 h.suspended_at
@@ -732,12 +581,12 @@ class Shadow:
 
     def _holders(
         self, pins: dict[ContextId, int] | None = None
-    ) -> tuple[dict[BlockKey, list[_Ctx]], dict[ContextId, int]]:
-        """Every resident block's holders, and every open context's :meth:`pin_depth` (``pins``
-        when the caller has them)."""
-        holders: dict[BlockKey, list[_Ctx]] = {}
+    ) -> tuple[dict[BlockKey, list[ShadowContext]], dict[ContextId, int]]:
+        """Every resident block's holders, and every open context's
+        :meth:`~ShadowContext.pin_depth` (``pins`` when the caller has them)."""
+        holders: dict[BlockKey, list[ShadowContext]] = {}
         if pins is None:
-            pins = {c.id: self.pin_depth(c) for c in self.ctxs.values() if c.open}
+            pins = {c.id: c.pin_depth(self.bs) for c in self.ctxs.values() if c.open}
         for c in self.ctxs.values():
             if c.open:
                 for k, _ in c.chain:
@@ -748,7 +597,3 @@ class Shadow:
         """Every resident block's figures."""
         holders, pins = self._holders()
         return {k: self.figures(k, holders, pins) for k in self.resident}
-
-
-def _span(c: _Ctx, start: int | None, stop: int | None) -> slice:
-    return slice(0 if start is None else start, len(c.seq) if stop is None else stop)

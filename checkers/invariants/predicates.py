@@ -73,7 +73,7 @@ def reachable(before: MsgState | None, after: MsgState) -> bool:
 
 class EvictionTerms(Protocol):
     """What an eviction-order invariant reads of a block: :class:`~kvmodel.view.BlockInfo` and
-    the contract model's :class:`checkers.invariants.nversion.EvictionTerms` both have it."""
+    the contract model's :class:`checkers.invariants.shadow_terms.EvictionTerms` both have it."""
 
     @property
     def id(self) -> BlockId: ...
