@@ -20,15 +20,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from checkers.invariants import INVARIANTS
+from checkers.search.driver import PROFILES, WALKS, search
 from checkers.search.mutants import MUTANTS
 from checkers.search.stateful import (
-    PROFILES,
-    WALKS,
     SearchStats,
     check_config,
     make_machine,
     run_machine,
-    search,
     search_settings,
 )
 from checkers.search.walk import run_walk

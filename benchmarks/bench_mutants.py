@@ -18,10 +18,10 @@ import argparse
 import statistics
 import time
 
+from checkers.search.driver import PROFILES
 from checkers.search.engine_mutants import ENGINE_MUTANTS
 from checkers.search.mutants import MUTANTS
 from checkers.search.report import check_policies
-from checkers.search.stateful import PROFILES
 
 
 def main() -> None:

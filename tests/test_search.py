@@ -17,7 +17,7 @@ from checkers.invariants import INVARIANTS
 from checkers.invariants.predicates import contested
 from checkers.invariants.replay import check_ops
 from checkers.search.coverage import SearchStats, at_deadlines
-from checkers.search.stateful import search
+from checkers.search.driver import search
 from checkers.search.swarm import BLOCK_SIZES, check_config, draw_config, swarm_configs
 from checkers.search.walk import WalkFind, explore, run_walk, walk_recipe
 from kvmodel.cli import main
@@ -195,13 +195,13 @@ def test_a_walk_the_model_refuses_fails_loudly(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(RefusedTraceError, match=r"walk 2 of seed 0 under lru: op 3 .* time went"):
         run_walk("lru", INVARIANTS, 0, 2, None)
     # the trace-level search (offline policies) the same: a refusal is not read as a find
-    import checkers.search.stateful as stateful_module
+    import checkers.search.driver as driver_module
 
     def refusing(ops: list[Op], *args: object, **kwargs: object) -> CheckRun:
         run = check_ops(ops, *args, **kwargs)  # type: ignore[arg-type]
         return attrs.evolve(run, applied=0, trace_error=TraceError("planted", field="t"))
 
-    monkeypatch.setattr(stateful_module, "check_ops", refusing)
+    monkeypatch.setattr(driver_module, "check_ops", refusing)
     with pytest.raises(RefusedTraceError, match="a generated trace under belady: op 0"):
         search("belady", ["no-zombie-kv"], max_examples=3, steps=5, walks=0)
 

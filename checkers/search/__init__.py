@@ -1,7 +1,8 @@
 """The first floor: searches of the executable model for a counterexample, and what they report.
 
 ``builder`` and ``strategies`` -- valid agent traces from abstract actions (Hypothesis);
-``stateful`` -- the Hypothesis stateful machine; ``walk`` -- the random-walk explorer;
+``stateful`` -- the Hypothesis stateful machine; ``driver`` -- one policy's search (the
+machine, walks and contract traces, then shrinking); ``walk`` -- the random-walk explorer;
 ``swarm`` -- swarm configurations; ``coverage`` -- what a search exercised;
 ``shrink`` -- delta debugging; ``bundle`` -- counterexample bundles that replay bit for bit;
 ``engine_check`` -- the engine against the contract model on random traces;

@@ -17,7 +17,7 @@ import attrs
 
 from checkers.invariants import FINDINGS, INVARIANTS, STRUCTURAL
 from checkers.search.bundle import write_bundle
-from checkers.search.stateful import CONTRACT_TRACES, PROFILES, WALKS, SearchResult, search
+from checkers.search.driver import CONTRACT_TRACES, PROFILES, WALKS, SearchResult, search
 from kvmodel.config import EngineConfig
 from kvmodel.errors import ConfigError
 from kvmodel.policy import resolve_policy
@@ -105,7 +105,7 @@ def check_policies(
     scheduler: str | None = None,
     done: Callable[[str], None] | None = None,
 ) -> list[PolicyReport]:
-    """Search each policy (see :func:`checkers.search.stateful.search`). ``config=None`` is a swarm
+    """Search each policy (see :func:`checkers.search.driver.search`). ``config=None`` is a swarm
     search; ``walks`` defaults to the profile's; ``budget`` (seconds per policy, counted from
     its search's start, shrinking not included) lets the random walks go on until it is spent;
     ``jobs`` processes, or rounds of ``jobs`` chunks on the Dask scheduler at ``scheduler``.

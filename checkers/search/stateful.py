@@ -6,19 +6,15 @@ there is one ``@invariant`` per invariant the machine fails on, and its body onl
 monitor. Tiers are small (a dozen blocks) so that pressure, evictions and rejections are
 common.
 
-:func:`search` is what ``kvmodel check`` runs for one policy: an *exploration* run records the
-first violation of every invariant without stopping; then each violated invariant gets a
-*targeted* run that fails on it, so Hypothesis shrinks the counterexample; finally delta
-debugging over the trace (replay as the test) shortens it further, to 1-minimality.
+:func:`checkers.search.driver.search` runs it (with the walks and the contract traces) for
+``kvmodel check``.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import attrs
 from hypothesis import HealthCheck, Phase, Verbosity, settings, target
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
@@ -31,66 +27,31 @@ from hypothesis.stateful import (
     rule,
 )
 
-from checkers.invariants import FINDINGS, INVARIANTS, Monitor
-from checkers.invariants.replay import check_ops, engine_for, nondeterminism
+from checkers.invariants import FINDINGS, Monitor
+from checkers.invariants.replay import engine_for
 from checkers.invariants.structural import Violation
 from checkers.search.builder import HarnessBuilder
 from checkers.search.coverage import TARGETS, SearchStats
 from checkers.search.pool import fixed_constants
-from checkers.search.shrink import shrink
 from checkers.search.strategies import durations, picks, tokens, ttls, waits
 from checkers.search.swarm import check_config, swarm_configs
 from kvmodel.config import EngineConfig
-from kvmodel.engine import Engine
-from kvmodel.io.trace import Op, Trace, op_name
+from kvmodel.io.trace import Op, op_name
 from kvmodel.policy import resolve_policy
 
 __all__ = [
-    "CONTRACT_TRACES",
-    "PROFILES",
-    "WALKS",
-    "Counterexample",
-    "SearchResult",
+    "RULES",
+    "Record",
     "SearchStats",
     "check_config",
     "make_machine",
     "run_machine",
-    "search",
     "search_settings",
 ]
-
-#: Settings profiles: (max_examples, steps per example).
-PROFILES: dict[str, tuple[int, int]] = {"dev": (30, 25), "ci": (100, 30), "thorough": (600, 60)}
-#: random walks per profile (after the machine; ``--budget`` adds more)
-WALKS: dict[str, int] = {"dev": 50, "ci": 200, "thorough": 2000}
-#: random traces on which the policy's engine is compared with the contract (engine-contract)
-CONTRACT_TRACES: dict[str, int] = {"dev": 4, "ci": 12, "thorough": 100}
-
-
-@attrs.frozen
-class Counterexample:
-    invariant: str
-    ops: tuple[Op, ...]
-    violation: Violation
-    hypothesis_ops: int  # length after Hypothesis's shrinking (before delta debugging)
-    one_minimal: bool
-    #: the engine the trace fails on (a swarm search draws one per example)
-    config: EngineConfig = attrs.field(factory=lambda: check_config())
-    #: which search found it first: "machine" (Hypothesis) or "walk" (random walk)
-    found_by: str = "machine"
-
 
 #: what a search records of a first violation: the invariant, the ops up to it, the violation
 #: and the engine configuration it happened on
 Record = Callable[[str, Sequence[Op], Violation, EngineConfig], None]
-
-
-@attrs.frozen
-class SearchResult:
-    policy: str
-    invariants: tuple[str, ...]
-    found: dict[str, Counterexample]
-    stats: SearchStats
 
 
 #: after new input, usually run the context (the harness's next request): its duration, or None
@@ -373,250 +334,3 @@ def run_machine(machine: type[RuleBasedStateMachine], s: settings, seed: int) ->
     except (AssertionError, Flaky):  # Flaky: the policy behaved differently on a rerun
         return True
     return False
-
-
-def _search_traces(
-    policy: str,
-    invariants: Sequence[str],
-    cfg: EngineConfig | None,
-    max_examples: int,
-    steps: int,
-    seed: int,
-    record: Record,
-    stats: SearchStats,
-    *,
-    fail: bool = False,
-) -> bool:
-    """Trace-level search (for offline policies): draw whole traces, check each by replay."""
-    from hypothesis import given
-
-    from checkers.search.strategies import agent_traces
-
-    @search_settings(max_examples, steps)
-    @given(agent_traces(max_actions=steps), st.just(cfg) if cfg is not None else swarm_configs())
-    def run(trace: Trace, c: EngineConfig) -> None:
-        stats.examples += 1
-        stats.steps += len(trace.ops)
-        stats.count_ops(trace.ops)
-        result = check_ops(trace.ops, policy, c, invariants)
-        result.require_accepted(trace.ops, f"a generated trace under {policy}")
-        cov = stats.observe(result.engine, trace.ops[: result.applied])
-        stats.keep_sample(trace.ops, c, cov["evictions"])
-        for label in TARGETS:
-            target(float(cov[label]), label=label)
-        for v in result.violations:
-            # the whole trace, not a prefix: an offline policy's plan depends on the future
-            record(v.invariant, trace.ops, v, c)
-        if fail and result.violations:
-            raise AssertionError(result.violations[0].message)
-
-    try:
-        with fixed_constants():
-            hypothesis_seed(seed)(run)()
-    except (AssertionError, Flaky):  # Flaky: the policy behaved differently on a rerun
-        return True
-    return False
-
-
-@attrs.frozen
-class _First:
-    ops: list[Op]
-    violation: Violation
-    config: EngineConfig
-    found_by: str
-
-
-def search(
-    policy: str,
-    invariants: Iterable[str],
-    *,
-    config: EngineConfig | None = None,
-    max_examples: int = 60,
-    steps: int = 30,
-    seed: int = 0,
-    shrink_budget: int = 1500,
-    hypothesis_shrink: bool | Collection[str] = True,
-    walks: int = 0,
-    walk_seconds: float | None = None,
-    jobs: int = 1,
-    contract_traces: int = 0,
-    scheduler: str | None = None,
-) -> SearchResult:
-    """Search for counterexamples to each invariant under ``policy`` (see the module docstring).
-
-    ``config=None`` is a swarm search (each example and walk draws its engine); a config fixes
-    it. After the machine, ``walks`` random walks (:mod:`checkers.search.walk`) run, and more until
-    ``walk_seconds`` have passed since the search began, on ``jobs`` processes (or in rounds of
-    ``jobs`` chunks on the Dask scheduler at ``scheduler``).
-    ``hypothesis_shrink=False`` skips the
-    targeted Hypothesis runs and delta-debugs the failing prefix directly: several times
-    faster, usually a little longer result; a collection of names runs them for those
-    invariants only (``kvmodel check``: the claimed ones and the findings).
-    ``contract_traces`` random traces check the policy's engine against the contract on ample
-    memory (the ``engine-contract`` finding,
-    :func:`checkers.search.engine_check.engine_self_check`).
-    """
-    from checkers.search import walk
-
-    names = tuple(invariants)
-    offline = callable(getattr(resolve_policy(policy), "prepare", None))
-    stats = SearchStats(rule_names=() if offline else RULES)
-    first: dict[str, _First] = {}
-
-    t0 = time.monotonic()
-
-    def explore(inv: str, ops: Sequence[Op], v: Violation, c: EngineConfig) -> None:
-        if inv not in first:
-            first[inv] = _First(list(ops), v, c, "machine")
-            stats.found_after[inv] = time.monotonic() - t0
-
-    def on_find(f: walk.WalkFind) -> None:
-        if f.invariant not in first:
-            first[f.invariant] = _First(list(f.ops), f.violation, f.config, "walk")
-            stats.found_after[f.invariant] = time.monotonic() - t0
-
-    if offline:
-        # an offline policy must see the whole trace first: search over traces, not steps
-        _search_traces(policy, names, config, max_examples, steps, seed, explore, stats)
-    else:
-        machine = make_machine(policy, names, config=config, record=explore, stats=stats)
-        run_machine(machine, search_settings(max_examples, steps), seed)
-    if walks or walk_seconds:
-        walk.explore(
-            policy,
-            names,
-            seed=seed,
-            walks=walks,
-            # the budget counts from the search's start: the machine's time is spent from it
-            seconds=None
-            if walk_seconds is None
-            else max(0.0, walk_seconds - (time.monotonic() - t0)),
-            jobs=jobs,
-            config=config,
-            stats=stats,
-            on_find=on_find,
-            scheduler=scheduler,
-        )
-
-    if "nondeterministic" not in first and stats.sample and stats.sample_config is not None:
-        v = nondeterminism(stats.sample, policy, stats.sample_config)
-        if v is not None:
-            first["nondeterministic"] = _First(
-                list(stats.sample), v, stats.sample_config, "machine"
-            )
-
-    found: dict[str, Counterexample] = {}
-    for inv in [n for n in (*names, *FINDINGS) if n in first]:
-        f = first[inv]
-        cfg = f.config
-        if inv == "nondeterministic":
-            found[inv] = _shrink_nondeterminism(policy, f, shrink_budget)
-            continue
-        last: list[tuple[list[Op], EngineConfig]] = []
-
-        def keep(
-            name: str,
-            ops: Sequence[Op],
-            v: Violation,
-            c: EngineConfig,
-            inv: str = inv,
-            last: list[tuple[list[Op], EngineConfig]] = last,
-        ) -> None:
-            if name == inv:
-                last.append((list(ops), c))
-
-        ops = f.ops
-        monitored = [inv] if inv in INVARIANTS else []
-        use_hypothesis = (
-            hypothesis_shrink if isinstance(hypothesis_shrink, bool) else inv in hypothesis_shrink
-        )
-        if not use_hypothesis or f.found_by == "walk":
-            pass  # delta debugging alone, from the failing prefix
-        elif offline:
-            if (
-                _search_traces(
-                    policy, [inv], config, max_examples, steps, seed, keep, SearchStats(), fail=True
-                )
-                and last
-            ):
-                ops, cfg = last[-1]
-        else:
-            # the targeted run monitors only its invariant: cheaper examples, faster shrinking
-            targeted = make_machine(
-                policy,
-                [inv],
-                config=config,
-                fail_on=frozenset({inv}),
-                record=keep,
-                stats=SearchStats(),
-            )
-            if run_machine(targeted, search_settings(max_examples, steps), seed) and last:
-                ops, cfg = last[-1]  # Hypothesis replays the shrunk example last
-        h_len = len(ops)
-
-        def fails(
-            cand: Sequence[Op],
-            inv: str = inv,
-            monitored: list[str] = monitored,
-            cfg: EngineConfig = cfg,
-        ) -> bool:
-            run = check_ops(cand, policy, cfg, monitored, stop_at=inv)
-            return run.trace_error is None and run.first(inv) is not None
-
-        # a counterexample must replay, the same way every time: otherwise the policy (or
-        # engine) is nondeterministic or keeps state across runs -- a finding, never a crash
-        odd = nondeterminism(ops, policy, cfg)
-        if odd is None and fails(ops):
-            small, minimal = shrink(ops, fails, budget=shrink_budget)
-            final = check_ops(small, policy, cfg, monitored, stop_at=inv).first(inv)
-            if final is not None:
-                found[inv] = Counterexample(
-                    inv, tuple(small), final, h_len, minimal, cfg, f.found_by
-                )
-                continue
-        v = odd or Violation(
-            "nondeterministic",
-            f"the {inv} violation seen in the search does not replay from its trace "
-            "(state kept across runs?)",
-        )
-        found.setdefault(
-            "nondeterministic",
-            _shrink_nondeterminism(policy, _First(ops, v, cfg, f.found_by), shrink_budget),
-        )
-    if contract_traces and "engine-contract" not in found:
-        from checkers.search.engine_check import engine_self_check
-
-        engine_class = getattr(resolve_policy(policy), "engine_class", Engine)
-        t_check = time.monotonic()
-        sc = engine_self_check(engine_class, traces=contract_traces, seed=seed)
-        if sc is not None:
-            stats.found_after["engine-contract"] = t_check - t0
-            found["engine-contract"] = Counterexample(
-                "engine-contract",
-                sc.ops,
-                sc.violation,
-                sc.original_length,
-                sc.one_minimal,
-                sc.config,
-                "self-check",
-            )
-        stats.contract_traces += contract_traces
-    return SearchResult(policy, names, found, stats)
-
-
-def _shrink_nondeterminism(policy: str, f: _First, budget: int) -> Counterexample:
-    """Shorten a trace whose replays differ, keeping them different (when they do)."""
-    cfg = f.config
-
-    def differs(cand: Sequence[Op]) -> bool:
-        return nondeterminism(cand, policy, cfg) is not None
-
-    if not differs(f.ops):
-        return Counterexample(
-            "nondeterministic", tuple(f.ops), f.violation, len(f.ops), False, cfg, f.found_by
-        )
-    small, minimal = shrink(f.ops, differs, budget=budget)
-    final = nondeterminism(small, policy, cfg) or f.violation
-    return Counterexample(
-        "nondeterministic", tuple(small), final, len(f.ops), minimal, cfg, f.found_by
-    )

@@ -5,7 +5,7 @@ swarm configuration (:mod:`checkers.search.swarm`): its own engine, op-weight ve
 switched off, token sizes, sharing, TTLs and clock rate. The walk is checked by
 :func:`checkers.invariants.replay.check_ops` (the one monitor); its first violation of each
 invariant is kept with the trace up to it and the engine it ran on, and
-:func:`checkers.search.stateful.search` shrinks it by delta debugging like any other find.
+:func:`checkers.search.driver.search` shrinks it by delta debugging like any other find.
 
 Walk ``i`` of seed ``s`` is drawn from ``numpy.random.default_rng([s, i])`` alone, so a walk
 replays on its own, in any process, and ``-j N`` merges results in walk order: the same walks
