@@ -279,3 +279,46 @@ def test_a_monitor_without_the_contract_model_makes_no_contract_finding() -> Non
         found[contract] = mon.first("engine-contract")
     assert found[True] is not None
     assert found[False] is None
+
+
+def test_the_contract_model_checks_each_admission() -> None:
+    """M4.4: the pre-check rejects an inference iff its writes do not fit in the free slots and
+    the evictable blocks. Two outside authors' engines break it one way each -- one counts only
+    free slots and rejects where it must evict, one skips the pre-check, evicts, then rolls the
+    request back -- and only the admission check of the contract model sees either (the
+    mutants' docstrings); the reference engine admits and rejects as the contract does."""
+    from checkers.search.outside_mutants import (
+        CountsFreeOnlyTether,
+        OptimisticAdmissionTether,
+    )
+
+    a, b = ContextId("a"), ContextId("b")
+    out = (Message("r", Role.ASSISTANT, MessageKind.OUTPUT, 4),)
+    # a's 3 blocks stay resident and Suspended; b's 2 then need one eviction (4 slots)
+    fits: list[Op] = [
+        Open(0.0, a, SessionId("s"), AgentKind.MAIN),
+        Append(0.0, a, (msg("x", 8),)),
+        Infer(0.0, a, out, 0.5),
+        Open(1.0, b, SessionId("s"), AgentKind.MAIN),
+        Append(1.0, b, (msg("y", 4),)),
+        Infer(1.0, b, out, 0.5),
+    ]
+    # 12 tokens and the output: 4 blocks to write into 2 slots
+    too_big: list[Op] = [
+        Open(0.0, a, SessionId("s"), AgentKind.MAIN),
+        Append(0.0, a, (msg("x", 12),)),
+        Infer(0.0, a, out, 0.5),
+    ]
+    for ops, slots, mutant, what in (
+        (fits, 4, CountsFreeOnlyTether, "rejected an inference that fits"),
+        (too_big, 2, OptimisticAdmissionTether, "admitted an inference that cannot fit"),
+    ):
+        config = EngineConfig(4, (TierConfig(TierName("hbm"), slots),))
+        [v] = check_ops(ops, mutant(), config, ["engine-contract"]).violations
+        assert v.op == len(ops) - 1
+        assert what in v.message
+        assert "(M4.4)" in v.message
+        ref = check_ops(ops, KVTether(), config, list(INVARIANTS))
+        assert not ref.violations
+        evicted, rejected = ref.engine.stats.evictions["hbm"], ref.engine.stats.rejected
+        assert (evicted, rejected) == ((1, 0) if ops is fits else (0, 1))

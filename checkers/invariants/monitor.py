@@ -141,7 +141,13 @@ class Monitor:
         self._writes: dict[str, int] = dict.fromkeys(engine.memory.names, 0)
         #: the contract model, following the engine's log (None once it could not follow)
         self._shadow: Shadow | None = (
-            Shadow(engine.block_size, tiers=engine.memory.names) if contract else None
+            Shadow(
+                engine.block_size,
+                tiers=engine.memory.names,
+                capacity=sum(t.blocks for t in engine.memory.tiers),
+            )
+            if contract
+            else None
         )
         #: the policy's declarative rank, when it is its order: every victim must be its first
         self._rank = declared_rank(engine.policy)

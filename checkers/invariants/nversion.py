@@ -30,17 +30,17 @@ from collections.abc import Sequence
 
 from checkers.invariants.shadow_terms import (
     KEEP,
+    Admission,
     BlockFigures,
     Eviction,
     EvictionTerms,
     InferFigures,
+    Packer,
     Rules,
     ShadowContext,
-    ShadowMessage,
     highest,
 )
-from kvmodel.blocks import ROOT_KEY, Segment, chain_key
-from kvmodel.ids import BlockId, BlockKey, ContentKey, ContextId
+from kvmodel.ids import BlockId, BlockKey, ContextId
 from kvmodel.io.observations import (
     AllocObs,
     BypassObs,
@@ -68,7 +68,7 @@ from kvmodel.io.trace import (
     Unpin,
 )
 from kvmodel.lifecycle import BlockClass, MsgState
-from kvmodel.messages import Message, MessageKind
+from kvmodel.messages import MessageKind
 
 __all__ = ["Shadow"]
 
@@ -78,9 +78,18 @@ _COMMIT_FREES = (FreeReason.PARTIAL, FreeReason.BYPASS)
 class Shadow:
     """The contract's figures for one trace, op by op (valid traces only: no error checking)."""
 
-    def __init__(self, block_size: int, rules: Rules = KEEP, tiers: Sequence[str] = ()) -> None:
-        """``tiers``: the configured tier order (a block's ``tier_index``, spec PP3)."""
+    def __init__(
+        self,
+        block_size: int,
+        rules: Rules = KEEP,
+        tiers: Sequence[str] = (),
+        capacity: int | None = None,
+    ) -> None:
+        """``tiers``: the configured tier order (a block's ``tier_index``, spec PP3).
+        ``capacity``: the slots of all tiers; following the log, each inference's admission is
+        then checked (M4.4), and not without."""
         self.bs = block_size
+        self.capacity = capacity
         self.rules = rules
         self.tier_index = {t: i for i, t in enumerate(tiers)}
         #: the index of the op being applied (the engine's ``op_index``: a use's ``last_op``)
@@ -89,8 +98,8 @@ class Shadow:
         self.born: dict[BlockKey, float] = {}
         self.ctxs: dict[ContextId, ShadowContext] = {}
         self.sessions: dict[str, list[ContextId]] = {}
-        self.key_depth: dict[BlockKey, int] = {}
-        self._keys: dict[tuple[BlockKey, tuple[tuple[str, int, int], ...]], BlockKey] = {}
+        #: B2-B3, the model's own packing; its ``key_depth`` is every key's depth
+        self.packer = Packer(block_size)
         self.resident: set[BlockKey] = set()  # indexed full blocks (partial/bypassed ones leave)
         self.touch: dict[BlockKey, float] = {}
         self.now = 0.0
@@ -136,22 +145,22 @@ class Shadow:
                 self._fork(op)
             case Append():
                 c = self.ctxs[op.ctx]
-                self._run(c)
+                c.run()
                 for msg in op.messages:
-                    self._admit(c, msg, temporary=op.temporary)
+                    c.admit(msg, temporary=op.temporary)
             case Replace():
                 c = self.ctxs[op.ctx]
-                self._run(c)
+                c.run()
                 old = c.seq[op.index]
                 c.state[old.uid] = MsgState.EXPIRED
                 c.deadline.pop(old.uid, None)
-                new = self._msg(c, op.message)
+                new = c.message(op.message)
                 c.state[new.uid] = MsgState.TEMPORARY if c.one_shot else MsgState.ACTIVE
-                self._invalidate(c, op.index)
+                c.invalidate(op.index, self.bs)
                 c.seq[op.index] = new
             case Remove():
                 c = self.ctxs[op.ctx]
-                self._invalidate(c, op.index)
+                c.invalidate(op.index, self.bs)
                 for m in c.seq[op.index : op.index + op.count]:
                     c.state[m.uid] = MsgState.EXPIRED
                     c.deadline.pop(m.uid, None)
@@ -172,29 +181,29 @@ class Shadow:
             case Unpin():
                 c = self.ctxs[op.ctx]
                 for m in c.span(op.start, op.stop):
-                    self._unpin(c, m.uid)
+                    c.unpin(m.uid)
             case Infer():
                 self._infer(op, todo, list(evict_tiers))
             case TurnEnd():
                 c = self.ctxs[op.ctx]
                 reasoning = [i for i, m in enumerate(c.seq) if m.kind is MessageKind.REASONING]
                 if reasoning:
-                    self._invalidate(c, reasoning[0])
+                    c.invalidate(reasoning[0], self.bs)
                     for i in reasoning:
                         c.state[c.seq[i].uid] = MsgState.EXPIRED
                         c.deadline.pop(c.seq[i].uid, None)
                     c.seq = [m for m in c.seq if m.kind is not MessageKind.REASONING]
             case Return():
                 into = self.ctxs[op.into]
-                self._run(into)
-                self._admit(into, op.result, temporary=False)
-                self._close(self.ctxs[op.ctx])
+                into.run()
+                into.admit(op.result, temporary=False)
+                self.ctxs[op.ctx].close()
             case Close():
-                self._close(self.ctxs[op.ctx])
+                self.ctxs[op.ctx].close()
             case EndSession():
                 for cid in self.sessions[op.session]:
                     if self.ctxs[cid].open:
-                        self._close(self.ctxs[cid])
+                        self.ctxs[cid].close()
         if todo is not None:
             self._follow_reclaims(todo)
         elif self.rules.reclaim:
@@ -220,79 +229,14 @@ class Shadow:
         c.chain = list(src.chain[:keep])
         c.valid = keep
 
-    def _msg(self, c: ShadowContext, m: Message) -> ShadowMessage:
-        out = ShadowMessage(
-            c.next_uid, m.id, m.hash if m.hash is not None else m.id, m.tokens, m.kind
-        )
-        c.next_uid += 1
-        return out
-
-    def _admit(self, c: ShadowContext, m: Message, *, temporary: bool) -> None:
-        msg = self._msg(c, m)
-        c.state[msg.uid] = MsgState.TEMPORARY if temporary or c.one_shot else MsgState.ACTIVE
-        c.seq.append(msg)
-
-    def _run(self, c: ShadowContext) -> None:
-        c.runnable = True
-        for m in c.seq:
-            if c.state[m.uid] is MsgState.SUSPENDED:
-                c.state[m.uid] = MsgState.ACTIVE
-
-    def _unpin(self, c: ShadowContext, uid: int) -> None:
-        if c.state[uid] is MsgState.PINNED:
-            c.state[uid] = MsgState.ACTIVE if c.runnable else MsgState.SUSPENDED
-        c.deadline.pop(uid, None)
-
     def _end_pins(self, t: float) -> None:
         for c in self.ctxs.values():
             if c.open:
                 for uid, end in list(c.deadline.items()):
                     if end is not None and end <= t:
-                        self._unpin(c, uid)
-
-    def _invalidate(self, c: ShadowContext, index: int) -> None:
-        """B5: every block from the edit's token offset on is invalid."""
-        if index < len(c.seq):
-            c.valid = min(c.valid, c.starts()[index] // self.bs)
-
-    def _close(self, c: ShadowContext) -> None:
-        for m in c.seq:
-            c.state[m.uid] = MsgState.EXPIRED
-        c.seq, c.chain, c.valid, c.deadline, c.open = [], [], 0, {}, False
+                        c.unpin(uid)
 
     # -------------------------------------------------------------- the inference boundary
-
-    def pack(self, seq: Sequence[ShadowMessage]) -> list[tuple[BlockKey | None, tuple[int, ...]]]:
-        """B2-B3 from block 0: (key, or None for the partial tail; covered uids) per block. The
-        packing is the shadow's own; the key is the spec's hash over it (B3's one definition)."""
-        out: list[tuple[BlockKey | None, tuple[int, ...]]] = []
-        parent = ROOT_KEY
-        i, offset, total = 0, 0, sum(m.tokens for m in seq)  # message i, token offset in it
-        while total:
-            take = min(self.bs, total)
-            total -= take
-            segs: list[Segment] = []
-            uids: list[int] = []
-            while take:
-                m = seq[i]
-                n = min(take, m.tokens - offset)
-                segs.append(Segment(ContentKey(m.content), offset, offset + n))
-                uids.append(m.uid)
-                take -= n
-                offset += n
-                if offset == m.tokens:
-                    i, offset = i + 1, 0
-            if sum(g.stop - g.start for g in segs) < self.bs:
-                out.append((None, tuple(uids)))
-                break
-            memo = (parent, tuple((g.key, g.start, g.stop) for g in segs))
-            key = self._keys.get(memo)
-            if key is None:
-                key = self._keys[memo] = chain_key(parent, segs)
-            self.key_depth[key] = len(out)
-            out.append((key, tuple(uids)))
-            parent = key
-        return out
 
     def _infer(
         self, op: Infer, todo: list[Observation] | None, evict_tiers: list[Sequence[str]]
@@ -307,10 +251,10 @@ class Shadow:
         temps = [i for i, m in enumerate(c.seq) if c.state[m.uid] is MsgState.TEMPORARY]
         cut = c.starts()[temps[0]] // bs if temps else None
         for msg in op.output:
-            self._admit(c, msg, temporary=False)
+            c.admit(msg, temporary=False)
         v = c.valid
         c.chain = c.chain[:v]  # the invalid tail goes first (P7.2), committed or not
-        packed = self.pack(c.seq)  # the prompt's full blocks are its first prompt // bs
+        packed = self.packer.pack(c.seq)  # the prompt's full blocks are its first prompt // bs
         self.last_prompt_keys = [k for k, _ in packed[: prompt // bs] if k is not None]
         blocks = packed[v:]
         hits = 0
@@ -365,12 +309,12 @@ class Shadow:
         c.suspended_at = op.t + op.duration
         gone = [i for i, m in enumerate(c.seq) if c.state[m.uid] is MsgState.TEMPORARY]
         if gone:
-            self._invalidate(c, gone[0])
+            c.invalidate(gone[0], self.bs)
             for i in gone:
                 c.state[c.seq[i].uid] = MsgState.EXPIRED
             c.seq = [m for i, m in enumerate(c.seq) if i not in set(gone)]
         if c.one_shot:
-            self._close(c)
+            c.close()
 
     def _index(self, key: BlockKey, t: float) -> None:
         self.resident.add(key)
@@ -391,7 +335,7 @@ class Shadow:
     def _drop(self, key: BlockKey) -> None:
         """A block leaves memory; every chain holding it is cut there (M4.3)."""
         self._leave(key)
-        d = self.key_depth[key]
+        d = self.packer.key_depth[key]
         for h in self.ctxs.values():
             if h.open and len(h.chain) > d and h.chain[d][0] == key:
                 del h.chain[d:]
@@ -461,6 +405,12 @@ class Shadow:
         misses = blocks[hits:]
         flight = {k for k, _ in c.chain} | {k for k, _ in blocks[:hits] if k is not None}
         pins = {h.id: h.pin_depth(self.bs) for h in self.ctxs.values() if h.open}
+        if self.capacity is not None:  # the pre-check rejects iff the writes cannot fit (M4.4)
+            pre = self._admission(misses, flight, pins)
+            if pre.fits and todo and isinstance(todo[0], RejectObs):
+                bad(f"rejected an inference that fits at admission: it {pre} (M4.4)")
+            elif not pre.fits and not (todo and isinstance(todo[0], RejectObs)):
+                bad(f"admitted an inference that cannot fit: it {pre} (M4.4)")
         rejected = False
         while todo and not (isinstance(todo[0], FreeObs) and todo[0].reason == FreeReason.RECLAIM):
             r = todo.pop(0)
@@ -517,6 +467,29 @@ class Shadow:
             return False
         return True
 
+    def _admission(
+        self,
+        misses: Sequence[tuple[BlockKey | None, tuple[int, ...]]],
+        flight: set[BlockKey],
+        pins: dict[ContextId, int],
+    ) -> Admission:
+        """The pre-check's figures, from the contract's own state (``capacity`` is set)."""
+        assert self.capacity is not None
+        needed = sum(1 for key, _ in misses if key is None or key not in self.resident)
+        # between inferences every used slot holds an indexed block (partial and bypassed blocks
+        # leave at their inference's commit, rejected writes at its roll-back)
+        free = self.capacity - len(self.resident)
+        if needed <= free:
+            return Admission(needed, free, 0, 0)
+        holders, _ = self._holders(pins)
+        evictable = {
+            k
+            for k in self.resident - flight
+            if self.figures(k, holders, pins).state is not BlockClass.PINNED
+        }
+        orphans = sum(1 for key, _ in misses if key in evictable)
+        return Admission(needed, free, len(evictable), orphans)
+
     def _follow_reclaims(self, todo: list[Observation]) -> None:
         for r in todo:
             if not (isinstance(r, FreeObs) and r.reason == FreeReason.RECLAIM):
@@ -550,7 +523,7 @@ class Shadow:
     ) -> BlockFigures:
         """A resident block's figures (L5.2, PP3) now. ``holders`` and ``pins`` (from
         :meth:`_holders`) save recomputing them for every block."""
-        d = self.key_depth[key]
+        d = self.packer.key_depth[key]
         if holders is None or pins is None:
             holders, pins = self._holders()
         hs = holders.get(key, ())

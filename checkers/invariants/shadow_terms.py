@@ -6,22 +6,25 @@ the decision rules it predicts with, and the figures it reports for comparison w
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import attrs
 
-from kvmodel.ids import BlockId, BlockKey, ContextId
+from kvmodel.blocks import ROOT_KEY, Segment, chain_key
+from kvmodel.ids import BlockId, BlockKey, ContentKey, ContextId
 from kvmodel.lifecycle import BlockClass, MsgState
-from kvmodel.messages import MessageKind
+from kvmodel.messages import Message, MessageKind
 
 __all__ = [
     "KEEP",
     "TETHER",
+    "Admission",
     "BlockFigures",
     "Eviction",
     "EvictionTerms",
     "InferFigures",
+    "Packer",
     "Rules",
     "ShadowContext",
     "ShadowMessage",
@@ -49,6 +52,50 @@ def highest(classes: Iterable[BlockClass]) -> BlockClass:
     """L5.2: a block's class over the contexts holding it, from its class in each (Dead if
     none holds it)."""
     return max(classes, key=_ACROSS.__getitem__, default=BlockClass.DEAD)
+
+
+class Packer:
+    """B2-B3 from block 0, the contract model's own packing of a whole sequence at every
+    inference (the engine packs incrementally); the key is the spec's hash over it
+    (:func:`kvmodel.blocks.chain_key`, B3's one definition)."""
+
+    def __init__(self, block_size: int) -> None:
+        self.bs = block_size
+        #: every key packed so far -> its depth
+        self.key_depth: dict[BlockKey, int] = {}
+        self._keys: dict[tuple[BlockKey, tuple[tuple[str, int, int], ...]], BlockKey] = {}
+
+    def pack(self, seq: Sequence[ShadowMessage]) -> list[tuple[BlockKey | None, tuple[int, ...]]]:
+        """B2-B3 from block 0: (key, or None for the partial tail; covered uids) per block. The
+        packing is the shadow's own; the key is the spec's hash over it (B3's one definition)."""
+        out: list[tuple[BlockKey | None, tuple[int, ...]]] = []
+        parent = ROOT_KEY
+        i, offset, total = 0, 0, sum(m.tokens for m in seq)  # message i, token offset in it
+        while total:
+            take = min(self.bs, total)
+            total -= take
+            segs: list[Segment] = []
+            uids: list[int] = []
+            while take:
+                m = seq[i]
+                n = min(take, m.tokens - offset)
+                segs.append(Segment(ContentKey(m.content), offset, offset + n))
+                uids.append(m.uid)
+                take -= n
+                offset += n
+                if offset == m.tokens:
+                    i, offset = i + 1, 0
+            if sum(g.stop - g.start for g in segs) < self.bs:
+                out.append((None, tuple(uids)))
+                break
+            memo = (parent, tuple((g.key, g.start, g.stop) for g in segs))
+            key = self._keys.get(memo)
+            if key is None:
+                key = self._keys[memo] = chain_key(parent, segs)
+            self.key_depth[key] = len(out)
+            out.append((key, tuple(uids)))
+            parent = key
+        return out
 
 
 @attrs.frozen
@@ -97,6 +144,41 @@ class ShadowContext:
 
     def tokens(self) -> int:
         return sum(m.tokens for m in self.seq)
+
+    def message(self, m: Message) -> ShadowMessage:
+        """A new instance of ``m`` in this context (its next uid)."""
+        out = ShadowMessage(
+            self.next_uid, m.id, m.hash if m.hash is not None else m.id, m.tokens, m.kind
+        )
+        self.next_uid += 1
+        return out
+
+    def admit(self, m: Message, *, temporary: bool) -> None:
+        msg = self.message(m)
+        live = MsgState.TEMPORARY if temporary or self.one_shot else MsgState.ACTIVE
+        self.state[msg.uid] = live
+        self.seq.append(msg)
+
+    def run(self) -> None:
+        self.runnable = True
+        for m in self.seq:
+            if self.state[m.uid] is MsgState.SUSPENDED:
+                self.state[m.uid] = MsgState.ACTIVE
+
+    def unpin(self, uid: int) -> None:
+        if self.state[uid] is MsgState.PINNED:
+            self.state[uid] = MsgState.ACTIVE if self.runnable else MsgState.SUSPENDED
+        self.deadline.pop(uid, None)
+
+    def invalidate(self, index: int, block_size: int) -> None:
+        """B5: every block from the edit's token offset on is invalid."""
+        if index < len(self.seq):
+            self.valid = min(self.valid, self.starts()[index] // block_size)
+
+    def close(self) -> None:
+        for m in self.seq:
+            self.state[m.uid] = MsgState.EXPIRED
+        self.seq, self.chain, self.valid, self.deadline, self.open = [], [], 0, {}, False
 
     def span(self, start: int | None, stop: int | None) -> list[ShadowMessage]:
         """The messages an op's ``start``/``stop`` range names (None: from the first, to the
@@ -181,6 +263,30 @@ class EvictionTerms(NamedTuple):
     last_op: int
     alloc_time: float
     holders: tuple[ContextId, ...]
+
+
+@attrs.frozen
+class Admission:
+    """The pre-check of one inference (spec M4.4, P7.4): the blocks it must write into new slots
+    (misses that are not resident: a resident miss, an orphan, is rewritten in place), the free
+    slots of all tiers, the evictable blocks (resident, not in flight, not Pinned), and the
+    orphans among them (evictable now, in flight once rewritten)."""
+
+    needed: int
+    free: int
+    evictable: int
+    orphans: int
+
+    @property
+    def fits(self) -> bool:
+        """Admitted: the writes fit in the free slots and the blocks that may be evicted."""
+        return self.needed <= self.free or self.needed <= self.free + self.evictable - self.orphans
+
+    def __str__(self) -> str:
+        return (
+            f"needs {self.needed} blocks; {self.free} free and "
+            f"{self.evictable - self.orphans} evictable"
+        )
 
 
 @attrs.frozen

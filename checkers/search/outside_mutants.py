@@ -53,6 +53,20 @@ run as KVTether on it (``engine_class``):
   longest): a message pinned for 10 and then for 0.5 is unpinned after 0.5. It shows only
   after a second, shorter pin over the same message and before the first one's deadline: the
   ci profile's walks catch it (seed 0), the dev profile's 50 do not, 200 do.
+
+Written 2026-12-04, the bug first, the search run after; the contract model did not check an
+inference's admission then, and now does (M4.4; spec/invariants.md, Self-checks of the engine):
+
+* :class:`CountsFreeOnly` admits an inference only if its writes fit in the *free* slots,
+  forgetting the blocks it could evict: a full cache rejects instead of evicting. It passed
+  ``kvmodel check`` at the ci profile: it never evicts, so the eviction invariants had nothing
+  to judge, and a rejection was a recorded result nothing checked (the run's coverage line said
+  "evictions 0", and its warnings that no eviction invariant was exercised);
+* :class:`OptimisticAdmission` skips the pre-check and writes until a block finds no slot, then
+  rolls the request back (P7.7's mid-allocation path): it evicts KV for a request it then
+  refuses. Before, the ci profile caught it only by a side effect, ``temporary-bypass`` (a
+  bypassed block rolled back is freed as a rejection's, not as a bypass), and under a policy
+  that bypasses nothing not at all.
 """
 
 from __future__ import annotations
@@ -61,7 +75,7 @@ import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from kvmodel.engine import Engine
 from kvmodel.errors import TraceError
@@ -74,6 +88,8 @@ from policies.kvtether import KVTether
 
 __all__ = [
     "OUTSIDE_MUTANTS",
+    "CountsFreeOnly",
+    "CountsFreeOnlyTether",
     "ForkCopiesPins",
     "ForkCopiesPinsTether",
     "ForkKeepsInvalidTail",
@@ -82,6 +98,8 @@ __all__ = [
     "LastPinWins",
     "LastPinWinsTether",
     "LatestHolderMRU",
+    "OptimisticAdmission",
+    "OptimisticAdmissionTether",
     "PinEndsLate",
     "PinEndsLateTether",
     "ReclaimAtInfer",
@@ -238,6 +256,42 @@ class LastPinWins(Engine):
                     self._pin_seq += 1
 
 
+class _Counted:
+    """The engine's victim source with another count of evictable blocks for the admission
+    pre-check (M4.4); every other question goes to the source itself."""
+
+    def __init__(self, source: Any, count: int | None) -> None:
+        self._source = source
+        self._count = count
+
+    def evictable(self) -> int:
+        n: int = self._source.evictable()
+        return n if self._count is None else self._count
+
+    def __getattr__(self, name: str) -> Any:
+        source = self.__dict__.get("_source")  # (absent while a copy is being built)
+        if source is None:
+            raise AttributeError(name)
+        return getattr(source, name)
+
+
+class CountsFreeOnly(Engine):
+    """Admission counts the free slots only: a full cache rejects instead of evicting."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.victims = _Counted(self.victims, 0)  # type: ignore[assignment]
+
+
+class OptimisticAdmission(Engine):
+    """No admission pre-check: blocks are written (evicting as needed) until one finds no slot,
+    and then the request is rolled back."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.victims = _Counted(self.victims, 1 << 40)  # type: ignore[assignment]
+
+
 class PinEndsLateTether(KVTether):
     name: ClassVar[str] = "mutant-pin-ends-late"
     engine_class: ClassVar[type[Engine]] = PinEndsLate
@@ -268,6 +322,16 @@ class LastPinWinsTether(KVTether):
     engine_class: ClassVar[type[Engine]] = LastPinWins
 
 
+class CountsFreeOnlyTether(KVTether):
+    name: ClassVar[str] = "mutant-counts-free-only"
+    engine_class: ClassVar[type[Engine]] = CountsFreeOnly
+
+
+class OptimisticAdmissionTether(KVTether):
+    name: ClassVar[str] = "mutant-optimistic-admission"
+    engine_class: ClassVar[type[Engine]] = OptimisticAdmission
+
+
 #: import path -> the invariant it must be caught breaking
 OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
     {
@@ -281,5 +345,7 @@ OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.search.outside_mutants:ForkCopiesPinsTether": "engine-contract",
         "checkers.search.outside_mutants:RefusesEmptyPinTether": "engine-internal",
         "checkers.search.outside_mutants:LastPinWinsTether": "engine-contract",
+        "checkers.search.outside_mutants:CountsFreeOnlyTether": "engine-contract",
+        "checkers.search.outside_mutants:OptimisticAdmissionTether": "engine-contract",
     }
 )

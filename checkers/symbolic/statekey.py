@@ -61,7 +61,8 @@ _SKIP: dict[str, frozenset[str]] = {
             "active",
         }
     ),
-    "Shadow": frozenset({"_keys", "problems", "evictions", "last_infer", "last_prompt_keys"}),
+    "Shadow": frozenset({"problems", "evictions", "last_infer", "last_prompt_keys"}),
+    "Packer": frozenset({"_keys"}),
 }
 
 #: attributes that hold op indices (compared only), or dicts of them: ranked like time stamps
