@@ -322,3 +322,31 @@ def test_the_contract_model_checks_each_admission() -> None:
         assert not ref.violations
         evicted, rejected = ref.engine.stats.evictions["hbm"], ref.engine.stats.rejected
         assert (evicted, rejected) == ((1, 0) if ops is fits else (0, 1))
+
+
+def test_the_contract_model_checks_each_eviction_is_needed() -> None:
+    """M4: a block takes the first preferred tier's free slot, and only when none has one is a
+    victim evicted (its slot, in its tier, taken). An engine that keeps KV in fast memory by
+    evicting where it should spill passes every invariant (EvictsBeforeSpilling's docstring);
+    the contract model sees the free slot."""
+    from checkers.search.outside_mutants import EvictsBeforeSpillingTether
+
+    a, b = ContextId("a"), ContextId("b")
+    out = (Message("r", Role.ASSISTANT, MessageKind.OUTPUT, 4),)
+    ops: list[Op] = [
+        Open(0.0, a, SessionId("s"), AgentKind.MAIN),
+        Append(0.0, a, (msg("x", 8),)),
+        Infer(0.0, a, out, 0.5),  # 3 blocks: hbm's 2, then hbf (a's own are in flight)
+        Open(1.0, b, SessionId("s"), AgentKind.MAIN),
+        Append(1.0, b, (msg("y", 4),)),
+        Infer(1.0, b, out, 0.5),  # 2 blocks: hbf has 3 free, and a's 3 are evictable
+    ]
+    config = EngineConfig(4, (TierConfig(TierName("hbm"), 2), TierConfig(TierName("hbf"), 4)))
+    [v] = check_ops(ops, EvictsBeforeSpillingTether(), config, ["engine-contract"]).violations
+    assert v.op == 5
+    assert "while tier hbf had 3 free (M4)" in v.message
+    claimed = ["engine-contract", *sorted(KVTether.claims & set(INVARIANTS))]
+    ref = check_ops(ops, KVTether(), config, claimed)
+    assert not ref.violations
+    assert ref.engine.stats.evictions == {"hbm": 0, "hbf": 0}
+    assert ref.engine.memory.writes == {"hbm": 2, "hbf": 3}

@@ -144,7 +144,7 @@ class Monitor:
             Shadow(
                 engine.block_size,
                 tiers=engine.memory.names,
-                capacity=sum(t.blocks for t in engine.memory.tiers),
+                capacity={t.name: t.blocks for t in engine.memory.tiers},
             )
             if contract
             else None

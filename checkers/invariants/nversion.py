@@ -26,7 +26,8 @@ about it, and everything else is computed and compared as before.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 
 from checkers.invariants.shadow_terms import (
     KEEP,
@@ -83,13 +84,14 @@ class Shadow:
         block_size: int,
         rules: Rules = KEEP,
         tiers: Sequence[str] = (),
-        capacity: int | None = None,
+        capacity: Mapping[str, int] | None = None,
     ) -> None:
         """``tiers``: the configured tier order (a block's ``tier_index``, spec PP3).
-        ``capacity``: the slots of all tiers; following the log, each inference's admission is
-        then checked (M4.4), and not without."""
+        ``capacity``: each tier's slots; following the log, each inference's admission (M4.4)
+        and each eviction's need (M4: every tier it could take was full) are then checked, and
+        not without."""
         self.bs = block_size
-        self.capacity = capacity
+        self.capacity = None if capacity is None else dict(capacity)
         self.rules = rules
         self.tier_index = {t: i for i, t in enumerate(tiers)}
         #: the index of the op being applied (the engine's ``op_index``: a use's ``last_op``)
@@ -412,6 +414,8 @@ class Shadow:
             elif not pre.fits and not (todo and isinstance(todo[0], RejectObs)):
                 bad(f"admitted an inference that cannot fit: it {pre} (M4.4)")
         rejected = False
+        loose: Counter[str] = Counter()  # slots of this inference's unindexed writes, by tier
+        freed: str | None = None  # the tier of the slot an eviction just freed
         while todo and not (isinstance(todo[0], FreeObs) and todo[0].reason == FreeReason.RECLAIM):
             r = todo.pop(0)
             if isinstance(r, EvictObs):
@@ -419,6 +423,13 @@ class Shadow:
                     bad(f"evicted block {r.block} ({r.key}), which is not resident")
                     continue
                 tiers = evict_tiers.pop(0) if evict_tiers else (r.tier,)
+                if self.capacity is not None:  # M4: a free slot is taken before any eviction
+                    used = loose + Counter(self.tier.get(k) for k in self.resident)
+                    for t in tiers:
+                        if used[t] < self.capacity.get(t, 0):
+                            free = self.capacity[t] - used[t]
+                            bad(f"evicted block {r.block} while tier {t} had {free} free (M4)")
+                freed = self.tier.get(r.key, r.tier)
                 ev = self._eviction(r.key, tiers, flight, pins)
                 self.evictions.append(ev)
                 if (cls := ev.victim.state) is not r.state:
@@ -438,6 +449,11 @@ class Shadow:
                     )
                 if not rewrite and (cls := c.within(uids)) is not r.state:
                     bad(f"alloc of block {r.block} logged as {r.state.value}; it is {cls.value}")
+                if freed is not None and r.tier != freed:
+                    bad(f"block {r.block} written in tier {r.tier}, the victim's was {freed} (M4)")
+                freed = None
+                if key is None:
+                    loose[r.tier] += 1
                 if key is not None:
                     flight.add(key)
                     if not rewrite:
@@ -453,11 +469,14 @@ class Shadow:
                 placed[-1] = (key, uids, False)
                 if key is not None:
                     self._leave(key)  # written for this inference, never indexed
+                    loose[r.tier] += 1
             elif isinstance(r, RejectObs):
                 rejected = True
             elif isinstance(r, FreeObs) and r.reason == FreeReason.REJECT:
-                if r.key is not None:
+                if r.key is not None and r.key in self.resident:
                     self._leave(r.key)
+                else:  # (a partial or bypassed write, rolled back)
+                    loose[r.tier] -= 1
             elif not (isinstance(r, FreeObs) and r.reason in _COMMIT_FREES):
                 bad(f"unexpected record in an inference: {r.kind}")
         if rejected:
@@ -478,7 +497,7 @@ class Shadow:
         needed = sum(1 for key, _ in misses if key is None or key not in self.resident)
         # between inferences every used slot holds an indexed block (partial and bypassed blocks
         # leave at their inference's commit, rejected writes at its roll-back)
-        free = self.capacity - len(self.resident)
+        free = sum(self.capacity.values()) - len(self.resident)
         if needed <= free:
             return Admission(needed, free, 0, 0)
         holders, _ = self._holders(pins)

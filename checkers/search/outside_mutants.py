@@ -66,7 +66,12 @@ inference's admission then, and now does (M4.4; spec/invariants.md, Self-checks 
   rolls the request back (P7.7's mid-allocation path): it evicts KV for a request it then
   refuses. Before, the ci profile caught it only by a side effect, ``temporary-bypass`` (a
   bypassed block rolled back is freed as a rejection's, not as a bypass), and under a policy
-  that bypasses nothing not at all.
+  that bypasses nothing not at all;
+* :class:`EvictsBeforeSpilling` keeps KV in fast memory: while anything is evictable, its
+  free-slot lookup sees only the first tier's free slots, so a full HBM evicts where M4 writes
+  into the next preferred tier's free slot. Every invariant held at the ci profile under LRU
+  and KVTether; the contract model now checks, at each eviction, that every tier the allocation
+  could take was full.
 """
 
 from __future__ import annotations
@@ -79,9 +84,10 @@ from typing import Any, ClassVar
 
 from kvmodel.engine import Engine
 from kvmodel.errors import TraceError
-from kvmodel.ids import BlockId
+from kvmodel.ids import BlockId, TierName
 from kvmodel.io.trace import Fork, Infer, Op, Pin
 from kvmodel.lifecycle import BlockClass, MsgState
+from kvmodel.memory import Memory
 from kvmodel.policy import Reclaim
 from kvmodel.view import BlockInfo, ModelView
 from policies.kvtether import KVTether
@@ -90,6 +96,8 @@ __all__ = [
     "OUTSIDE_MUTANTS",
     "CountsFreeOnly",
     "CountsFreeOnlyTether",
+    "EvictsBeforeSpilling",
+    "EvictsBeforeSpillingTether",
     "ForkCopiesPins",
     "ForkCopiesPinsTether",
     "ForkKeepsInvalidTail",
@@ -292,6 +300,27 @@ class OptimisticAdmission(Engine):
         self.victims = _Counted(self.victims, 1 << 40)  # type: ignore[assignment]
 
 
+class _FastMemoryFirst(Memory):
+    """Free slots of a tier but the first hidden while the engine has an evictable block."""
+
+    victims: _Counted | None = None  # (set by the engine: its victim source)
+
+    def free_count(self, tier: TierName) -> int:
+        if tier != self.names[0] and self.victims is not None and self.victims.evictable():
+            return 0
+        return super().free_count(tier)
+
+
+class EvictsBeforeSpilling(Engine):
+    """While anything is evictable, a full first tier evicts instead of spilling."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.memory.__class__ = _FastMemoryFirst  # its own free-slot lookup, same slots
+        assert isinstance(self.memory, _FastMemoryFirst)
+        self.memory.victims = _Counted(self.victims, None)
+
+
 class PinEndsLateTether(KVTether):
     name: ClassVar[str] = "mutant-pin-ends-late"
     engine_class: ClassVar[type[Engine]] = PinEndsLate
@@ -332,6 +361,11 @@ class OptimisticAdmissionTether(KVTether):
     engine_class: ClassVar[type[Engine]] = OptimisticAdmission
 
 
+class EvictsBeforeSpillingTether(KVTether):
+    name: ClassVar[str] = "mutant-evicts-before-spilling"
+    engine_class: ClassVar[type[Engine]] = EvictsBeforeSpilling
+
+
 #: import path -> the invariant it must be caught breaking
 OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
     {
@@ -347,5 +381,6 @@ OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.search.outside_mutants:LastPinWinsTether": "engine-contract",
         "checkers.search.outside_mutants:CountsFreeOnlyTether": "engine-contract",
         "checkers.search.outside_mutants:OptimisticAdmissionTether": "engine-contract",
+        "checkers.search.outside_mutants:EvictsBeforeSpillingTether": "engine-contract",
     }
 )
