@@ -350,3 +350,28 @@ def test_the_contract_model_checks_each_eviction_is_needed() -> None:
     assert not ref.violations
     assert ref.engine.stats.evictions == {"hbm": 0, "hbf": 0}
     assert ref.engine.memory.writes == {"hbm": 2, "hbf": 3}
+
+
+def test_the_contract_model_checks_each_new_blocks_tier() -> None:
+    """M4: a new block takes the first tier of its placement that has a free slot. An engine
+    that overflows a full HBM into the last tier with room (SSD) instead of the next (HBF)
+    evicts and rejects as it should and passes every invariant (SpillsToLastTier's docstring);
+    the contract model, told each placement by the probe, sees the tier."""
+    from checkers.search.outside_mutants import SpillsToLastTierTether
+
+    a = ContextId("a")
+    out = (Message("r", Role.ASSISTANT, MessageKind.OUTPUT, 4),)
+    ops: list[Op] = [
+        Open(0.0, a, SessionId("s"), AgentKind.MAIN),
+        Append(0.0, a, (msg("x", 8),)),
+        Infer(0.0, a, out, 0.5),  # 3 blocks: hbm's 2, then one spills
+    ]
+    tiers = (("hbm", 2), ("hbf", 4), ("ssd", 4))
+    config = EngineConfig(4, tuple(TierConfig(TierName(t), n) for t, n in tiers))
+    [v] = check_ops(ops, SpillsToLastTierTether(), config, ["engine-contract"]).violations
+    assert v.op == 2
+    assert "written in tier ssd, not hbf of ['hbm', 'hbf', 'ssd'] (M4)" in v.message
+    claimed = ["engine-contract", *sorted(KVTether.claims & set(INVARIANTS))]
+    ref = check_ops(ops, KVTether(), config, claimed)
+    assert not ref.violations
+    assert ref.engine.memory.writes == {"hbm": 2, "hbf": 1, "ssd": 0}

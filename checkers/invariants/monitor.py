@@ -153,6 +153,7 @@ class Monitor:
         self._rank = declared_rank(engine.policy)
         self._diverged = False
         self._evict_tiers: list[tuple[TierName, ...]] = []
+        self._place_tiers: list[tuple[TierName, ...]] = []
         #: eviction-order invariant -> evictions it constrained (:func:`contested`): how often
         #: the run put it to the test, whatever the verdict
         self.contested: Counter[str] = Counter()
@@ -207,11 +208,13 @@ class Monitor:
 
     def _contract(self, op: Op, records: Sequence[Observation]) -> None:
         """Follow the op in the contract model and compare (spec §Self-checks of the engine)."""
-        tiers, self._evict_tiers = self._evict_tiers, []  # this op's, whether followed or not
+        # this op's, whether followed or not
+        tiers, self._evict_tiers = self._evict_tiers, []
+        places, self._place_tiers = self._place_tiers, []
         if self._shadow is None:
             return
         try:
-            self._shadow.apply(op, records, tiers)
+            self._shadow.apply(op, records, tiers, places)
             if self._diverged:
                 return
             if self._shadow.problems:
@@ -230,6 +233,7 @@ class Monitor:
     def after_place(
         self, engine: Engine, block: NewBlock, placement: Placement, slot: BlockId
     ) -> None:
+        self._place_tiers.append(tuple(placement.tiers))  # (judged by the contract model)
         if "deterministic-placement" in self.active and block.key is not None:
             msg = place_deterministic(engine, block, slot)
             if msg is not None:

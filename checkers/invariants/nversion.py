@@ -29,19 +29,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from checkers.invariants.shadow_state import ShadowState
 from checkers.invariants.shadow_terms import (
     KEEP,
     Admission,
-    BlockFigures,
     Eviction,
-    EvictionTerms,
     InferFigures,
-    Packer,
     Rules,
     ShadowContext,
-    highest,
 )
-from kvmodel.ids import BlockId, BlockKey, ContextId
+from kvmodel.ids import BlockKey, ContextId
 from kvmodel.io.observations import (
     AllocObs,
     BypassObs,
@@ -76,7 +73,7 @@ __all__ = ["Shadow"]
 _COMMIT_FREES = (FreeReason.PARTIAL, FreeReason.BYPASS)
 
 
-class Shadow:
+class Shadow(ShadowState):
     """The contract's figures for one trace, op by op (valid traces only: no error checking)."""
 
     def __init__(
@@ -90,20 +87,12 @@ class Shadow:
         ``capacity``: each tier's slots; following the log, each inference's admission (M4.4)
         and each eviction's need (M4: every tier it could take was full) are then checked, and
         not without."""
-        self.bs = block_size
+        super().__init__(block_size, tiers)
         self.capacity = None if capacity is None else dict(capacity)
         self.rules = rules
-        self.tier_index = {t: i for i, t in enumerate(tiers)}
         #: the index of the op being applied (the engine's ``op_index``: a use's ``last_op``)
         self.op_index = -1
-        self.touch_op: dict[BlockKey, int] = {}
-        self.born: dict[BlockKey, float] = {}
-        self.ctxs: dict[ContextId, ShadowContext] = {}
         self.sessions: dict[str, list[ContextId]] = {}
-        #: B2-B3, the model's own packing; its ``key_depth`` is every key's depth
-        self.packer = Packer(block_size)
-        self.resident: set[BlockKey] = set()  # indexed full blocks (partial/bypassed ones leave)
-        self.touch: dict[BlockKey, float] = {}
         self.now = 0.0
         self.last_infer: InferFigures | None = None
         #: the keys of the full blocks of the prompt of the op's inference, if it was one (B2-B3)
@@ -112,8 +101,6 @@ class Shadow:
         self.problems: list[str] = []
         #: following: the op's evictions, with the candidates and classes the contract gives
         self.evictions: list[Eviction] = []
-        self.tier: dict[BlockKey, str] = {}
-        self.slot: dict[BlockKey, BlockId] = {}
 
     # -------------------------------------------------------------- ops
 
@@ -122,6 +109,7 @@ class Shadow:
         op: Op,
         records: Sequence[Observation] | None = None,
         evict_tiers: Sequence[Sequence[str]] = (),
+        place_tiers: Sequence[Sequence[str]] = (),
     ) -> None:
         """Apply ``op``. With ``records`` (the engine's observation records of it) every policy
         decision -- victims, bypasses, reclaims, rejections -- is taken from them, and what the
@@ -131,7 +119,8 @@ class Shadow:
         predicted from :attr:`rules` (memory that cannot fill). ``evict_tiers``: for each eviction
         of the op in turn, the tiers its allocation could evict from (what the engine's probe
         saw; default the victim's tier); each eviction as the contract sees it goes to
-        :attr:`evictions`."""
+        :attr:`evictions`. ``place_tiers``: for each new block of the op in turn, its placement's
+        tiers (the probe's; none: its tier is not judged)."""
         self.now = op.t
         self.op_index += 1
         self.last_infer = None
@@ -185,7 +174,7 @@ class Shadow:
                 for m in c.span(op.start, op.stop):
                     c.unpin(m.uid)
             case Infer():
-                self._infer(op, todo, list(evict_tiers))
+                self._infer(op, todo, list(evict_tiers), list(place_tiers))
             case TurnEnd():
                 c = self.ctxs[op.ctx]
                 reasoning = [i for i, m in enumerate(c.seq) if m.kind is MessageKind.REASONING]
@@ -241,7 +230,11 @@ class Shadow:
     # -------------------------------------------------------------- the inference boundary
 
     def _infer(
-        self, op: Infer, todo: list[Observation] | None, evict_tiers: list[Sequence[str]]
+        self,
+        op: Infer,
+        todo: list[Observation] | None,
+        evict_tiers: list[Sequence[str]],
+        place_tiers: list[Sequence[str]],
     ) -> None:
         c = self.ctxs[op.ctx]
         bs = self.bs
@@ -278,7 +271,9 @@ class Shadow:
                     placed.append((key, uids, True))
             committed = True
         else:
-            committed = self._follow_infer(c, op, todo, blocks, hits, v, placed, evict_tiers)
+            committed = self._follow_infer(
+                c, op, todo, blocks, hits, v, placed, evict_tiers, place_tiers
+            )
         if committed:
             for kept_key, _ in c.chain:  # the kept prefix is used by this inference (PP3)
                 self._use(kept_key)
@@ -362,25 +357,6 @@ class Shadow:
                 cands.append(info)
         return Eviction(self.evictable(victim, holders, pins), tuple(cands), victim in flight)
 
-    def evictable(
-        self,
-        key: BlockKey,
-        holders: dict[BlockKey, list[ShadowContext]] | None = None,
-        pins: dict[ContextId, int] | None = None,
-    ) -> EvictionTerms:
-        f = self.figures(key, holders, pins)
-        return EvictionTerms(
-            self.slot[key],
-            f.state,
-            f.suspend_time,
-            f.depth,
-            self.tier_index.get(self.tier[key], 0),
-            f.last_access,
-            f.last_op,
-            f.alloc_time,
-            tuple(ContextId(h) for h in f.holders),
-        )
-
     def _follow_infer(
         self,
         c: ShadowContext,
@@ -391,6 +367,7 @@ class Shadow:
         v: int,
         placed: list[tuple[BlockKey | None, tuple[int, ...], bool]],
         evict_tiers: list[Sequence[str]],
+        place_tiers: list[Sequence[str]],
     ) -> bool:
         """Consume the inference's records (up to the reclaims); True if it was committed."""
         bad = self.problems.append
@@ -422,14 +399,17 @@ class Shadow:
                 if r.key not in self.resident:
                     bad(f"evicted block {r.block} ({r.key}), which is not resident")
                     continue
-                tiers = evict_tiers.pop(0) if evict_tiers else (r.tier,)
-                if self.capacity is not None:  # M4: a free slot is taken before any eviction
-                    used = loose + Counter(self.tier.get(k) for k in self.resident)
+                # M4: a free slot is taken before any eviction, and the victim's then. Judged for
+                # an allocation's eviction (the probe saw it), not a checker's evict_now
+                if evict_tiers:
+                    tiers = evict_tiers.pop(0)
+                    free = self._free_slots(loose)
                     for t in tiers:
-                        if used[t] < self.capacity.get(t, 0):
-                            free = self.capacity[t] - used[t]
-                            bad(f"evicted block {r.block} while tier {t} had {free} free (M4)")
-                freed = self.tier.get(r.key, r.tier)
+                        if free.get(t, 0) > 0:
+                            bad(f"evicted block {r.block} while tier {t} had {free[t]} free (M4)")
+                    freed = self.tier.get(r.key, r.tier)
+                else:
+                    tiers = (r.tier,)
                 ev = self._eviction(r.key, tiers, flight, pins)
                 self.evictions.append(ev)
                 if (cls := ev.victim.state) is not r.state:
@@ -451,6 +431,13 @@ class Shadow:
                     bad(f"alloc of block {r.block} logged as {r.state.value}; it is {cls.value}")
                 if freed is not None and r.tier != freed:
                     bad(f"block {r.block} written in tier {r.tier}, the victim's was {freed} (M4)")
+                pt = place_tiers.pop(0) if place_tiers and not rewrite else None
+                if pt is not None and freed is None and (free := self._free_slots(loose)):
+                    to = next((t for t in pt if free.get(t, 0) > 0), None)  # M4: the first
+                    if r.tier != to:  # preferred tier with a free slot takes the block
+                        bad(
+                            f"block {r.block} written in tier {r.tier}, not {to} of {list(pt)} (M4)"
+                        )
                 freed = None
                 if key is None:
                     loose[r.tier] += 1
@@ -485,6 +472,14 @@ class Shadow:
             bad(f"{len(placed)} of {len(misses)} blocks written and no rejection")
             return False
         return True
+
+    def _free_slots(self, loose: Counter[str]) -> dict[str, int]:
+        """Each tier's free slots by the model's own count (none without ``capacity``): its
+        resident blocks' tiers and ``loose``, the inference's unindexed writes."""
+        if self.capacity is None:
+            return {}
+        used = Counter(self.tier.get(k) for k in self.resident)
+        return {t: n - used[t] - loose[t] for t, n in self.capacity.items()}
 
     def _admission(
         self,
@@ -521,71 +516,3 @@ class Shadow:
                         f"reclaim of block {r.block} logged as {r.state.value}; it is {cls.value}"
                     )
                 self._drop(r.key)
-
-    # -------------------------------------------------------------- what an observer sees
-
-    def class_of(self, key: BlockKey) -> BlockClass:
-        """L5.2 over the open contexts holding ``key`` now; Dead if none."""
-        return self.figures(key).state
-
-    def held(self) -> set[BlockKey]:
-        return {k for c in self.ctxs.values() if c.open for k, _ in c.chain}
-
-    def dead(self) -> set[BlockKey]:
-        return self.resident - self.held()
-
-    def figures(
-        self,
-        key: BlockKey,
-        holders: dict[BlockKey, list[ShadowContext]] | None = None,
-        pins: dict[ContextId, int] | None = None,
-    ) -> BlockFigures:
-        """A resident block's figures (L5.2, PP3) now. ``holders`` and ``pins`` (from
-        :meth:`_holders`) save recomputing them for every block."""
-        d = self.packer.key_depth[key]
-        if holders is None or pins is None:
-            holders, pins = self._holders()
-        hs = holders.get(key, ())
-        if len(hs) == 1:  # (most blocks: the general case below, without its sorts)
-            (h,) = hs
-            state = h.block_class(d, self.bs, pins[h.id])
-            ids: tuple[str, ...] = (h.id,)
-            wait = h.suspended_at if state is BlockClass.SUSPENDED else None
-        else:
-            classes = [h.block_class(d, self.bs, pins[h.id]) for h in hs]
-            state = highest(classes)
-            ids = tuple(sorted(h.id for h in hs))
-            waits = [
-                h.suspended_at
-                for h, cls in zip(hs, classes, strict=True)
-                if cls is BlockClass.SUSPENDED and h.suspended_at is not None
-            ]
-            wait = min(waits) if waits else None
-        return BlockFigures(
-            d,
-            state,
-            ids,
-            wait,
-            self.touch[key],
-            self.touch_op[key],
-            self.born[key],
-        )
-
-    def _holders(
-        self, pins: dict[ContextId, int] | None = None
-    ) -> tuple[dict[BlockKey, list[ShadowContext]], dict[ContextId, int]]:
-        """Every resident block's holders, and every open context's
-        :meth:`~ShadowContext.pin_depth` (``pins`` when the caller has them)."""
-        holders: dict[BlockKey, list[ShadowContext]] = {}
-        if pins is None:
-            pins = {c.id: c.pin_depth(self.bs) for c in self.ctxs.values() if c.open}
-        for c in self.ctxs.values():
-            if c.open:
-                for k, _ in c.chain:
-                    holders.setdefault(k, []).append(c)
-        return holders, pins
-
-    def blocks(self) -> dict[BlockKey, BlockFigures]:
-        """Every resident block's figures."""
-        holders, pins = self._holders()
-        return {k: self.figures(k, holders, pins) for k in self.resident}

@@ -71,7 +71,12 @@ inference's admission then, and now does (M4.4; spec/invariants.md, Self-checks 
   free-slot lookup sees only the first tier's free slots, so a full HBM evicts where M4 writes
   into the next preferred tier's free slot. Every invariant held at the ci profile under LRU
   and KVTether; the contract model now checks, at each eviction, that every tier the allocation
-  could take was full.
+  could take was full;
+* :class:`SpillsToLastTier` sends what a full first tier cannot take to the *last* tier with a
+  free slot, not the next (capacity tiers as the overflow): with HBM full, a block goes to SSD
+  while HBF has room. It evicts nothing it should not and rejects nothing, and no invariant a
+  policy without a placement rule claims reads a tier; the contract model now checks that each
+  new block takes the first of its placement's tiers with a free slot.
 """
 
 from __future__ import annotations
@@ -113,6 +118,8 @@ __all__ = [
     "ReclaimAtInfer",
     "RefusesEmptyPin",
     "RefusesEmptyPinTether",
+    "SpillsToLastTier",
+    "SpillsToLastTierTether",
     "SuspendAtStart",
     "SuspendAtStartTether",
     "WriterMRU",
@@ -321,6 +328,24 @@ class EvictsBeforeSpilling(Engine):
         self.memory.victims = _Counted(self.victims, None)
 
 
+class _LastTierFirst(Memory):
+    """Free slots of a tier past the first hidden while a later tier has one."""
+
+    def free_count(self, tier: TierName) -> int:
+        at = self.names.index(tier)
+        if at and any(super(_LastTierFirst, self).free_count(t) for t in self.names[at + 1 :]):
+            return 0
+        return super().free_count(tier)
+
+
+class SpillsToLastTier(Engine):
+    """What the first preferred tier cannot take goes to the last tier with a free slot."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.memory.__class__ = _LastTierFirst  # its own free-slot lookup, same slots
+
+
 class PinEndsLateTether(KVTether):
     name: ClassVar[str] = "mutant-pin-ends-late"
     engine_class: ClassVar[type[Engine]] = PinEndsLate
@@ -366,6 +391,11 @@ class EvictsBeforeSpillingTether(KVTether):
     engine_class: ClassVar[type[Engine]] = EvictsBeforeSpilling
 
 
+class SpillsToLastTierTether(KVTether):
+    name: ClassVar[str] = "mutant-spills-to-last-tier"
+    engine_class: ClassVar[type[Engine]] = SpillsToLastTier
+
+
 #: import path -> the invariant it must be caught breaking
 OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
     {
@@ -382,5 +412,6 @@ OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.search.outside_mutants:CountsFreeOnlyTether": "engine-contract",
         "checkers.search.outside_mutants:OptimisticAdmissionTether": "engine-contract",
         "checkers.search.outside_mutants:EvictsBeforeSpillingTether": "engine-contract",
+        "checkers.search.outside_mutants:SpillsToLastTierTether": "engine-contract",
     }
 )
