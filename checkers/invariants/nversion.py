@@ -495,12 +495,16 @@ class Shadow(ShadowState):
         free = sum(self.capacity.values()) - len(self.resident)
         if needed <= free:
             return Admission(needed, free, 0, 0)
-        holders, _ = self._holders(pins)
-        evictable = {
-            k
-            for k in self.resident - flight
-            if self.figures(k, holders, pins).state is not BlockClass.PINNED
-        }
+        evictable = self.resident - flight
+        # L5.3: only a block in a holder's pinned prefix can be Pinned; those are classed
+        prefixes = {k for h in self.ctxs.values() if h.open for k, _ in h.chain[: pins[h.id] + 1]}
+        if prefixes & evictable:
+            holders, _ = self._holders(pins)
+            evictable -= {
+                k
+                for k in prefixes & evictable
+                if self.figures(k, holders, pins).state is BlockClass.PINNED
+            }
         orphans = sum(1 for key, _ in misses if key in evictable)
         return Admission(needed, free, len(evictable), orphans)
 
