@@ -23,6 +23,10 @@ class EngineProbe(Protocol):
     def before_evict(self, engine: Any, victim: BlockId, tiers: tuple[TierName, ...]) -> None:
         """Called just before ``victim`` is evicted to make room in one of ``tiers``."""
 
+    def before_alloc(self, engine: Any, block: NewBlock, placement: Placement) -> None:
+        """Called when a new block's placement is decided, before a slot is sought for it in
+        ``placement.tiers`` (a write that finds none is rejected, P7.7)."""
+
     def after_place(
         self, engine: Any, block: NewBlock, placement: Placement, slot: BlockId
     ) -> None:

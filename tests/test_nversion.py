@@ -30,8 +30,9 @@ from kvmodel.io.observations import InferObs
 from kvmodel.io.trace import Append, Fork, Infer, Op, Open, Pin, Remove, Return, TurnEnd
 from kvmodel.lifecycle import BlockClass
 from kvmodel.messages import AgentKind, Message, MessageKind, Role
-from kvmodel.policy import registered_policies, resolve_policy
+from kvmodel.policy import Placement, registered_policies, resolve_policy
 from kvmodel.replay import replay
+from kvmodel.view import ModelView, NewBlock
 from kvmodel.workloads.agentic import AgenticParams, generate_agentic
 from kvmodel.workloads.random_ops import RandomParams, random_trace
 from policies.kvtether import KVTether
@@ -375,3 +376,60 @@ def test_the_contract_model_checks_each_new_blocks_tier() -> None:
     ref = check_ops(ops, KVTether(), config, claimed)
     assert not ref.violations
     assert ref.engine.memory.writes == {"hbm": 2, "hbf": 1, "ssd": 0}
+
+
+class _OneTierTether(KVTether):
+    """A correct policy whose placements list the first tier only: its requests can be refused
+    mid-allocation while other tiers have room (P7.7)."""
+
+    name: ClassVar[str] = "test-one-tier-tether"
+
+    def place(self, view: ModelView, block: NewBlock) -> Placement:
+        pl = super().place(view, block)
+        return Placement(pl.tiers[:1], bypass=pl.bypass)
+
+
+def test_a_refusal_mid_allocation_is_judged_by_its_placement() -> None:
+    """P7.7: a write whose placement's tiers have no free slot (and nothing the policy evicts)
+    refuses the request, whatever other tiers hold. The contract model judges the refusal by the
+    placement the probe saw, not by the pre-check; and a Temporary block written and bypassed
+    before the refusal, freed by the roll-back, was never indexed (temporary-bypass). Both were
+    flagged on the reference engine before (found by checking this policy: a false verdict on a
+    correct policy)."""
+    a = ContextId("a")
+    out = (
+        Message("r", Role.ASSISTANT, MessageKind.REASONING, 4),
+        Message("t", Role.ASSISTANT, MessageKind.TOOL_CALL, 3),
+    )
+    ops: list[Op] = [
+        Open(0.0, a, SessionId("s"), AgentKind.MAIN),
+        Append(0.0, a, (msg("sys", 6, MessageKind.SYSTEM),)),
+        Append(0.0, a, (msg("obs", 1, MessageKind.OBSERVATION),), temporary=True),
+        Infer(0.0, a, out, 0.5),  # 4 blocks: hbm takes 2 (the second Temporary, bypassed)
+    ]
+    config = EngineConfig(4, (TierConfig(TierName("hbm"), 2), TierConfig(TierName("hbf"), 2)))
+    run = check_ops(ops, _OneTierTether(), config, ["engine-contract", "temporary-bypass"])
+    assert run.violations == ()
+    assert run.engine.stats.rejected == 1
+    log = run.engine.log.since(0)
+    assert [r.kind for r in log if r.kind in ("bypass", "free", "reject")] == [
+        "bypass",
+        "free",
+        "free",
+        "reject",
+    ]
+    # the first write refused: the pinned KV of b fills hbm, hbf's 2 free slots are not a's
+    b = ContextId("b")
+    reply = (Message("o", Role.ASSISTANT, MessageKind.OUTPUT, 4),)
+    first: list[Op] = [
+        Open(0.0, b, SessionId("s"), AgentKind.MAIN),
+        Append(0.0, b, (msg("q", 4),)),
+        Infer(0.0, b, reply, 0.5),
+        Pin(1.0, b, 0, 2, None),
+        Open(1.0, a, SessionId("s"), AgentKind.MAIN),
+        Append(1.0, a, (msg("x", 4),)),
+        Infer(1.0, a, reply, 0.5),
+    ]
+    run = check_ops(first, _OneTierTether(), config, ["engine-contract"])
+    assert run.violations == ()
+    assert [r.kind for r in run.engine.log.since(0) if r.op == 6][:2] == ["infer", "reject"]

@@ -230,10 +230,14 @@ class Monitor:
             self._diverged = True
             self.violations.append(Violation("engine-contract", msg, op=self.op_index))
 
+    def before_alloc(self, engine: Engine, block: NewBlock, placement: Placement) -> None:
+        """Remember each new block's placement; which tier it took (or that none had a slot)
+        is judged after the op, by the contract model."""
+        self._place_tiers.append(tuple(placement.tiers))
+
     def after_place(
         self, engine: Engine, block: NewBlock, placement: Placement, slot: BlockId
     ) -> None:
-        self._place_tiers.append(tuple(placement.tiers))  # (judged by the contract model)
         if "deterministic-placement" in self.active and block.key is not None:
             msg = place_deterministic(engine, block, slot)
             if msg is not None:

@@ -386,13 +386,15 @@ class Shadow(ShadowState):
         pins = {h.id: h.pin_depth(self.bs) for h in self.ctxs.values() if h.open}
         if self.capacity is not None:  # the pre-check rejects iff the writes cannot fit (M4.4)
             pre = self._admission(misses, flight, pins)
-            if pre.fits and todo and isinstance(todo[0], RejectObs):
+            # (a rejection with a placement pending is the first write's: judged below)
+            if pre.fits and todo and isinstance(todo[0], RejectObs) and not place_tiers:
                 bad(f"rejected an inference that fits at admission: it {pre} (M4.4)")
             elif not pre.fits and not (todo and isinstance(todo[0], RejectObs)):
                 bad(f"admitted an inference that cannot fit: it {pre} (M4.4)")
         rejected = False
         loose: Counter[str] = Counter()  # slots of this inference's unindexed writes, by tier
         freed: str | None = None  # the tier of the slot an eviction just freed
+        at_refusal: dict[str, int] | None = None  # free slots before a roll-back's frees
         while todo and not (isinstance(todo[0], FreeObs) and todo[0].reason == FreeReason.RECLAIM):
             r = todo.pop(0)
             if isinstance(r, EvictObs):
@@ -459,7 +461,14 @@ class Shadow(ShadowState):
                     loose[r.tier] += 1
             elif isinstance(r, RejectObs):
                 rejected = True
+                if place_tiers:  # P7.7: a write found no slot; every tier it could take was full
+                    free = at_refusal if at_refusal is not None else self._free_slots(loose)
+                    for t in place_tiers[0]:
+                        if free.get(t, 0) > 0:
+                            bad(f"a write was refused while tier {t} had {free[t]} free (P7.7)")
             elif isinstance(r, FreeObs) and r.reason == FreeReason.REJECT:
+                if at_refusal is None:  # (the roll-back precedes the reject record)
+                    at_refusal = self._free_slots(loose)
                 if r.key is not None and r.key in self.resident:
                     self._leave(r.key)
                 else:  # (a partial or bypassed write, rolled back)

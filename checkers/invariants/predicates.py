@@ -327,7 +327,9 @@ def log_reclaim_dead(records: Iterable[Observation]) -> list[tuple[str, BlockId]
 
 def log_bypass(records: Sequence[Observation]) -> list[tuple[str, BlockId]]:
     bypassed = {r.block for r in records if isinstance(r, BypassObs)}
-    freed = {r.block for r in records if isinstance(r, FreeObs) and r.reason == FreeReason.BYPASS}
+    # freed as bypassed at the commit -- or with the rest of a request rolled back (P7.7)
+    gone = (FreeReason.BYPASS, FreeReason.REJECT)
+    freed = {r.block for r in records if isinstance(r, FreeObs) and r.reason in gone}
     out = []
     for r in records:
         if (
