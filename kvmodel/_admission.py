@@ -305,8 +305,8 @@ def write_misses(
                 reasoning_block=reasoning_block,
             )
             pl = place(e, nb)
-            if e.probe is not None:
-                e.probe.before_alloc(e, nb, pl)
+            if e.probe is not None and (told := getattr(e.probe, "before_alloc", None)):
+                told(e, nb, pl)  # (optional: EngineProbe)
         bid = allocate(e, pl.tiers, c)
         if bid is None:
             rollback(e, placed)

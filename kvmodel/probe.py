@@ -18,14 +18,15 @@ __all__ = ["EngineProbe", "EngineStats"]
 class EngineProbe(Protocol):
     """Hooks for checkers that must see the state at the moment of a decision (``engine`` is
     the :class:`~kvmodel.engine.Engine` deciding; typed loosely so that this module, below the
-    engine, never names it)."""
+    engine, never names it).
+
+    One more hook is optional (a probe without it is not told, so probes written before it
+    still work): ``before_alloc(engine, block: NewBlock, placement: Placement)``, called when a
+    new block's placement is decided, before a slot is sought for it in ``placement.tiers`` (a
+    write that finds none is rejected, P7.7)."""
 
     def before_evict(self, engine: Any, victim: BlockId, tiers: tuple[TierName, ...]) -> None:
         """Called just before ``victim`` is evicted to make room in one of ``tiers``."""
-
-    def before_alloc(self, engine: Any, block: NewBlock, placement: Placement) -> None:
-        """Called when a new block's placement is decided, before a slot is sought for it in
-        ``placement.tiers`` (a write that finds none is rejected, P7.7)."""
 
     def after_place(
         self, engine: Any, block: NewBlock, placement: Placement, slot: BlockId
