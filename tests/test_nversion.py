@@ -433,3 +433,34 @@ def test_a_refusal_mid_allocation_is_judged_by_its_placement() -> None:
     run = check_ops(first, _OneTierTether(), config, ["engine-contract"])
     assert run.violations == ()
     assert [r.kind for r in run.engine.log.since(0) if r.op == 6][:2] == ["infer", "reject"]
+
+
+def test_temporary_bypass_names_what_is_missing() -> None:
+    """A Temporary block needs a bypass record and a free in its op (bypass at the commit, or
+    reject when the request is rolled back); the message says which of the two is missing."""
+    from checkers.invariants.predicates import log_bypass
+    from kvmodel.ids import BlockId, BlockKey
+    from kvmodel.io.observations import AllocObs, BypassObs, FreeObs, FreeReason
+
+    c, k, hbm = ContextId("c"), BlockKey("k"), TierName("hbm")
+    temp = BlockClass.TEMPORARY
+
+    def alloc(b: int) -> AllocObs:
+        return AllocObs(b, 0.0, 0, c, BlockId(b), k, hbm, 1, temp)
+
+    def bypass(b: int) -> BypassObs:
+        return BypassObs(10 + b, 0.0, 0, c, BlockId(b), k, hbm, 1)
+
+    def free(b: int, reason: str) -> FreeObs:
+        return FreeObs(20 + b, 0.0, 0, BlockId(b), k, hbm, 1, temp, reason)
+
+    records = [
+        alloc(1),  # no bypass record
+        alloc(2), bypass(2),  # never freed
+        alloc(3), bypass(3), free(3, FreeReason.BYPASS),
+        alloc(4), bypass(4), free(4, FreeReason.REJECT),  # rolled back (P7.7)
+    ]  # fmt: skip
+    assert log_bypass(records) == [
+        ("temporary block 1 written without bypass", BlockId(1)),
+        ("temporary block 2 not freed by its op", BlockId(2)),
+    ]

@@ -339,5 +339,6 @@ def log_bypass(records: Sequence[Observation]) -> list[tuple[str, BlockId]]:
             and not r.rewrite
             and (r.block not in bypassed or r.block not in freed)
         ):
-            out.append((f"temporary block {r.block} written without bypass", r.block))
+            why = "written without bypass" if r.block not in bypassed else "not freed by its op"
+            out.append((f"temporary block {r.block} {why}", r.block))
     return out
