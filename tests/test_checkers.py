@@ -18,6 +18,7 @@ import checkers.search.outside_mutants
 from checkers.invariants import FINDINGS, INVARIANTS, STRUCTURAL
 from checkers.invariants.contract import contract_violation
 from checkers.invariants.replay import check_ops, nondeterminism
+from checkers.search.controls import CONTROLS
 from checkers.search.mutants import MUTANTS
 from checkers.search.report import check_policies, expected_verdicts
 from checkers.search.shrink import shrink
@@ -343,3 +344,18 @@ def test_a_wait_can_land_the_next_op_on_a_pin_deadline() -> None:
 def test_claims_hold_under_the_thorough_profile(policy: str) -> None:
     [report] = check_policies([policy], profile="thorough", hypothesis_shrink=False)
     assert report.failures() == []
+
+
+@pytest.mark.parametrize("control", CONTROLS)
+def test_no_check_fires_on_a_correct_policy(control: str) -> None:
+    # the negative controls (checkers/search/controls.py): correct policies doing legal but
+    # unusual things -- placements that list one tier or reverse them, bypassing everything,
+    # protecting blocks from the order. No claimed invariant is violated and there is no
+    # finding; the run still rejects and evicts (it is not quiet by accident)
+    [report] = check_policies([control], profile="dev", hypothesis_shrink=False)
+    assert report.failures() == []
+    cov = report.result.stats.coverage
+    assert report.result.stats.examples > 0
+    assert cov["rejections"] > 0
+    # (bypassing everything, BypassAllLRU keeps nothing resident after an inference to evict)
+    assert cov["evictions"] > 0 or control.endswith(":BypassAllLRU")

@@ -8,6 +8,7 @@ machine, walks and contract traces, then shrinking); ``walk`` -- the random-walk
 ``engine_check`` -- the engine against the contract model on random traces;
 ``metamorphic`` -- metamorphic relations; ``fuzz`` -- the command line's input fuzzer;
 ``mutants``, ``engine_mutants`` -- the broken policies and engines every checker must catch;
+``controls`` -- correct but unusual policies on which no check may fire;
 ``report`` -- ``kvmodel check``: every (policy, invariant) searched, against the expected
 verdicts (``expected_verdicts.toml``).
 
