@@ -13,7 +13,9 @@ the built-ins leave alone:
 * :class:`LastTierTether` places every block in the last tier only;
 * :class:`BypassAllLRU` bypasses every block (nothing is ever indexed, nothing is ever hit);
 * :class:`ProtectsRootsLRU` leaves every depth-0 block out of its order (a policy may protect
-  blocks, M4.4), so allocation can fail where evictable blocks remain.
+  blocks, M4.4), so allocation can fail where evictable blocks remain;
+* :class:`ReclaimAtCloseLRU` frees the Dead blocks after ``close`` ops only, by code (no
+  declared reclaim rule), and yields its eviction order lazily, one victim at a time.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
 from kvmodel.ids import BlockId
+from kvmodel.io.trace import Close, Op
 from kvmodel.policy import Placement
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 from policies.kvtether import KVTether
@@ -33,6 +36,7 @@ __all__ = [
     "LastTierTether",
     "OneTierTether",
     "ProtectsRootsLRU",
+    "ReclaimAtCloseLRU",
     "SlowFirstLRU",
 ]
 
@@ -75,8 +79,25 @@ class ProtectsRootsLRU(LRU):
         return [b for b in super().eviction_order(view, candidates) if view.block(b).depth > 0]
 
 
+class ReclaimAtCloseLRU(LRU):
+    name: ClassVar[str] = "control-reclaim-at-close-lru"
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        yield from super().eviction_order(view, candidates)
+
+    def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
+        return view.dead() if isinstance(op, Close) else ()
+
+
 #: import paths of the controls
 CONTROLS: tuple[str, ...] = tuple(
     f"checkers.search.controls:{c.__name__}"
-    for c in (SlowFirstLRU, OneTierTether, LastTierTether, BypassAllLRU, ProtectsRootsLRU)
+    for c in (
+        SlowFirstLRU,
+        OneTierTether,
+        LastTierTether,
+        BypassAllLRU,
+        ProtectsRootsLRU,
+        ReclaimAtCloseLRU,
+    )
 )
