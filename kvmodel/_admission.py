@@ -93,7 +93,8 @@ class AdmissionHost(Protocol):
 
 
 def allocate(e: AdmissionHost, tiers: Sequence[TierName], ctx: Context) -> BlockId | None:
-    """A free slot in the first preferred tier that has one, else evict (spec M4)."""
+    """A free slot in the first preferred tier that has one, else evict (spec M4): every
+    preferred tier is full, so the victim's slot is the one taken."""
     mem = e.memory
     for tn in tiers:
         if mem.free_count(tn):
@@ -103,11 +104,13 @@ def allocate(e: AdmissionHost, tiers: Sequence[TierName], ctx: Context) -> Block
         return None
     if e.probe is not None:
         e.probe.before_evict(e, victim.id, tuple(tiers))
-    evict(e, victim, ctx.id)
-    return mem.alloc(victim.tier)
+    evict(e, victim, ctx.id, keep_slot=True)
+    return mem.reuse(victim.id)
 
 
-def evict(e: AdmissionHost, victim: ResidentBlock, ctx: ContextId) -> None:
+def evict(
+    e: AdmissionHost, victim: ResidentBlock, ctx: ContextId, *, keep_slot: bool = False
+) -> None:
     """Evict ``victim`` for an inference of ``ctx``: the record, the count, the drop (M4.3)."""
     if e.observing:
         e.log.add(
@@ -124,7 +127,7 @@ def evict(e: AdmissionHost, victim: ResidentBlock, ctx: ContextId) -> None:
             )
         )
     e.stats.evictions[victim.tier] += 1
-    e.residency.drop(victim)
+    e.residency.drop(victim, keep_slot=keep_slot)
 
 
 # ------------------------------------------------------------------ inference (spec P7)
@@ -253,7 +256,8 @@ def write_misses(
     index, blocks = res.index, res.blocks
     reasoning_block = c.first_reasoning_block()
     turn_start_block = min(c.turn_start, c.total_tokens) // e.block_size
-    fixed = e.fixed_placement if e.probe is None else None
+    probe, observing, mem, now, op_index = e.probe, e.observing, e.memory, e.now, e.op_index
+    fixed = e.fixed_placement if probe is None else None
     # no message with a stored state: every block's covered class is the phase's (L5.1,
     # Context.covered_class); the writes change neither, so it is read once
     uniform = c.covered_class(()) if not c.stored else None
@@ -263,11 +267,11 @@ def write_misses(
         if orphan is not None:
             # an orphan: resident, but its chain broke above it; recomputed in place (B6.3)
             b = orphan
-            e.memory.rewrite(b.id)
-            b.touch = e.now
-            b.touch_op = e.op_index
+            mem.rewrite(b.id)
+            b.touch = now
+            b.touch_op = op_index
             res.fly(b)
-            if e.observing:
+            if observing:
                 e.log.add(
                     AllocObs(
                         e.log.next_seq,
@@ -282,7 +286,7 @@ def write_misses(
                         rewrite=True,
                     )
                 )
-            placed.append(Placed(s, b, bypass=False, fresh=False))
+            placed.append(Placed(s, b, False, False))  # (bypass, fresh)
             continue
         state = uniform if uniform is not None else c.covered_class(s.uids)
         if fixed is not None:
@@ -305,7 +309,7 @@ def write_misses(
                 reasoning_block=reasoning_block,
             )
             pl = place(e, nb)
-            if e.probe is not None and (told := getattr(e.probe, "before_alloc", None)):
+            if probe is not None and (told := getattr(probe, "before_alloc", None)):
                 told(e, nb, pl)  # (optional: EngineProbe)
         bid = allocate(e, pl.tiers, c)
         if bid is None:
@@ -315,13 +319,13 @@ def write_misses(
                 c,
                 f"no free or evictable block in tiers {list(pl.tiers)}",
                 needed,
-                e.memory.total_free(),
+                mem.total_free(),
             )
             return False
-        b = ResidentBlock(bid, s, e.memory.tier_of(bid), e.now, c.id, c.agent, state)
-        b.touch_op = e.op_index
+        b = ResidentBlock(bid, s, mem.tier_of(bid), now, c.id, c.agent, state)
+        b.touch_op = op_index
         res.add(b)
-        if e.observing:
+        if observing:
             e.log.add(
                 AllocObs(
                     e.log.next_seq,
@@ -335,11 +339,11 @@ def write_misses(
                     state,
                 )
             )
-        if e.probe is not None:
-            e.probe.after_place(e, nb, pl, bid)
+        if probe is not None:
+            probe.after_place(e, nb, pl, bid)
         bypass = pl.bypass and s.key is not None
         if bypass:
-            if e.observing:
+            if observing:
                 e.log.add(
                     BypassObs(
                         e.log.next_seq,
@@ -354,7 +358,7 @@ def write_misses(
                 )
         elif s.key is not None:
             res.index_block(b)
-        placed.append(Placed(s, b, bypass=bypass, fresh=True))
+        placed.append(Placed(s, b, bypass, True))  # (bypass, fresh)
     return True
 
 

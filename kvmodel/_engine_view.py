@@ -185,16 +185,21 @@ class EngineView:
                     last_op = c.last_infer_op
             state = aggregate_across_contexts(classes) if classes else e.block_class(b)
             holders = tuple(sorted(b.holders))
-        return Features(
-            b.id,
-            e.tier_index[b.tier],
-            b.depth,
-            state,
-            last,
-            last_op,
-            suspend,
-            b.alloc_time,
-            holders,
+        # (tuple.__new__, as NamedTuple's own __new__ does, without its Python-level call: one
+        # is built for every block keyed)
+        return tuple.__new__(
+            Features,
+            (
+                b.id,
+                e.tier_index[b.tier],
+                b.depth,
+                state,
+                last,
+                last_op,
+                suspend,
+                b.alloc_time,
+                holders,
+            ),
         )
 
     def resident(self) -> Sequence[BlockId]:

@@ -1,12 +1,13 @@
 """The rank index: victims of a :class:`~kvmodel.policy.BasePolicy` whose order is its declarative
-``rank``, from a persistent heap of rank keys kept current incrementally (spec PP3, performance
-note). It answers what :class:`~kvmodel._eviction.PolicyOrder` answers, and must answer it
-identically; a differential test replays random and agentic traces through both.
+``rank``, from a persistent priority queue of rank keys kept current incrementally (spec PP3,
+performance note). It answers what :class:`~kvmodel._eviction.PolicyOrder` answers, and must
+answer it identically; a differential test replays random and agentic traces through both.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,55 @@ if TYPE_CHECKING:
     from kvmodel._resident import ResidentBlock
 
 __all__ = ["RankIndex"]
+
+
+class _Queue:
+    """A min-queue of distinct entries: a heap, and beside it a *run* -- entries pushed in
+    ascending order, in a deque. The front is the smaller of the two fronts.
+
+    Under a recency rank the entries keyed after an inference carry its recency, above every
+    earlier entry's, so a batch pushed sorted (:meth:`push_sorted`) joins the run whole and
+    leaves it from the front: O(1) a push and a pop where a heap pays O(log n) a pop. An entry
+    below the run's last (a key re-made for an older use, a stashed entry put back) goes to the
+    heap. Under any other rank the run is short and this is the heap it replaces."""
+
+    __slots__ = ("heap", "run")
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[Any, ...]] = []
+        self.run: deque[tuple[Any, ...]] = deque()
+
+    def __len__(self) -> int:
+        return len(self.heap) + len(self.run)
+
+    def push(self, x: tuple[Any, ...]) -> None:
+        run = self.run
+        if not run or x > run[-1]:
+            run.append(x)
+        else:
+            heapq.heappush(self.heap, x)
+
+    def push_sorted(self, xs: list[tuple[Any, ...]]) -> None:
+        """Push every entry of ``xs`` (sorted here, in place)."""
+        xs.sort()
+        run = self.run
+        if xs and (not run or xs[0] > run[-1]):
+            run.extend(xs)
+            return
+        for x in xs:
+            self.push(x)
+
+    def pop(self) -> tuple[Any, ...]:
+        heap, run = self.heap, self.run
+        if heap and (not run or heap[0] < run[0]):
+            return heapq.heappop(heap)
+        return run.popleft()
+
+    def keep(self, live: Callable[[tuple[Any, ...]], bool]) -> None:
+        """Drop every entry but those ``live`` keeps (order kept: the run stays sorted)."""
+        self.heap = [x for x in self.heap if live(x)]
+        heapq.heapify(self.heap)
+        self.run = deque(x for x in self.run if live(x))
 
 
 class _Group:
@@ -63,7 +113,8 @@ class _Held:
 
 
 class RankIndex:
-    """A persistent min-heap of ``(*rank key, block id, entry seq, stamp)`` with lazy deletion.
+    """A persistent min-queue (:class:`_Queue`) of ``(*rank key, block id, entry seq, stamp)``
+    with lazy deletion.
 
     An entry is live iff ``entry[block] == seq``. Re-keying pushes a new entry; removal forgets
     the seq. Pinned blocks have no entry. A block popped while in flight is forgotten until
@@ -115,9 +166,9 @@ class RankIndex:
         #: (lazy) per context, the deepest block found Pinned while it held it since its chain
         #: was last looked at: a change to the context can unpin no deeper block
         self.pin_depths: dict[ContextId, int] = {}
-        #: entries ``(*rank key, block id, seq, stamp)``, flat so that the heap compares floats,
+        #: entries ``(*rank key, block id, seq, stamp)``, flat so that the queue compares floats,
         #: not tuples (the seq is unique: the stamp, the block's stamp when keyed, never decides)
-        self.heap: list[tuple[Any, ...]] = []
+        self.queue = _Queue()
         self.entry: dict[BlockId, int] = {}
         self.pinned: set[BlockId] = set()
         self.dirty_blocks: set[BlockId] = set()
@@ -195,8 +246,9 @@ class RankIndex:
         flying = e.residency.flying
         features = self.features
         grouped, lazy = self.grouped, self.lazy
-        blocks, entry, pinned, heap, key = e.blocks, self.entry, self.pinned, self.heap, self.key
+        blocks, entry, pinned, key = e.blocks, self.entry, self.pinned, self.key
         stamp_of = e.residency.stamp
+        pushed: list[tuple[Any, ...]] = []
         for bid in self.dirty_blocks:
             b = blocks.get(bid)
             if b is None:
@@ -240,15 +292,15 @@ class RankIndex:
                     continue
                 self._loosen(bid, b)
             self.seq = seq = self.seq + 1
-            heapq.heappush(heap, (*key(info), bid, seq, stamp_of(b) if lazy else 0))
+            pushed.append((*key(info), bid, seq, stamp_of(b) if lazy else 0))
             entry[bid] = seq
+        self.queue.push_sorted(pushed)
         self.dirty_blocks.clear()
         for cid, tier in self.unheaded:
             self._head(cid, tier)
         self.unheaded.clear()
-        if len(self.heap) > 2 * len(self.entry) + 1024:
-            self.heap = [x for x in self.heap if self.entry.get(x[-3]) == x[-2]]
-            heapq.heapify(self.heap)
+        if len(self.queue) > 2 * len(self.entry) + 1024:
+            self.queue.keep(lambda x: entry.get(x[-3]) == x[-2])
 
     # ------------------------------------------------------------------ grouped keying
 
@@ -380,11 +432,11 @@ class RankIndex:
             key = list(after)
             for i, at in enumerate(self.fixed_at):
                 key[at] = top[i]
-            heapq.heappush(self.heap, (*key, bid, self.seq, 0))
+            self.queue.push((*key, bid, self.seq, 0))
         else:
             self.keyed += 1
             info = self.features(self.e.blocks[bid])
-            heapq.heappush(self.heap, (*self.key(info), bid, self.seq, 0))
+            self.queue.push((*self.key(info), bid, self.seq, 0))
         self.entry[bid] = self.seq
 
     # ------------------------------------------------------------------ looks
@@ -425,7 +477,7 @@ class RankIndex:
         if key == item[:-3]:
             return False
         self.seq += 1
-        heapq.heappush(self.heap, (*key, b.id, self.seq, stamp))
+        self.queue.push((*key, b.id, self.seq, stamp))
         self.entry[b.id] = self.seq
         return True
 
@@ -434,17 +486,17 @@ class RankIndex:
         e = self.e
         stash: list[tuple[Any, ...]] = []
         found: ResidentBlock | None = None
-        while self.heap:
-            item = heapq.heappop(self.heap)
+        queue, entry, blocks, in_flight = self.queue, self.entry, e.blocks, e.residency.in_flight
+        while queue:
+            item = queue.pop()
             bid: BlockId = item[-3]
-            seq: int = item[-2]
-            if self.entry.get(bid) != seq:
+            if entry.get(bid) != item[-2]:
                 continue
-            b = e.blocks.get(bid)
+            b = blocks.get(bid)
             if b is None:
-                del self.entry[bid]
+                del entry[bid]
                 continue
-            if e.residency.in_flight(b):
+            if in_flight(b):
                 if not e.residency.flying(bid):  # of the kept prefix
                     if self.lazy and self._rekeyed(b, item):
                         continue  # its key had grown: back in its place, for later
@@ -465,7 +517,7 @@ class RankIndex:
                 continue
             if self.lazy and self._rekeyed(b, item):
                 continue  # its key had grown: back in its place
-            del self.entry[bid]
+            del entry[bid]
             found = b
             m = self.member.get(bid) if self.grouped else None
             if m is not None:  # a group's head: the next member heads, its key spliced
@@ -474,5 +526,5 @@ class RankIndex:
                 self.unheaded.discard((m[0], m[1]))
             break
         for item in stash:
-            heapq.heappush(self.heap, item)
+            queue.push(item)
         return found

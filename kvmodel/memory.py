@@ -152,6 +152,15 @@ class Memory:
         self.writes[tier] += 1
         return b
 
+    def reuse(self, block: BlockId) -> BlockId:
+        """Write the slot of a block just evicted for room, without freeing it first: what
+        :meth:`free` then :meth:`alloc` would do when the tier had no other free slot (the only
+        case in which the engine evicts for room, M4), one write counted (spec M3)."""
+        if block not in self._used:
+            raise InternalError(f"reuse of free block {block}")
+        self.writes[self._tier_of[block]] += 1
+        return block
+
     def rewrite(self, block: BlockId) -> None:
         """Write a resident block again in place (a recomputed orphan, spec B6.3)."""
         if block not in self._used:

@@ -153,8 +153,9 @@ class Residency:
         self.index[b.spec.key] = b.id
         b.indexed = True
 
-    def drop(self, b: ResidentBlock) -> None:
-        """Remove a block from memory; every chain holding it is cut there (spec M4.3)."""
+    def drop(self, b: ResidentBlock, *, keep_slot: bool = False) -> None:
+        """Remove a block from memory; every chain holding it is cut there (spec M4.3).
+        ``keep_slot``: its slot stays taken, for :meth:`Memory.reuse` at once."""
         if b.indexed:  # (only a full block, which has a key, is indexed)
             del self.index[cast(BlockKey, b.spec.key)]
         holders = b.holders
@@ -176,7 +177,8 @@ class Residency:
         self.marks.forget(bid)
         self.dead.discard(bid)
         self._flying.discard(bid)
-        self.memory.free(bid)
+        if not keep_slot:
+            self.memory.free(bid)
 
     # ------------------------------------------------------------------ the request in flight
 

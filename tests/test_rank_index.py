@@ -6,15 +6,18 @@ first (spec/invariants.md, Self-checks of the engine), which catches them in any
 
 from __future__ import annotations
 
-from typing import ClassVar
+import heapq
+from typing import Any, ClassVar
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import kvmodel._rank_index
 from checkers.invariants.predicates import evict_rank_first
 from checkers.invariants.replay import check_ops
 from checkers.search.mutants import _HeadsOnlyIndex
-from kvmodel._rank_index import RankIndex
+from kvmodel._rank_index import RankIndex, _Queue
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import KVModelError
@@ -258,3 +261,40 @@ def test_the_monitor_holds_every_victim_to_the_declared_rank() -> None:
             for tr in traces
         ]
         assert any(v is not None and "declared rank orders it first" in v.message for v in found)
+
+
+queue_ops = st.lists(
+    st.tuples(st.sampled_from(["push", "batch", "pop", "keep"]), st.lists(st.integers(0, 9))),
+    max_size=40,
+)
+
+
+@given(queue_ops)
+def test_the_queue_pops_what_a_heap_pops(ops: list[tuple[str, list[int]]]) -> None:
+    """The index's queue (a heap and an ascending run beside it) against a plain heap: single
+    pushes, sorted batches, pops and compactions in any order, with keys rising, falling or
+    tied (entries stay distinct by a seq, as the index's do)."""
+    q, ref = _Queue(), []
+    seq = 0
+    for kind, keys in ops:
+        if kind == "pop":
+            for _ in keys[:3]:
+                if ref:
+                    assert q.pop() == heapq.heappop(ref)
+            continue
+        if kind == "keep":
+            q.keep(lambda x: x[0] % 3 != 0)
+            ref = [x for x in ref if x[0] % 3 != 0]
+            heapq.heapify(ref)
+            continue
+        entries: list[tuple[Any, ...]] = [(k + 2 * seq // 3, seq + i) for i, k in enumerate(keys)]
+        seq += len(keys)
+        for x in entries:
+            heapq.heappush(ref, x)
+        if kind == "batch":
+            q.push_sorted(entries)
+        else:
+            for x in entries:
+                q.push(x)
+        assert len(q) == len(ref)
+    assert [q.pop() for _ in range(len(ref))] == sorted(ref)
