@@ -47,6 +47,7 @@ __all__ = [
     "Policy",
     "RankTerm",
     "Reclaim",
+    "claimed_invariants",
     "declared_bypass",
     "declared_rank",
     "declared_reclaim",
@@ -399,6 +400,13 @@ class BasePolicy:
         if self.reclaim is Reclaim.DEAD:
             return view.dead()
         return ()
+
+
+def claimed_invariants(policy: object) -> frozenset[str]:
+    """The invariants (spec names) ``policy`` claims to satisfy: its ``claims``, or none for a
+    policy without the attribute (the :class:`Policy` protocol does not require it). The one
+    reading of a claim: the checkers, ``kvmodel prove`` and ``kvmodel policies`` all ask here."""
+    return frozenset(getattr(policy, "claims", ()))
 
 
 def declared_reclaim(policy: object) -> Reclaim | None:

@@ -20,6 +20,7 @@ from kvmodel.io.observations import (
 )
 from kvmodel.io.trace import Trace, parse_trace_lines
 from kvmodel.memory import TierConfig
+from kvmodel.policy import Policy
 from kvmodel.replay import ReplayResult, replay
 
 
@@ -64,7 +65,7 @@ def config(blocks: int = 16, block_size: int = 4, hbf: int = 0) -> EngineConfig:
     return EngineConfig(block_size, tuple(tiers))
 
 
-def run(policy: str, cfg: EngineConfig, *ops: dict[str, Any]) -> ReplayResult:
+def run(policy: str | Policy, cfg: EngineConfig, *ops: dict[str, Any]) -> ReplayResult:
     return replay(trace(*ops), policy, cfg)
 
 

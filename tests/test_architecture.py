@@ -100,6 +100,7 @@ def test_every_command_is_an_entry_point_and_the_install_is_current() -> None:
     assert installed == declared, "reinstall: pip install -e ."
     parser = _parser()
     sub = next(a for a in parser._actions if a.dest == "command")
+    assert sub.choices is not None
     assert set(sub.choices) == set(declared)
     model = sorted(n for n, v in declared.items() if v.startswith("kvmodel."))
     assert model == [

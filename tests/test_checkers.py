@@ -26,8 +26,8 @@ from checkers.search.stateful import check_config, make_machine
 from checkers.search.strategies import agent_traces
 from kvmodel.cli import main
 from kvmodel.config import load_config
-from kvmodel.io.trace import load_trace
-from kvmodel.policy import BasePolicy, registered_policies, resolve_policy
+from kvmodel.io.trace import Op, load_trace
+from kvmodel.policy import BasePolicy, claimed_invariants, registered_policies, resolve_policy
 from kvmodel.replay import replay
 
 EXPECTED = expected_verdicts()
@@ -63,12 +63,12 @@ def test_expected_verdicts_cover_every_policy_and_mutant() -> None:
                 parents.setdefault(base.name, set()).add(inv)  # type: ignore[attr-defined]
                 break
     for p in BUILTIN:
-        own = set(resolve_policy(p).claims) - STRUCTURAL
+        own = set(claimed_invariants(resolve_policy(p))) - STRUCTURAL
         assert own <= parents.get(p, set()), f"{p}: no mutant for {own - parents.get(p, set())}"
     assert set(MUTANTS.values()) >= STRUCTURAL
     for p in BUILTIN:
         assert set(EXPECTED[p]) == set(INVARIANTS), p
-        claims = set(resolve_policy(p).claims) | STRUCTURAL
+        claims = set(claimed_invariants(resolve_policy(p))) | STRUCTURAL
         held = {i for i, v in EXPECTED[p].items() if v == "holds"}
         assert claims <= held, f"{p} claims what the data says is violated: {claims - held}"
 
@@ -225,7 +225,11 @@ def test_an_engine_refusing_valid_input_is_a_finding_and_bad_input_stays_bad(
     strict = "checkers.search.outside_mutants:RefusesEmptyPinTether"
     c = ContextId("c")
     msg = Message(MessageId("m"), Role.USER, MessageKind.USER, 8)
-    ops = [Open(0.0, c, SessionId("s"), AgentKind.MAIN), Append(0.0, c, (msg,)), Pin(1.0, c, 1, 1)]
+    ops: list[Op] = [
+        Open(0.0, c, SessionId("s"), AgentKind.MAIN),
+        Append(0.0, c, (msg,)),
+        Pin(1.0, c, 1, 1),
+    ]
     cfg = EngineConfig(4, (TierConfig(TierName("hbm"), 8),))
     run = check_ops(ops, strict, cfg, INVARIANTS)
     assert run.trace_error is None
@@ -235,7 +239,7 @@ def test_an_engine_refusing_valid_input_is_a_finding_and_bad_input_stays_bad(
     assert "covers no message" in v.message
     assert check_ops(ops, "kvtether", cfg, INVARIANTS).violations == ()
     # bad input (a range past the context's end) is bad for the reference too: it propagates
-    bad = [*ops[:2], Pin(1.0, c, 0, 5)]
+    bad: list[Op] = [*ops[:2], Pin(1.0, c, 0, 5)]
     assert check_ops(bad, strict, cfg, INVARIANTS).trace_error is not None
     path = tmp_path / "bad.jsonl"
     dump_trace(Trace(TraceHeader(), tuple(bad)), path)
@@ -255,7 +259,7 @@ def test_shrink_reaches_one_minimal() -> None:
     def fails(xs) -> bool:  # type: ignore[no-untyped-def]
         return 7 in xs and 23 in xs and 31 in xs
 
-    small, minimal = shrink(ops, fails)  # type: ignore[arg-type]
+    small, minimal = shrink(ops, fails)
     assert small == [7, 23, 31]
     assert minimal
 
@@ -286,7 +290,7 @@ def test_claimed_invariants_hold_in_the_stateful_machine() -> None:
     """The machine as an ordinary test: KVTether against every invariant it claims."""
     from hypothesis.stateful import run_state_machine_as_test
 
-    claims = sorted(resolve_policy("kvtether").claims)
+    claims = sorted(claimed_invariants(resolve_policy("kvtether")))
     machine = make_machine("kvtether", claims, config=check_config(), fail_on=frozenset(claims))
     run_state_machine_as_test(
         machine, settings=settings(max_examples=40, deadline=None, stateful_step_count=25)

@@ -86,7 +86,7 @@ def test_a_printed_candidate_is_the_candidate(
         (tmp_path / f"printed{i}.py").write_text(c.source(f"Printed candidate {i}."))
         mod = importlib.import_module(f"printed{i}")
         try:
-            assert mod.__doc__.startswith(f"Printed candidate {i}.")
+            assert (mod.__doc__ or "").startswith(f"Printed candidate {i}.")
             assert _log(mod.Discovered()) == _log(c.policy())
             assert mod.Discovered.claims == c.claims()
         finally:

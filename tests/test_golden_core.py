@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from scenario import config, log_of, msg, run
 
+from kvmodel.ids import BlockId, ContextId
+
 OPEN_A = {"op": "open", "t": 0, "ctx": "a", "session": "s", "agent": "main"}
 ABCD = {
     "op": "append",
@@ -41,7 +43,7 @@ def test_replace_in_the_middle_invalidates_the_suffix_only() -> None:
         "alloc 5 d2 hbm active",
         "alloc 6 d3 hbm active",
     ]
-    assert list(e.view.chain("a")) == [0, 4, 5, 6]
+    assert list(e.view.chain(ContextId("a"))) == [0, 4, 5, 6]
     assert list(e.view.dead()) == [1, 2, 3]  # the old suffix: zombie KV under LRU
 
 
@@ -70,7 +72,7 @@ def test_remove_in_the_middle_shifts_and_recomputes_what_follows() -> None:
     )
     e = r.engine
     assert log_of(e, 4) == ["infer a prompt=12 hit=8 miss=4 own=2", "alloc 4 d2 hbm active"]
-    assert list(e.view.chain("a")) == [0, 1, 4]
+    assert list(e.view.chain(ContextId("a"))) == [0, 1, 4]
     assert list(e.view.dead()) == [2, 3]
 
 
@@ -85,9 +87,9 @@ def test_edits_are_deferred_until_the_next_inference() -> None:
     )
     e = r.engine
     # logically A and B are gone, but the mapping still holds all four blocks (now Expired in a)
-    assert list(e.view.chain("a")) == [0, 1, 2, 3]
-    assert e.view.context("a").valid_blocks == 0
-    assert {e.view.block(b).state.value for b in e.view.chain("a")} == {"expired"}
+    assert list(e.view.chain(ContextId("a"))) == [0, 1, 2, 3]
+    assert e.view.context(ContextId("a")).valid_blocks == 0
+    assert {e.view.block(b).state.value for b in e.view.chain(ContextId("a"))} == {"expired"}
     assert list(e.view.dead()) == []
 
 
@@ -121,7 +123,7 @@ def test_fork_shares_the_prefix_then_diverges() -> None:
         "hit 1 d1",
         "alloc 4 d2 hbm active",
     ]
-    assert sorted(e.view.block(0).holders) == ["a", "b", "c"]
+    assert sorted(e.view.block(BlockId(0)).holders) == ["a", "b", "c"]
     g = e.graph()
     assert sorted(g.edges(data="kind")) == [("a", "b", "fork")]
 
@@ -148,8 +150,8 @@ def test_temporary_is_bypassed_released_and_never_hit_under_kvtether() -> None:
         "free 1 d1 bypass",
         "free 2 d2 reclaim",  # dead at the boundary, reclaimed at once
     ]
-    assert list(e.view.chain("a")) == [0]
-    assert [m.id for m, _ in e.contexts["a"].message_states()] == ["S", "O"]
+    assert list(e.view.chain(ContextId("a"))) == [0]
+    assert [m.id for m, _ in e.contexts[ContextId("a")].message_states()] == ["S", "O"]
     # T2 has T's content key, but T's KV never entered the reuse store: a miss
     # (slot 3: freed slots go to the back of the FIFO free list)
     assert log_of(e, 6) == [
@@ -194,8 +196,8 @@ def test_pinned_blocks_survive_pressure() -> None:
         "evict 2 d0 suspended",
         "alloc 2 d1 hbm active",
     ]
-    assert list(e.view.chain("a")) == [0, 1]
-    assert list(e.view.chain("b")) == []
+    assert list(e.view.chain(ContextId("a"))) == [0, 1]
+    assert list(e.view.chain(ContextId("b"))) == []
 
 
 def test_rejection_when_everything_resident_is_pinned() -> None:
@@ -216,9 +218,9 @@ def test_rejection_when_everything_resident_is_pinned() -> None:
     assert "0 free and 0 evictable" in rej.reason
     assert e.stats.rejected == 1
     assert e.stats.infers == 1
-    assert list(e.view.chain("a")) == [0, 1, 2, 3]
+    assert list(e.view.chain(ContextId("a"))) == [0, 1, 2, 3]
     # the harness still got its output: the logical sequence moved on
-    assert [m.id for m, _ in e.contexts["b"].message_states()] == ["X", "Y"]
+    assert [m.id for m, _ in e.contexts[ContextId("b")].message_states()] == ["X", "Y"]
 
 
 def test_rejection_when_the_rest_is_in_flight() -> None:
@@ -356,8 +358,8 @@ def test_a_hit_takes_the_readers_message_states_not_the_writers() -> None:
         "hit 0 d0",
         "alloc 1 d1 hbm active",
     ]
-    a, b = e.contexts["a"], e.contexts["b"]
+    a, b = e.contexts[ContextId("a")], e.contexts[ContextId("b")]
     assert [s.uids for s in a.materialized] == [(1,), (2,)]
     assert [a.block_class(d).name for d in range(2)] == ["PINNED", "PINNED"]
     assert b.block_class(0).name == "SUSPENDED"
-    assert e.view.block(0).holders == ("a", "b")
+    assert e.view.block(BlockId(0)).holders == ("a", "b")

@@ -33,7 +33,7 @@ def test_pin_with_ttl_expires_before_the_first_op_at_or_after_its_deadline() -> 
     ]
     e = run("lru", config(), *ops).engine
     assert states(e, "a") == [("P", "pinned"), ("Q", "suspended")]
-    assert e.view.block(0).state is BlockClass.PINNED
+    assert e.view.block(BlockId(0)).state is BlockClass.PINNED
     e.apply(trace({"op": "append", "t": 4.99, "ctx": "a", "messages": [msg("R", 4)]}).ops[0])
     assert states(e, "a")[0] == ("P", "pinned")  # the longer TTL (t=5) wins
     e.apply(trace({"op": "append", "t": 5, "ctx": "a", "messages": [msg("S", 4)]}).ops[0])
@@ -75,12 +75,12 @@ def test_return_appends_the_result_and_closes_the_worker() -> None:
         {"op": "infer", "t": 2, "ctx": "w", "output": [msg("wout", 4, "output")]},
         {"op": "return", "t": 3, "ctx": "w", "into": "lead", "result": msg("res", 4, "result")},
     ).engine
-    assert not e.contexts["w"].is_open  # type: ignore[index]
+    assert not e.contexts[ContextId("w")].is_open
     assert states(e, "lead") == [("L", "active"), ("call", "active"), ("res", "active")]
     assert sorted(e.graph().edges(data="kind")) == [("lead", "w", "spawn"), ("w", "lead", "return")]
     # the worker's three blocks were dead at once and reclaimed at the boundary
     assert log_of(e, 6) == ["free 2 d0 reclaim", "free 3 d1 reclaim", "free 4 d2 reclaim"]
-    assert e.view.context("w").closed_at == 3  # type: ignore[arg-type]
+    assert e.view.context(ContextId("w")).closed_at == 3
 
 
 def test_end_session_closes_everything_and_rejects_reuse() -> None:
@@ -137,7 +137,7 @@ def test_an_orphan_is_recomputed_in_place() -> None:
 
     e = run(
         EvictRootFirst(),
-        config(blocks=2),  # type: ignore[arg-type]
+        config(blocks=2),
         OPEN_A,
         {"op": "append", "t": 0, "ctx": "a", "messages": [msg("X", 8)]},
         {"op": "infer", "t": 1, "ctx": "a", "output": []},
@@ -163,7 +163,7 @@ def test_an_orphan_is_recomputed_in_place() -> None:
         "alloc 1 d1 hbm active rewrite",
     ]
     assert e.memory.writes["hbm"] == 5  # type: ignore[index]
-    assert list(e.view.chain("c")) == [0, 1]
+    assert list(e.view.chain(ContextId("c"))) == [0, 1]
 
 
 class _BadPlace(BasePolicy):
@@ -207,7 +207,7 @@ def test_policy_misuse_is_a_policy_error(policy: BasePolicy, what: str) -> None:
         {"op": "infer", "t": 5, "ctx": "b", "output": []},
     ]
     with pytest.raises(PolicyError, match=what):
-        run(policy, config(blocks=4), *ops)  # type: ignore[arg-type]
+        run(policy, config(blocks=4), *ops)
 
 
 def test_policies_resolve_by_name_path_and_instance(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -241,7 +241,7 @@ def test_message_states_follow_the_phase() -> None:
     assert states(e, "a") == [("U", "active")]
     e.apply(trace({"op": "infer", "t": 1, "ctx": "a", "output": [msg("O", 4, "output")]}).ops[0])
     assert states(e, "a") == [("U", "suspended"), ("O", "suspended")]
-    assert e.contexts["a"].phase is MsgState.SUSPENDED  # type: ignore[index]
+    assert e.contexts[ContextId("a")].phase is MsgState.SUSPENDED
 
 
 def test_a_closed_context_keeps_no_packed_blocks() -> None:

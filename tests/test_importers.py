@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from kvmodel import EngineConfig, TierConfig
 from kvmodel.cli import main
 from kvmodel.errors import TraceError
+from kvmodel.ids import TierName
 from kvmodel.io.importers import import_openai
 from kvmodel.io.trace import Append, Open, Trace, load_trace, op_name
 from kvmodel.replay import replay
@@ -86,6 +88,7 @@ def test_claude_code_fixture_with_subagent_turns_and_compaction(tmp_path: Path) 
     }
     [spawn] = [o for o in trace.ops if isinstance(o, Open) and o.spawn is not None]
     assert spawn.agent.value == "worker"
+    assert spawn.spawn is not None
     assert spawn.spawn.instruction == "Find the deploy script and list its steps."
     assert spawn.spawn.agent_type == "Explore"  # from the Task call's input (R3)
     s = replay(trace, "kvtether").summary
@@ -195,10 +198,7 @@ def test_claude_code_session_matches_the_providers_own_counts() -> None:
     assert theirs < ours < theirs + 0.02
 
 
-def load_config_big():  # type: ignore[no-untyped-def]
-    from kvmodel import EngineConfig, TierConfig
-    from kvmodel.ids import TierName
-
+def load_config_big() -> EngineConfig:
     return EngineConfig(16, (TierConfig(TierName("hbm"), 40_000),))
 
 

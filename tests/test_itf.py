@@ -10,8 +10,10 @@ from typing import Any
 import jsonschema
 import pytest
 
+from kvmodel import EngineConfig, TierConfig
 from kvmodel.cli import main
 from kvmodel.config import load_config
+from kvmodel.ids import TierName
 from kvmodel.io.itf import ITF_VARS, dumps_itf, itf_trace
 from kvmodel.io.trace import dump_trace
 from kvmodel.replay import replay
@@ -48,6 +50,7 @@ def test_an_export_is_valid_itf_with_one_state_per_op(policy: str) -> None:
 def test_the_schema_refuses_what_is_not_itf() -> None:
     tr = generate_agentic(AgenticParams(seed=1, sessions=2, turns=2))
     itf = itf_trace(tr.ops, "lru", _config())
+    bad: dict[str, Any]
     for bad in (
         {**itf, "states": [{**itf["states"][0], "t": 1.5}]},  # no fractional numbers
         {**itf, "states": [{**itf["states"][0], "t": None}]},  # no null
@@ -87,8 +90,5 @@ def test_a_counterexample_bundle_carries_its_states_as_itf(tmp_path: Path) -> No
     assert any(not b["holders"]["#set"] for _, b in at["blocks"]["#map"])
 
 
-def _config():  # type: ignore[no-untyped-def]
-    from kvmodel import EngineConfig, TierConfig
-    from kvmodel.ids import TierName
-
+def _config() -> EngineConfig:
     return EngineConfig(4, (TierConfig(TierName("hbm"), 8), TierConfig(TierName("hbf"), 8)))

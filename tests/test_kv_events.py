@@ -15,7 +15,11 @@ def _events(*evs: dict[str, object]) -> list[tuple[int, dict[str, object]]]:
     return list(enumerate(evs, start=1))
 
 
-STORE_CHAIN = {"type": "BlockStored", "block_hashes": ["a", "b", "c"], "parent_block_hash": None}
+STORE_CHAIN: dict[str, object] = {
+    "type": "BlockStored",
+    "block_hashes": ["a", "b", "c"],
+    "parent_block_hash": None,
+}
 
 
 def test_a_consistent_log_has_no_findings() -> None:

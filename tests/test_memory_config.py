@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from kvmodel.config import load_config, parse_config
 from kvmodel.errors import ConfigError, InternalError
-from kvmodel.ids import TierName
+from kvmodel.ids import BlockId, TierName
 from kvmodel.memory import SECONDS_PER_YEAR, Memory, ModelShape, TierConfig, device_years
 
 HBM, HBF = TierName("hbm"), TierName("hbf")
@@ -16,8 +18,8 @@ def test_free_lists_are_fifo_and_count_writes() -> None:
     m = Memory([TierConfig(HBM, 2), TierConfig(HBF, 3)])
     assert [m.alloc(HBM), m.alloc(HBM)] == [0, 1]
     assert m.alloc(HBF) == 2
-    assert m.tier_of(4) == HBF
-    m.free(0)
+    assert m.tier_of(BlockId(4)) == HBF
+    m.free(BlockId(0))
     assert m.alloc(HBF) == 3  # tiers have separate lists
     assert m.free_count(HBM) == 1
     assert m.alloc(HBM) == 0
@@ -25,9 +27,9 @@ def test_free_lists_are_fifo_and_count_writes() -> None:
     assert m.accounting() == {HBM: (0, 2, 2), HBF: (1, 2, 3)}
     with pytest.raises(InternalError):
         m.alloc(HBM)
-    m.free(1)
+    m.free(BlockId(1))
     with pytest.raises(InternalError, match="double free"):
-        m.free(1)
+        m.free(BlockId(1))
 
 
 def test_device_years_formula() -> None:
@@ -75,14 +77,15 @@ def test_config_derives_bytes_per_block_and_validates(tmp_path) -> None:  # type
     assert cfg.tiers[0].bytes_per_block == 2 * 2 * 4 * 2 * 2 * 8
     assert cfg.tiers[1].bytes_per_block == 10
     assert cfg.tiers[1].write_amplification == 1.02
-    for bad, msg in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"tiers": []}, "at least one [[tiers]]"),
         ({"tiers": [{"name": "a", "blocks": 1}], "colour": 1}, "unknown key 'colour'"),
         ({"tiers": [{"name": "a"}]}, "missing required key 'blocks'"),
         ({"tiers": [{"name": "a", "blocks": 1}, {"name": "a", "blocks": 1}]}, "unique"),
         ({"tiers": [{"name": "a", "blocks": 1, "write_amplification": 0.5}]}, ">= 1.0"),
         ({"block_size": 0, "tiers": [{"name": "a", "blocks": 1}]}, "'block_size'"),
-    ]:
+    ]
+    for bad, msg in cases:
         with pytest.raises(ConfigError, match=msg.replace("[", r"\[").replace("]", r"\]")):
             Memory(parse_config(bad, source="x.toml").tiers)
     p = tmp_path / "bad.toml"

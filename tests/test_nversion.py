@@ -25,8 +25,8 @@ from kvmodel import EngineConfig, TierConfig
 from kvmodel._engine_view import EngineView, Features
 from kvmodel._resident import ResidentBlock
 from kvmodel.engine import Engine
-from kvmodel.ids import ContextId, SessionId, TierName
-from kvmodel.io.observations import InferObs
+from kvmodel.ids import BlockId, ContextId, MessageId, SessionId, TierName
+from kvmodel.io.observations import InferObs, Observation
 from kvmodel.io.trace import Append, Fork, Infer, Op, Open, Pin, Remove, Return, TurnEnd
 from kvmodel.lifecycle import BlockClass
 from kvmodel.messages import AgentKind, Message, MessageKind, Role
@@ -42,7 +42,7 @@ RULES = [(LRU, KEEP), (KVTether, TETHER)]
 
 
 def msg(mid: str, tokens: int, kind: MessageKind = MessageKind.USER) -> Message:
-    return Message(mid, Role.USER, kind, tokens)
+    return Message(MessageId(mid), Role.USER, kind, tokens)
 
 
 @pytest.mark.parametrize("block_size", SELF_CHECK_BLOCK_SIZES)
@@ -65,7 +65,7 @@ def test_reference_engine_agrees_on_a_generated_agent_workload() -> None:
 
 def test_golden_figures_of_a_fork_a_strip_and_a_return() -> None:
     # block size 4: sys 8 tokens = 2 blocks; the fork holds them from its creation (P5)
-    ops = [
+    ops: list[Op] = [
         Open(0.0, "a", "s", "main"),  # type: ignore[arg-type]
         Append(0.0, "a", (msg("sys", 8, MessageKind.SYSTEM), msg("q", 3))),  # type: ignore[arg-type]
         Infer(1.0, "a", (msg("r", 4, MessageKind.REASONING), msg("o", 2)), 0.5),  # type: ignore[arg-type]
@@ -223,7 +223,11 @@ def _miscounted_ops() -> list[Op]:
     while len(ops) < 60:
         t = float(len(ops))
         ops.append(Append(t, ctx, (msg(f"u{len(ops)}", 3),)))
-        ops.append(Infer(t, ctx, (Message(f"a{len(ops)}", Role.ASSISTANT, MessageKind.OUTPUT, 2),)))
+        ops.append(
+            Infer(
+                t, ctx, (Message(MessageId(f"a{len(ops)}"), Role.ASSISTANT, MessageKind.OUTPUT, 2),)
+            )
+        )
     assert isinstance(ops[_MiscountsOneOutput.wrong_op], Infer)
     return ops
 
@@ -294,7 +298,7 @@ def test_the_contract_model_checks_each_admission() -> None:
     )
 
     a, b = ContextId("a"), ContextId("b")
-    out = (Message("r", Role.ASSISTANT, MessageKind.OUTPUT, 4),)
+    out = (Message(MessageId("r"), Role.ASSISTANT, MessageKind.OUTPUT, 4),)
     # a's 3 blocks stay resident and Suspended; b's 2 then need one eviction (4 slots)
     fits: list[Op] = [
         Open(0.0, a, SessionId("s"), AgentKind.MAIN),
@@ -333,7 +337,7 @@ def test_the_contract_model_checks_each_eviction_is_needed() -> None:
     from checkers.search.outside_mutants import EvictsBeforeSpillingTether
 
     a, b = ContextId("a"), ContextId("b")
-    out = (Message("r", Role.ASSISTANT, MessageKind.OUTPUT, 4),)
+    out = (Message(MessageId("r"), Role.ASSISTANT, MessageKind.OUTPUT, 4),)
     ops: list[Op] = [
         Open(0.0, a, SessionId("s"), AgentKind.MAIN),
         Append(0.0, a, (msg("x", 8),)),
@@ -361,7 +365,7 @@ def test_the_contract_model_checks_each_new_blocks_tier() -> None:
     from checkers.search.outside_mutants import SpillsToLastTierTether
 
     a = ContextId("a")
-    out = (Message("r", Role.ASSISTANT, MessageKind.OUTPUT, 4),)
+    out = (Message(MessageId("r"), Role.ASSISTANT, MessageKind.OUTPUT, 4),)
     ops: list[Op] = [
         Open(0.0, a, SessionId("s"), AgentKind.MAIN),
         Append(0.0, a, (msg("x", 8),)),
@@ -398,8 +402,8 @@ def test_a_refusal_mid_allocation_is_judged_by_its_placement() -> None:
     correct policy)."""
     a = ContextId("a")
     out = (
-        Message("r", Role.ASSISTANT, MessageKind.REASONING, 4),
-        Message("t", Role.ASSISTANT, MessageKind.TOOL_CALL, 3),
+        Message(MessageId("r"), Role.ASSISTANT, MessageKind.REASONING, 4),
+        Message(MessageId("t"), Role.ASSISTANT, MessageKind.TOOL_CALL, 3),
     )
     ops: list[Op] = [
         Open(0.0, a, SessionId("s"), AgentKind.MAIN),
@@ -420,7 +424,7 @@ def test_a_refusal_mid_allocation_is_judged_by_its_placement() -> None:
     ]
     # the first write refused: the pinned KV of b fills hbm, hbf's 2 free slots are not a's
     b = ContextId("b")
-    reply = (Message("o", Role.ASSISTANT, MessageKind.OUTPUT, 4),)
+    reply = (Message(MessageId("o"), Role.ASSISTANT, MessageKind.OUTPUT, 4),)
     first: list[Op] = [
         Open(0.0, b, SessionId("s"), AgentKind.MAIN),
         Append(0.0, b, (msg("q", 4),)),
@@ -439,7 +443,7 @@ def test_temporary_bypass_names_what_is_missing() -> None:
     """A Temporary block needs a bypass record and a free in its op (bypass at the commit, or
     reject when the request is rolled back); the message says which of the two is missing."""
     from checkers.invariants.predicates import log_bypass
-    from kvmodel.ids import BlockId, BlockKey
+    from kvmodel.ids import BlockKey
     from kvmodel.io.observations import AllocObs, BypassObs, FreeObs, FreeReason
 
     c, k, hbm = ContextId("c"), BlockKey("k"), TierName("hbm")
@@ -454,7 +458,7 @@ def test_temporary_bypass_names_what_is_missing() -> None:
     def free(b: int, reason: str) -> FreeObs:
         return FreeObs(20 + b, 0.0, 0, BlockId(b), k, hbm, 1, temp, reason)
 
-    records = [
+    records: list[Observation] = [
         alloc(1),  # no bypass record
         alloc(2), bypass(2),  # never freed
         alloc(3), bypass(3), free(3, FreeReason.BYPASS),

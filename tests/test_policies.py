@@ -6,6 +6,7 @@ import itertools
 import math
 import random
 import typing
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -22,6 +23,7 @@ from kvmodel.policy import (
     FEATURES,
     MAY_BE_NONE,
     RankTerm,
+    claimed_invariants,
     key_function,
     registered_policies,
     resolve_policy,
@@ -406,7 +408,7 @@ def test_spec_claim_table_matches_the_code() -> None:
         if line.startswith("| `"):
             name, claims = (c.strip() for c in line.strip("|").split("|"))
             table[name.strip("`")] = set(claims.split(", "))
-    assert table == {n: set(resolve_policy(n).claims) for n in BUILTIN}
+    assert table == {n: set(claimed_invariants(resolve_policy(n))) for n in BUILTIN}
 
 
 def _evictions(policy: str, *ops: dict[str, object], op: int) -> list[str]:
@@ -489,7 +491,7 @@ def test_seed_57338_holds_every_claim(policy: str) -> None:
     the engine, spec B5). Every policy must now keep every claim on it."""
     tr = random_trace(RandomParams(seed=57338, ops=60))
     cfg = EngineConfig(4, (TierConfig(TierName("hbm"), 8), TierConfig(TierName("hbf"), 8)))
-    claims = sorted(set(resolve_policy(policy).claims) & set(INVARIANTS))
+    claims = sorted(set(claimed_invariants(resolve_policy(policy))) & set(INVARIANTS))
     run = check_ops(tr.ops, policy, cfg, claims)
     assert run.applied == len(tr.ops)
     assert [str(v) for v in run.violations] == []
@@ -532,7 +534,7 @@ def test_every_compiled_rank_term_has_the_terms_value() -> None:
     """spec/policies.md, performance note: whatever form a term compiles to, its value is the
     feature's (None as -inf), negated when descending, 0 for a class outside ``only``; and
     MAY_BE_NONE, which decides the form, names exactly the features whose field may be None."""
-    raw = {
+    raw: dict[str, Callable[[Features], float | None]] = {
         "last_access": lambda b: b.last_access,
         "last_op": lambda b: b.last_op,
         "suspend_time": lambda b: b.suspend_time,

@@ -274,7 +274,7 @@ def test_the_queue_pops_what_a_heap_pops(ops: list[tuple[str, list[int]]]) -> No
     """The index's queue (a heap and an ascending run beside it) against a plain heap: single
     pushes, sorted batches, pops and compactions in any order, with keys rising, falling or
     tied (entries stay distinct by a seq, as the index's do)."""
-    q, ref = _Queue(), []
+    q, ref = _Queue(), list[tuple[Any, ...]]()
     seq = 0
     for kind, keys in ops:
         if kind == "pop":

@@ -24,7 +24,7 @@ from checkers.symbolic.reach import (
     state_key,
 )
 from kvmodel.cli import main
-from kvmodel.policy import Placement, resolve_policy
+from kvmodel.policy import Placement, claimed_invariants, resolve_policy
 from kvmodel.view import ModelView, NewBlock
 from policies.kvtether import KVTether
 
@@ -42,7 +42,7 @@ def test_reference_policies_prove_every_claim_on_the_tiny_fragment(policy: str) 
     assert r.inexact is None
     assert r.capped is None
     assert (r.states, r.depth) == (605, 12)  # golden: the merge or the fragment changed
-    claims = resolve_policy(policy).claims
+    claims = claimed_invariants(resolve_policy(policy))
     owner = "KVTether" if policy == "kvtether" else "TetherLachesis"
     for name in REACH_INVARIANTS:
         rung, detail = r.verdict(name)
@@ -218,7 +218,7 @@ def test_catches_fork_and_in_flight_mutants_on_a_fork_fragment(mutant: str) -> N
 def test_reference_policies_prove_every_claim_with_a_fork(policy: str) -> None:
     r = reach(policy, FORK)
     assert r.proves
-    claims = resolve_policy(policy).claims
+    claims = claimed_invariants(resolve_policy(policy))
     assert not set(r.failing) & (set(claims) | {"engine-contract", "policy-protocol"})
 
 

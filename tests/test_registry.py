@@ -13,7 +13,7 @@ from checkers.search.mutants import MUTANTS
 from checkers.symbolic.bmc import STRUCTURAL_IN_FRAGMENT
 from checkers.symbolic.fragment import FRAGMENT_INVARIANTS
 from checkers.symbolic.z3rank import PROPERTY_OF_CLAIM
-from kvmodel.policy import registered_policies, resolve_policy
+from kvmodel.policy import claimed_invariants, registered_policies, resolve_policy
 
 SPEC = (Path(__file__).parent.parent / "spec" / "invariants.md").read_text(encoding="utf-8")
 
@@ -41,7 +41,7 @@ def test_every_other_list_names_registry_invariants() -> None:
     assert set(STRUCTURAL) <= names
     assert set(MUTANTS.values()) <= names | set(FINDINGS)
     for p in registered_policies():
-        assert set(resolve_policy(p).claims) <= names, p
+        assert set(claimed_invariants(resolve_policy(p))) <= names, p
 
 
 def test_every_fragment_invariant_has_one_definition_or_is_printed_structural() -> None:

@@ -12,7 +12,7 @@ import attrs
 from checkers.invariants.registry import invariant_names
 from kvmodel.cli.common import Subparsers, int_at_least, number_in
 from kvmodel.errors import ConfigError
-from kvmodel.policy import resolve_policy
+from kvmodel.policy import claimed_invariants, resolve_policy
 from kvmodel.progress import bar, wanted
 
 __all__ = ["add_prove"]
@@ -68,7 +68,7 @@ def _cmd_prove(args: argparse.Namespace) -> int:
             rlimit=rlimit,
         )
         done("fragment")
-        claims = set(getattr(policy, "claims", ()))
+        claims = set(claimed_invariants(policy))
         bad_claim = any(a.rung == "violated" and a.invariant in claims for a in answers)
         # what a proof here does not speak for: claims outside the fragment's invariants
         uncovered = sorted(claims - set(FRAGMENT_INVARIANTS))

@@ -20,7 +20,7 @@ from checkers.search.bundle import write_bundle
 from checkers.search.driver import CONTRACT_TRACES, PROFILES, WALKS, SearchResult, search
 from kvmodel.config import EngineConfig
 from kvmodel.errors import ConfigError
-from kvmodel.policy import resolve_policy
+from kvmodel.policy import claimed_invariants, resolve_policy
 
 __all__ = [
     "EXPECTED_VERDICTS",
@@ -124,7 +124,7 @@ def check_policies(
     reports = []
     for p in policies:
         # structural invariants are claimed by every policy: they are the engine's own
-        claims = frozenset(getattr(resolve_policy(p), "claims", ())) | STRUCTURAL
+        claims = claimed_invariants(resolve_policy(p)) | STRUCTURAL
         r = search(
             p,
             names,

@@ -23,7 +23,7 @@ import z3
 from checkers.invariants import ORDER
 from checkers.symbolic.z3util import RLIMIT, TIMEOUT_MS, Z3_LOGIC, limited
 from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, BlockClass
-from kvmodel.policy import Policy, RankTerm, declared_rank
+from kvmodel.policy import Policy, RankTerm, claimed_invariants, declared_rank
 
 __all__ = [
     "PROPERTIES",
@@ -230,6 +230,6 @@ def prove_policy(
         why = "its eviction order is code" if getattr(policy, "rank", ()) else "it has no rank"
         raise ValueError(f"policy {policy.name!r} has no declarative rank to prove: {why}")
     if props is None:
-        claims: frozenset[str] = getattr(policy, "claims", frozenset())
+        claims = claimed_invariants(policy)
         props = [PROPERTY_OF_CLAIM[c] for c in sorted(claims) if c in PROPERTY_OF_CLAIM]
     return [prove_rank(rank, p, timeout_ms=timeout_ms, rlimit=rlimit) for p in props]

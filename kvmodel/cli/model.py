@@ -21,7 +21,7 @@ from kvmodel.cli.common import (
 from kvmodel.config import EngineConfig, default_config
 from kvmodel.errors import ConfigError, PolicyNotFoundError
 from kvmodel.io.trace import Trace, iter_trace_lines, load_trace
-from kvmodel.policy import registered_policies, resolve_policy
+from kvmodel.policy import claimed_invariants, registered_policies, resolve_policy
 from kvmodel.replay import Summary, replay
 
 __all__ = ["add_demo", "add_export_itf", "add_generate", "add_policies", "add_replay"]
@@ -107,7 +107,7 @@ def _cmd_policies(args: argparse.Namespace) -> int:
     for name, path in registered_policies().items():
         try:
             p = resolve_policy(name)
-            claims = sorted(getattr(p, "claims", ()))
+            claims = sorted(claimed_invariants(p))
         except PolicyNotFoundError as e:
             claims = [f"(unavailable: {e})"]
         rows.append({"name": name, "path": path, "claims": claims})

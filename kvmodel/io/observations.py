@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, Literal, TypeAlias
 
 import attrs
 
@@ -45,7 +45,7 @@ class FreeReason:
 
 @attrs.frozen(slots=True)
 class InferObs:
-    kind: ClassVar[str] = "infer"
+    kind: ClassVar[Literal["infer"]] = "infer"
     seq: int
     t: float
     op: int
@@ -60,7 +60,7 @@ class InferObs:
 
 @attrs.frozen(slots=True)
 class HitObs:
-    kind: ClassVar[str] = "hit"
+    kind: ClassVar[Literal["hit"]] = "hit"
     seq: int
     t: float
     op: int
@@ -75,7 +75,7 @@ class HitObs:
 class AllocObs:
     """A block written. ``rewrite`` marks an orphan recomputed into its own slot (spec B6.3)."""
 
-    kind: ClassVar[str] = "alloc"
+    kind: ClassVar[Literal["alloc"]] = "alloc"
     seq: int
     t: float
     op: int
@@ -90,7 +90,7 @@ class AllocObs:
 
 @attrs.frozen(slots=True)
 class EvictObs:
-    kind: ClassVar[str] = "evict"
+    kind: ClassVar[Literal["evict"]] = "evict"
     seq: int
     t: float
     op: int
@@ -104,7 +104,7 @@ class EvictObs:
 
 @attrs.frozen(slots=True)
 class FreeObs:
-    kind: ClassVar[str] = "free"
+    kind: ClassVar[Literal["free"]] = "free"
     seq: int
     t: float
     op: int
@@ -120,7 +120,7 @@ class FreeObs:
 class BypassObs:
     """A block placed for one inference only: never indexed, freed after it (spec P8)."""
 
-    kind: ClassVar[str] = "bypass"
+    kind: ClassVar[Literal["bypass"]] = "bypass"
     seq: int
     t: float
     op: int
@@ -133,7 +133,7 @@ class BypassObs:
 
 @attrs.frozen(slots=True)
 class RejectObs:
-    kind: ClassVar[str] = "reject"
+    kind: ClassVar[Literal["reject"]] = "reject"
     seq: int
     t: float
     op: int
