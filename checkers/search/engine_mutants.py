@@ -139,7 +139,11 @@ def _strip_last(self: Context) -> int:
 
 class StaleFeaturesAfterPin(Engine):
     """Forgets to mark a context changed on ``pin``/``unpin``: the feature cache keeps serving
-    the blocks' pre-pin class to the policy and to every reader of the view."""
+    the blocks' pre-pin class to the policy and to every reader of the view. The rank index
+    keys blocks from their features, not the cached snapshot (since 7f30835), so the eviction
+    order stays right and ``kvmodel prove``'s exhaustive search finds no invariant broken within
+    its depth (every rung ``unknown``, expected_proofs.toml); the contract model's comparison of
+    the view catches it (engine-contract)."""
 
     _quiet = False
 
