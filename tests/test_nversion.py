@@ -6,6 +6,7 @@ must agree after every op, on every field (spec/invariants.md §Self-checks of t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 import attrs
@@ -15,9 +16,9 @@ import pytest
 from checkers.invariants import INVARIANTS
 from checkers.invariants.contract import contract_violation, diverge
 from checkers.invariants.monitor import COMPARE_EVERY, FULL_COMPARE_OPS, Monitor
-from checkers.invariants.nversion import Shadow
+from checkers.invariants.nversion import Shadow, _Terms
 from checkers.invariants.replay import check_ops, engine_for
-from checkers.invariants.shadow_terms import KEEP, TETHER
+from checkers.invariants.shadow_terms import KEEP, TETHER, Eviction, ShadowContext
 from checkers.search.engine_check import SELF_CHECK_BLOCK_SIZES, engine_self_check
 from checkers.search.engine_mutants import ENGINE_MUTANTS
 from checkers.search.swarm import draw_config
@@ -25,7 +26,7 @@ from kvmodel import EngineConfig, TierConfig
 from kvmodel._engine_view import EngineView, Features
 from kvmodel._resident import ResidentBlock
 from kvmodel.engine import Engine
-from kvmodel.ids import BlockId, ContextId, MessageId, SessionId, TierName
+from kvmodel.ids import BlockId, BlockKey, ContextId, MessageId, SessionId, TierName
 from kvmodel.io.observations import InferObs, Observation
 from kvmodel.io.trace import Append, Fork, Infer, Op, Open, Pin, Remove, Return, TurnEnd
 from kvmodel.lifecycle import BlockClass
@@ -134,6 +135,46 @@ def test_reference_engine_agrees_when_followed_under_pressure(policy: str) -> No
         rejections += e.stats.rejected
     assert evictions  # the comparison ran under pressure
     assert rejections
+
+
+def test_an_inferences_eviction_terms_are_those_computed_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # within one inference the model computes each candidate's terms once, and again only for
+    # blocks whose holders a drop cut (spec/invariants.md, Where it runs): each eviction, judged
+    # from that memo, equals the whole computation made afresh at the same moment
+    judge = Shadow._eviction
+    cut = _Terms.cut
+    evictions = reused = recut = 0
+
+    def both(
+        self: Shadow, victim: BlockKey, tiers: Sequence[str], flight: set[BlockKey], memo: _Terms
+    ) -> Eviction:
+        nonlocal evictions, reused
+        reused += bool(memo.terms)
+        got = judge(self, victim, tiers, flight, memo)
+        assert got == judge(self, victim, tiers, flight, _Terms(*self._holders(memo.pins)))
+        evictions += 1
+        return got
+
+    def counted(self: _Terms, victim: BlockKey, lost: list[tuple[BlockKey, ShadowContext]]) -> None:
+        nonlocal recut
+        recut += sum(k != victim and k in self.terms for k, _ in lost)
+        cut(self, victim, lost)
+
+    monkeypatch.setattr(Shadow, "_eviction", both)
+    monkeypatch.setattr(_Terms, "cut", counted)
+    # (hbm-first's evictions cut chains below other candidates; these seeds' lru's do not)
+    for policy in ("lru", "kvtether", "hbm-first", "hbm-first-static"):
+        for seed in range(12):
+            trace = random_trace(RandomParams(seed=seed, ops=60))
+            config = draw_config(np.random.default_rng([seed, 7]))
+            run = check_ops(trace.ops, policy, config, INVARIANTS)
+            assert not [v for v in run.violations if v.invariant == "engine-contract"], seed
+    # the memo was read, and a candidate's holders were cut under it (its terms recomputed)
+    assert evictions > 200, evictions
+    assert reused > 50, reused
+    assert recut > 0, recut
 
 
 @pytest.mark.parametrize("mutant", sorted(ENGINE_MUTANTS))

@@ -9,7 +9,7 @@ large to fill, the model predicting every decision or following the engine's; an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
@@ -19,7 +19,7 @@ from checkers.invariants.structural import Violation
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import TraceError
-from kvmodel.ids import BlockId, BlockKey, TierName
+from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
 from kvmodel.io.observations import AllocObs, HitObs, InferObs
 from kvmodel.io.trace import Op
 from kvmodel.lifecycle import MsgState
@@ -98,12 +98,19 @@ def diverge(
 
 
 def compare(
-    k: int, e: Engine, s: Shadow, records: Sequence[object], *, full: bool = True
+    k: int,
+    e: Engine,
+    s: Shadow,
+    records: Sequence[object],
+    *,
+    full: bool = True,
+    states: Mapping[ContextId, Mapping[int, MsgState]] | None = None,
 ) -> Divergence | None:
     """After op ``k``: the first field on which the engine (its view and the op's ``records``)
     and the shadow differ. ``full=False`` compares the op's inference figures (they exist only on
     the op itself) and every message's state (work proportional to the messages), not every
-    context and resident block."""
+    context and resident block. ``states``: every context's ``states()`` now, if the caller
+    has them (the Monitor reads them for legal-transitions too)."""
 
     def differ(what: str, ev: object, sv: object) -> Divergence | None:
         return None if ev == sv else Divergence(k, what, ev, sv)
@@ -131,13 +138,16 @@ def compare(
     for cid, c in s.ctxs.items():
         if not c.open:
             continue
-        ec = e.contexts.get(cid)
-        states = {} if ec is None else ec.states()
-        if states != c.state:
-            keys = c.state.keys() | states.keys()
-            uid = min(u for u in keys if states.get(u) is not c.state.get(u))
+        if states is not None:
+            now = states.get(cid, {})
+        else:
+            ec = e.contexts.get(cid)
+            now = {} if ec is None else ec.states()
+        if now != c.state:
+            keys = c.state.keys() | now.keys()
+            uid = min(u for u in keys if now.get(u) is not c.state.get(u))
             what = f"state of message #{uid} of {cid}"
-            return Divergence(k, what, states.get(uid), c.state.get(uid))
+            return Divergence(k, what, now.get(uid), c.state.get(uid))
     if not full:
         return None
     view = e.view

@@ -206,8 +206,14 @@ class Monitor:
                 self._diverged = True
                 self.violations.append(Violation("engine-contract", msg, victim, op=self.op_index))
 
-    def _contract(self, op: Op, records: Sequence[Observation]) -> None:
-        """Follow the op in the contract model and compare (spec §Self-checks of the engine)."""
+    def _contract(
+        self,
+        op: Op,
+        records: Sequence[Observation],
+        states: dict[ContextId, dict[int, MsgState]] | None,
+    ) -> None:
+        """Follow the op in the contract model and compare (spec §Self-checks of the engine).
+        ``states``: every context's message states now (None: compare reads them)."""
         # this op's, whether followed or not
         tiers, self._evict_tiers = self._evict_tiers, []
         places, self._place_tiers = self._place_tiers, []
@@ -221,7 +227,9 @@ class Monitor:
                 msg = f"the log breaks the contract: {self._shadow.problems[0]}"
             else:
                 full = self.op_index < FULL_COMPARE_OPS or self.op_index % COMPARE_EVERY == 0
-                d = compare(self.op_index, self.engine, self._shadow, records, full=full)
+                d = compare(
+                    self.op_index, self.engine, self._shadow, records, full=full, states=states
+                )
                 msg = "" if d is None else f"the engine disagrees with the contract on {d}"
         except Exception as err:
             self._shadow = None
@@ -311,9 +319,15 @@ class Monitor:
         e = self.engine
         records = e.log.since(self._seen)
         self._seen = len(e.log)
-        self._contract(op, records)
-        self._evictions()
         a = self.active
+        # every context's message states, read once for the contract and legal-transitions
+        now = (
+            {cid: c.states() for cid, c in e.contexts.items()}
+            if self._shadow is not None or "legal-transitions" in a
+            else None
+        )
+        self._contract(op, records, now)
+        self._evictions()
         for r in records:
             if isinstance(r, AllocObs):
                 self._writes[r.tier] += 1
@@ -330,8 +344,7 @@ class Monitor:
         if "chains" in a:
             for v in check_chains(e):
                 self._add("chains", v.message, v.block, v.ctx)
-        if "legal-transitions" in a:
-            now = {cid: c.states() for cid, c in e.contexts.items()}
+        if "legal-transitions" in a and now is not None:
             for cid, states in now.items():
                 before = self._states.get(cid, {})
                 if states == before:  # (most contexts, most ops: one comparison in C)

@@ -34,6 +34,7 @@ from checkers.invariants.shadow_terms import (
     KEEP,
     Admission,
     Eviction,
+    EvictionTerms,
     InferFigures,
     Rules,
     ShadowContext,
@@ -71,6 +72,31 @@ from kvmodel.messages import MessageKind
 __all__ = ["Shadow"]
 
 _COMMIT_FREES = (FreeReason.PARTIAL, FreeReason.BYPASS)
+
+
+class _Terms:
+    """One inference's eviction terms of each block, computed at most once: while its records
+    are followed no message state, pin or suspension changes, and a block that is no candidate
+    (in flight) is the only kind used. A block's terms change only when a chain stops holding
+    it -- a drop cuts the chain there (:meth:`cut`) -- so only those are computed again."""
+
+    __slots__ = ("holders", "pins", "terms")
+
+    def __init__(
+        self, holders: dict[BlockKey, list[ShadowContext]], pins: dict[ContextId, int]
+    ) -> None:
+        self.holders = holders
+        self.pins = pins
+        self.terms: dict[BlockKey, EvictionTerms] = {}
+
+    def cut(self, victim: BlockKey, cut: list[tuple[BlockKey, ShadowContext]]) -> None:
+        """``victim`` left memory, and the chains holding it lost ``cut``."""
+        self.terms.pop(victim, None)
+        for key, h in cut:
+            self.terms.pop(key, None)
+            hs = self.holders.get(key)
+            if hs is not None:
+                hs[:] = [x for x in hs if x is not h]
 
 
 class Shadow(ShadowState):
@@ -329,30 +355,33 @@ class Shadow(ShadowState):
         self.born.pop(key, None)
         self.touch_op.pop(key, None)
 
-    def _drop(self, key: BlockKey) -> None:
-        """A block leaves memory; every chain holding it is cut there (M4.3)."""
+    def _drop(self, key: BlockKey) -> list[tuple[BlockKey, ShadowContext]]:
+        """A block leaves memory; every chain holding it is cut there (M4.3). Returns what the
+        cuts took: each (key, context) whose holding ended."""
         self._leave(key)
         d = self.packer.key_depth[key]
+        cut: list[tuple[BlockKey, ShadowContext]] = []
         for h in self.ctxs.values():
             if h.open and len(h.chain) > d and h.chain[d][0] == key:
+                cut += ((k, h) for k, _ in h.chain[d:])
                 del h.chain[d:]
                 h.valid = min(h.valid, d)
+        return cut
 
     def _eviction(
-        self,
-        victim: BlockKey,
-        tiers: Sequence[str],
-        flight: set[BlockKey],
-        pins: dict[ContextId, int],
+        self, victim: BlockKey, tiers: Sequence[str], flight: set[BlockKey], memo: _Terms
     ) -> Eviction:
-        """``pins``: every open context's :meth:`~ShadowContext.pin_depth` (an inference's
-        evictions change chains, never messages: computed once for all of them)."""
-        holders, _ = self._holders(pins)
+        """The eviction of ``victim`` as the contract sees it, every candidate's terms from
+        ``memo`` (the inference's, see :class:`_Terms`); the victim's are computed afresh."""
+        holders, pins = memo.holders, memo.pins
+        terms = memo.terms
         cands = []
         for key in sorted(self.resident):
             if key == victim or key in flight or self.tier[key] not in tiers:
                 continue
-            info = self.evictable(key, holders, pins)
+            info = terms.get(key)
+            if info is None:
+                info = terms[key] = self.evictable(key, holders, pins)
             if info.state is not BlockClass.PINNED:
                 cands.append(info)
         return Eviction(self.evictable(victim, holders, pins), tuple(cands), victim in flight)
@@ -395,6 +424,7 @@ class Shadow(ShadowState):
         loose: Counter[str] = Counter()  # slots of this inference's unindexed writes, by tier
         freed: str | None = None  # the tier of the slot an eviction just freed
         at_refusal: dict[str, int] | None = None  # free slots before a roll-back's frees
+        memo: _Terms | None = None  # the candidates' terms, from the inference's first eviction
         while todo and not (isinstance(todo[0], FreeObs) and todo[0].reason == FreeReason.RECLAIM):
             r = todo.pop(0)
             if isinstance(r, EvictObs):
@@ -412,11 +442,13 @@ class Shadow(ShadowState):
                     freed = self.tier.get(r.key, r.tier)
                 else:
                     tiers = (r.tier,)
-                ev = self._eviction(r.key, tiers, flight, pins)
+                if memo is None:
+                    memo = _Terms(*self._holders(pins))
+                ev = self._eviction(r.key, tiers, flight, memo)
                 self.evictions.append(ev)
                 if (cls := ev.victim.state) is not r.state:
                     bad(f"evict of block {r.block} logged as {r.state.value}; it is {cls.value}")
-                self._drop(r.key)
+                memo.cut(r.key, self._drop(r.key))
             elif isinstance(r, AllocObs):
                 if len(placed) == len(misses):
                     bad(f"alloc of block {r.block} beyond the {len(misses)} blocks to write")
