@@ -86,6 +86,36 @@ def test_checker_reaches_every_expected_verdict(policy: str, table) -> None:  # 
     assert {i: table[policy][i] for i in FINDINGS} == dict.fromkeys(FINDINGS, "holds")
 
 
+def test_policies_searched_in_parallel_report_what_a_serial_check_reports(tmp_path: Path) -> None:
+    # several policies with -j 2: one search per process, each serial within, the bundles
+    # written by the parent; every verdict, counterexample, bundle and count is the serial run's
+    policies = ["lru", "kvtether", "checkers.search.mutants:MRUInverted"]
+    serial = check_policies(
+        policies, profile="dev", hypothesis_shrink=False, walks=20, out=tmp_path / "1"
+    )
+    done: list[str] = []
+    parallel = check_policies(
+        policies,
+        profile="dev",
+        hypothesis_shrink=False,
+        walks=20,
+        out=tmp_path / "2",
+        jobs=2,
+        done=done.append,
+    )
+    assert sorted(done) == sorted(policies)
+    assert [r.policy for r in parallel] == policies
+    for a, b in zip(serial, parallel, strict=True):
+        assert a.result.found == b.result.found
+        assert json.dumps(a.to_json()).replace("/1/", "/2/") == json.dumps(b.to_json())
+        for inv, bundle in a.bundles.items():
+            for f in sorted(bundle.iterdir()):
+                assert f.read_bytes() == (b.bundles[inv] / f.name).read_bytes(), f
+    # the comparison covered finds: LRU's zombie KV (a finding) and the mutant's broken claim
+    assert "no-zombie-kv" in serial[0].result.found
+    assert serial[2].failures() == ["suspended-mru"]
+
+
 #: mutants the dev profile's 50 walks miss, and the walks that catch them
 WALKS = {
     "checkers.search.mutants:StaleGroupIndex": 100,

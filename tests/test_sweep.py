@@ -4,6 +4,7 @@ output; without Dask, asking for workers is a clear usage error."""
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import pytest
 
@@ -76,6 +77,31 @@ def test_check_walks_on_a_dask_scheduler_find_what_local_processes_find(
     assert main([*argv, "--workers", "2"]) == 0  # a LocalCluster of its own
     assert capsys.readouterr().out == local
     assert main([*argv, "--workers", "2", "--scheduler", "tcp://x:1"]) == 2
+
+
+def test_check_of_several_policies_on_dask_reports_what_a_serial_check_reports() -> None:
+    # several policies on a scheduler: one search per Dask task, the reports the serial ones
+    dist = pytest.importorskip("dask.distributed")
+    from checkers.search.report import check_policies
+
+    policies = ["lru", "kvtether", "checkers.search.mutants:MRUInverted"]
+    names = ["no-zombie-kv", "suspended-mru"]
+
+    def check(scheduler: str | None) -> list[dict[str, Any]]:
+        reports = check_policies(
+            policies, names, profile="dev", walks=8, hypothesis_shrink=False,
+            scheduler=scheduler,
+        )  # fmt: skip
+        return [r.to_json() for r in reports]
+
+    serial = check(None)
+    with dist.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        assert check(cluster.scheduler_address) == serial
+    # what was compared: lru breaks both (neither claimed), the mutant its claim
+    violated = [[n for n in names if r["invariants"][n]["verdict"] == "violated"] for r in serial]
+    assert violated == [names, [], ["suspended-mru"]]
 
 
 def test_progress_is_drawn_only_on_a_terminal_and_not_when_quiet(

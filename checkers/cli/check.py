@@ -209,17 +209,20 @@ def add_check(sub: Subparsers) -> None:
         "--jobs",
         type=int_at_least(1),
         default=1,
-        help="processes for the random walks (default 1)",
+        help="processes (default 1): several policies are searched one per process, "
+        "one policy's random walks -j chunks at a time; the report is the serial one",
     )
     ck.add_argument(
         "--scheduler",
         metavar="ADDRESS",
-        help="run the random walks, -j chunks at a time, on this Dask scheduler",
+        help="run on this Dask scheduler (the policies' searches, or one policy's random "
+        "walks -j chunks at a time)",
     )
     ck.add_argument(
         "--workers",
         type=int_at_least(1, 256),
-        help="run the random walks on a local Dask cluster of N processes",
+        help="run on a local Dask cluster of N processes (the policies' searches, or one "
+        "policy's random walks)",
     )
     ck.add_argument(
         "--config",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from checkers.search.driver import CONTRACT_TRACES, PROFILES, WALKS, SearchResul
 from kvmodel.config import EngineConfig
 from kvmodel.errors import ConfigError
 from kvmodel.policy import claimed_invariants, resolve_policy
+from kvmodel.studies.sweep import executor
 
 __all__ = [
     "EXPECTED_VERDICTS",
@@ -107,9 +109,12 @@ def check_policies(
 ) -> list[PolicyReport]:
     """Search each policy (see :func:`checkers.search.driver.search`). ``config=None`` is a swarm
     search; ``walks`` defaults to the profile's; ``budget`` (seconds per policy, counted from
-    its search's start, shrinking not included) lets the random walks go on until it is spent;
-    ``jobs`` processes, or rounds of ``jobs`` chunks on the Dask scheduler at ``scheduler``.
-    ``done(policy)`` is called as each policy's search finishes (progress)."""
+    its search's start, shrinking not included) lets the random walks go on until it is spent.
+    Several policies with ``jobs`` > 1 or a ``scheduler``: one search per task, on ``jobs`` local
+    processes or the Dask scheduler's workers; one policy: its random walks, ``jobs`` chunks at a
+    time. Either way every report is the serial run's (a search is a deterministic function of
+    its arguments; only ``found_after``, a time, differs). ``done(policy)`` is called as each
+    policy's search finishes (progress)."""
     examples, n_steps = PROFILES[profile]
     names = tuple(invariants) if invariants is not None else tuple(INVARIANTS)
     seen: dict[str, str] = {}
@@ -121,26 +126,34 @@ def check_policies(
                 "would share one row; rename one (its class's `name`)"
             )
         seen[name] = p
+    settings = _Settings(
+        names,
+        config,
+        max_examples or examples,
+        steps or n_steps,
+        seed,
+        hypothesis_shrink,
+        WALKS[profile] if walks is None else walks,
+        budget,
+        CONTRACT_TRACES[profile],
+    )
+    results: Iterable[tuple[frozenset[str], SearchResult]]
+    if len(policies) > 1 and (jobs > 1 or scheduler is not None):
+        # one search per task, each serial within (its walks too): a search is a deterministic
+        # function of its arguments, so every result is the one a serial run gives, whatever
+        # ran where; results are taken in policy order, bundles written here
+        with executor(jobs, scheduler) as pool:
+            futures = [pool.submit(_search_one, p, settings, 1, None) for p in policies]
+            if done is not None:
+                for fut in as_completed(futures):
+                    done(policies[futures.index(fut)])
+            results = [fut.result() for fut in futures]
+        notify = None
+    else:
+        results = (_search_one(p, settings, jobs, scheduler) for p in policies)
+        notify = done
     reports = []
-    for p in policies:
-        # structural invariants are claimed by every policy: they are the engine's own
-        claims = claimed_invariants(resolve_policy(p)) | STRUCTURAL
-        r = search(
-            p,
-            names,
-            config=config,
-            max_examples=max_examples or examples,
-            steps=steps or n_steps,
-            seed=seed,
-            # Hypothesis's targeted shrinking for what fails the check (claims, findings);
-            # delta debugging alone for the rest (they are 1-minimal all the same)
-            hypothesis_shrink=(claims | set(FINDINGS)) if hypothesis_shrink else False,
-            walks=WALKS[profile] if walks is None else walks,
-            walk_seconds=budget,
-            jobs=jobs,
-            contract_traces=CONTRACT_TRACES[profile],
-            scheduler=scheduler,
-        )
+    for p, (claims, r) in zip(policies, results, strict=True):
         bundles: dict[str, Path] = {}
         if out is not None:
             for inv, c in r.found.items():
@@ -149,9 +162,49 @@ def check_policies(
                     d, c.ops, p, c.config, inv, c.violation, one_minimal=c.one_minimal
                 )
         reports.append(PolicyReport(p, claims, r, bundles))
-        if done is not None:
-            done(p)
+        if notify is not None:
+            notify(p)
     return reports
+
+
+@attrs.frozen
+class _Settings:
+    """What every policy's search in one check shares."""
+
+    invariants: tuple[str, ...]
+    config: EngineConfig | None
+    max_examples: int
+    steps: int
+    seed: int
+    hypothesis_shrink: bool
+    walks: int
+    budget: float | None
+    contract_traces: int
+
+
+def _search_one(
+    policy: str, s: _Settings, jobs: int, scheduler: str | None
+) -> tuple[frozenset[str], SearchResult]:
+    """One policy's claims and search (a task of its own when policies run in parallel)."""
+    # structural invariants are claimed by every policy: they are the engine's own
+    claims = claimed_invariants(resolve_policy(policy)) | STRUCTURAL
+    r = search(
+        policy,
+        s.invariants,
+        config=s.config,
+        max_examples=s.max_examples,
+        steps=s.steps,
+        seed=s.seed,
+        # Hypothesis's targeted shrinking for what fails the check (claims, findings);
+        # delta debugging alone for the rest (they are 1-minimal all the same)
+        hypothesis_shrink=(claims | set(FINDINGS)) if s.hypothesis_shrink else False,
+        walks=s.walks,
+        walk_seconds=s.budget,
+        jobs=jobs,
+        contract_traces=s.contract_traces,
+        scheduler=scheduler,
+    )
+    return claims, r
 
 
 def render_table(reports: Sequence[PolicyReport]) -> str:
