@@ -19,6 +19,7 @@ from checkers.invariants import FINDINGS, INVARIANTS, STRUCTURAL
 from checkers.invariants.contract import contract_violation
 from checkers.invariants.replay import check_ops, nondeterminism
 from checkers.search.controls import CONTROLS
+from checkers.search.driver import search
 from checkers.search.mutants import MUTANTS
 from checkers.search.report import check_policies, expected_verdicts
 from checkers.search.shrink import shrink
@@ -90,15 +91,17 @@ def test_policies_searched_in_parallel_report_what_a_serial_check_reports(tmp_pa
     # several policies with -j 2: one search per process, each serial within, the bundles
     # written by the parent; every verdict, counterexample, bundle and count is the serial run's
     policies = ["lru", "kvtether", "checkers.search.mutants:MRUInverted"]
+    names = ["no-zombie-kv", "suspended-mru"]
     serial = check_policies(
-        policies, profile="dev", hypothesis_shrink=False, walks=20, out=tmp_path / "1"
+        policies, names, profile="dev", hypothesis_shrink=False, walks=8, out=tmp_path / "1"
     )
     done: list[str] = []
     parallel = check_policies(
         policies,
+        names,
         profile="dev",
         hypothesis_shrink=False,
-        walks=20,
+        walks=8,
         out=tmp_path / "2",
         jobs=2,
         done=done.append,
@@ -114,6 +117,12 @@ def test_policies_searched_in_parallel_report_what_a_serial_check_reports(tmp_pa
     # the comparison covered finds: LRU's zombie KV (a finding) and the mutant's broken claim
     assert "no-zombie-kv" in serial[0].result.found
     assert serial[2].failures() == ["suspended-mru"]
+    # one policy with -j 2: its walks, then its finds' shrinking (Hypothesis's targeted run and
+    # delta debugging), one invariant per process
+    runs = [search("lru", names, max_examples=10, steps=20, walks=10, jobs=jobs) for jobs in (1, 2)]
+    assert sorted(runs[0].found) == names  # two shrunk at once
+    assert {c.found_by for c in runs[0].found.values()} == {"machine"}  # (targeted runs too)
+    assert runs[0].found == runs[1].found
 
 
 #: mutants the dev profile's 50 walks miss, and the walks that catch them

@@ -31,6 +31,7 @@ from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.io.trace import Op, Trace
 from kvmodel.policy import resolve_policy
+from kvmodel.studies.sweep import executor
 
 __all__ = [
     "CONTRACT_TRACES",
@@ -142,7 +143,8 @@ def search(
     ``config=None`` is a swarm search (each example and walk draws its engine); a config fixes
     it. After the machine, ``walks`` random walks (:mod:`checkers.search.walk`) run, and more until
     ``walk_seconds`` have passed since the search began, on ``jobs`` processes (or in rounds of
-    ``jobs`` chunks on the Dask scheduler at ``scheduler``).
+    ``jobs`` chunks on the Dask scheduler at ``scheduler``); the finds are then shrunk there too,
+    one invariant per task, merged in the serial order (the result is the serial one).
     ``hypothesis_shrink=False`` skips the
     targeted Hypothesis runs and delta-debugs the failing prefix directly: several times
     faster, usually a little longer result; a collection of names runs them for those
@@ -201,83 +203,31 @@ def search(
             )
 
     found: dict[str, Counterexample] = {}
-    for inv in [n for n in (*names, *FINDINGS) if n in first]:
-        f = first[inv]
-        cfg = f.config
-        if inv == "nondeterministic":
-            found[inv] = _shrink_nondeterminism(policy, f, shrink_budget)
-            continue
-        last: list[tuple[list[Op], EngineConfig]] = []
-
-        def keep(
-            name: str,
-            ops: Sequence[Op],
-            v: Violation,
-            c: EngineConfig,
-            inv: str = inv,
-            last: list[tuple[list[Op], EngineConfig]] = last,
-        ) -> None:
-            if name == inv:
-                last.append((list(ops), c))
-
-        ops = f.ops
-        monitored = [inv] if inv in INVARIANTS else []
-        use_hypothesis = (
-            hypothesis_shrink if isinstance(hypothesis_shrink, bool) else inv in hypothesis_shrink
+    todo = [n for n in (*names, *FINDINGS) if n in first]
+    shrink_settings = _Shrink(config, max_examples, steps, seed, shrink_budget, offline)
+    tasks = [
+        (
+            policy,
+            inv,
+            first[inv],
+            hypothesis_shrink if isinstance(hypothesis_shrink, bool) else inv in hypothesis_shrink,
+            shrink_settings,
         )
-        if not use_hypothesis or f.found_by == "walk":
-            pass  # delta debugging alone, from the failing prefix
-        elif offline:
-            if (
-                _search_traces(
-                    policy, [inv], config, max_examples, steps, seed, keep, SearchStats(), fail=True
-                )
-                and last
-            ):
-                ops, cfg = last[-1]
-        else:
-            # the targeted run monitors only its invariant: cheaper examples, faster shrinking
-            targeted = make_machine(
-                policy,
-                [inv],
-                config=config,
-                fail_on=frozenset({inv}),
-                record=keep,
-                stats=SearchStats(),
-            )
-            if run_machine(targeted, search_settings(max_examples, steps), seed) and last:
-                ops, cfg = last[-1]  # Hypothesis replays the shrunk example last
-        h_len = len(ops)
-
-        def fails(
-            cand: Sequence[Op],
-            inv: str = inv,
-            monitored: list[str] = monitored,
-            cfg: EngineConfig = cfg,
-        ) -> bool:
-            run = check_ops(cand, policy, cfg, monitored, stop_at=inv)
-            return run.trace_error is None and run.first(inv) is not None
-
-        # a counterexample must replay, the same way every time: otherwise the policy (or
-        # engine) is nondeterministic or keeps state across runs -- a finding, never a crash
-        odd = nondeterminism(ops, policy, cfg)
-        if odd is None and fails(ops):
-            small, minimal = shrink(ops, fails, budget=shrink_budget)
-            final = check_ops(small, policy, cfg, monitored, stop_at=inv).first(inv)
-            if final is not None:
-                found[inv] = Counterexample(
-                    inv, tuple(small), final, h_len, minimal, cfg, f.found_by
-                )
-                continue
-        v = odd or Violation(
-            "nondeterministic",
-            f"the {inv} violation seen in the search does not replay from its trace "
-            "(state kept across runs?)",
-        )
-        found.setdefault(
-            "nondeterministic",
-            _shrink_nondeterminism(policy, _First(ops, v, cfg, f.found_by), shrink_budget),
-        )
+        for inv in todo
+    ]
+    if len(tasks) > 1 and (jobs > 1 or scheduler is not None):
+        # each invariant's counterexample is shrunk on its own (a deterministic function of its
+        # find): in parallel, merged below in the serial order, so the result is the serial one
+        with executor(jobs, scheduler) as pool:
+            futures = [pool.submit(_shrink_one, *t) for t in tasks]
+            shrunk = [fut.result() for fut in futures]
+    else:
+        shrunk = [_shrink_one(*t) for t in tasks]
+    for inv, (c, replayed) in zip(todo, shrunk, strict=True):
+        if replayed:
+            found[inv] = c
+        else:  # the find did not replay: a nondeterminism finding, the first one kept
+            found.setdefault("nondeterministic", c)
     if contract_traces and "engine-contract" not in found:
         from checkers.search.engine_check import engine_self_check
 
@@ -297,6 +247,81 @@ def search(
             )
         stats.contract_traces += contract_traces
     return SearchResult(policy, names, found, stats)
+
+
+@attrs.frozen
+class _Shrink:
+    """What shrinking every find of one search shares."""
+
+    config: EngineConfig | None
+    max_examples: int
+    steps: int
+    seed: int
+    budget: int
+    offline: bool
+
+
+def _shrink_one(
+    policy: str, inv: str, f: _First, use_hypothesis: bool, s: _Shrink
+) -> tuple[Counterexample, bool]:
+    """The counterexample of ``inv``'s find ``f``: Hypothesis's targeted run (``use_hypothesis``,
+    a find of the machine), then delta debugging to 1-minimality; and whether the find replayed
+    (False: the counterexample is a ``nondeterministic`` finding's, the find's trace replaying
+    differently or not failing again)."""
+    cfg = f.config
+    if inv == "nondeterministic":
+        return _shrink_nondeterminism(policy, f, s.budget), True
+    last: list[tuple[list[Op], EngineConfig]] = []
+
+    def keep(name: str, ops: Sequence[Op], v: Violation, c: EngineConfig) -> None:
+        if name == inv:
+            last.append((list(ops), c))
+
+    ops = f.ops
+    monitored = [inv] if inv in INVARIANTS else []
+    if not use_hypothesis or f.found_by == "walk":
+        pass  # delta debugging alone, from the failing prefix
+    elif s.offline:
+        if (
+            _search_traces(
+                policy, [inv], s.config, s.max_examples, s.steps, s.seed, keep, SearchStats(),
+                fail=True,
+            )
+            and last
+        ):  # fmt: skip
+            ops, cfg = last[-1]
+    else:
+        # the targeted run monitors only its invariant: cheaper examples, faster shrinking
+        targeted = make_machine(
+            policy,
+            [inv],
+            config=s.config,
+            fail_on=frozenset({inv}),
+            record=keep,
+            stats=SearchStats(),
+        )
+        if run_machine(targeted, search_settings(s.max_examples, s.steps), s.seed) and last:
+            ops, cfg = last[-1]  # Hypothesis replays the shrunk example last
+    h_len = len(ops)
+
+    def fails(cand: Sequence[Op]) -> bool:
+        run = check_ops(cand, policy, cfg, monitored, stop_at=inv)
+        return run.trace_error is None and run.first(inv) is not None
+
+    # a counterexample must replay, the same way every time: otherwise the policy (or
+    # engine) is nondeterministic or keeps state across runs -- a finding, never a crash
+    odd = nondeterminism(ops, policy, cfg)
+    if odd is None and fails(ops):
+        small, minimal = shrink(ops, fails, budget=s.budget)
+        final = check_ops(small, policy, cfg, monitored, stop_at=inv).first(inv)
+        if final is not None:
+            return Counterexample(inv, tuple(small), final, h_len, minimal, cfg, f.found_by), True
+    v = odd or Violation(
+        "nondeterministic",
+        f"the {inv} violation seen in the search does not replay from its trace "
+        "(state kept across runs?)",
+    )
+    return _shrink_nondeterminism(policy, _First(ops, v, cfg, f.found_by), s.budget), False
 
 
 def _shrink_nondeterminism(policy: str, f: _First, budget: int) -> Counterexample:
