@@ -320,11 +320,10 @@ class Monitor:
         records = e.log.since(self._seen)
         self._seen = len(e.log)
         a = self.active
-        # every context's message states, read once for the contract and legal-transitions
+        # every context's message states, read once for legal-transitions and the contract
+        # (without legal-transitions, the contract reads the open contexts' alone)
         now = (
-            {cid: c.states() for cid, c in e.contexts.items()}
-            if self._shadow is not None or "legal-transitions" in a
-            else None
+            {cid: c.states() for cid, c in e.contexts.items()} if "legal-transitions" in a else None
         )
         self._contract(op, records, now)
         self._evictions()
@@ -344,7 +343,7 @@ class Monitor:
         if "chains" in a:
             for v in check_chains(e):
                 self._add("chains", v.message, v.block, v.ctx)
-        if "legal-transitions" in a and now is not None:
+        if now is not None:
             for cid, states in now.items():
                 before = self._states.get(cid, {})
                 if states == before:  # (most contexts, most ops: one comparison in C)
