@@ -6,16 +6,18 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import ClassVar
 
 import attrs
 import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from checkers.invariants import INVARIANTS
+from checkers.invariants import INVARIANTS, Monitor
 from checkers.invariants.predicates import contested
-from checkers.invariants.replay import check_ops
+from checkers.invariants.replay import check_ops, engine_for
 from checkers.search.coverage import SearchStats, at_deadlines
 from checkers.search.driver import search
 from checkers.search.swarm import BLOCK_SIZES, check_config, draw_config, swarm_configs
@@ -41,7 +43,9 @@ from kvmodel.lifecycle import BlockClass
 from kvmodel.memory import TierConfig
 from kvmodel.messages import AgentKind, Message, MessageKind, Role
 from kvmodel.policy import claimed_invariants, resolve_policy
+from kvmodel.view import BlockInfo, ModelView
 from kvmodel.workloads.random_ops import OP_WEIGHTS, RandomParams, random_trace
+from policies.lru import LRU
 
 
 def test_the_swarm_spans_block_sizes_tier_counts_and_wear() -> None:
@@ -422,3 +426,38 @@ def test_search_draws_do_not_depend_on_the_modules_loaded(tmp_path: Path, monkey
     importlib.import_module("kvlits_probe")
     assert unpinned() != unpinned_before  # the hazard: a new module's literals moved the draws
     assert draws() == pinned_before  # pinned: the same draws
+
+
+class _RaisesOnEvict(LRU):
+    """A policy whose order raises on every eviction (an outside author's crash)."""
+
+    name: ClassVar[str] = "raises-on-evict"
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        raise RuntimeError("no order")
+
+
+def test_a_run_stopped_mid_op_stays_stopped() -> None:
+    # memory for three blocks: a's two, then b's inference takes the free slot and must evict
+    # for its second block -- the policy raises with one of b's blocks already written
+    cfg = EngineConfig(4, (TierConfig(TierName("hbm"), 3),))
+    engine = engine_for(_RaisesOnEvict(), cfg)
+    mon = Monitor(engine, INVARIANTS)
+
+    def say(ctx: str, n: int, mid: str) -> list[Op]:
+        c = ContextId(ctx)
+        msg = Message(MessageId(mid), Role.USER, MessageKind.INSTRUCTION, n)
+        return [Open(0.0, c, SessionId(ctx), AgentKind.MAIN), Append(0.0, c, (msg,))]
+
+    for op in [*say("a", 8, "m1"), Infer(0.0, ContextId("a"), ()), *say("b", 8, "m2")]:
+        assert mon.apply(op)
+    assert not mon.apply(Infer(1.0, ContextId("b"), ()))
+    assert [v.invariant for v in mon.violations] == ["policy-protocol"]
+    assert "raised RuntimeError in eviction_order" in mon.violations[0].message
+    # the engine stopped in the middle of that inference: a later op is refused unapplied,
+    # never checked against a state no trace reaches (where it had been: an engine-contract
+    # finding that did not replay, reported as the policy being nondeterministic)
+    seen, at = len(engine.log), mon.op_index
+    assert not mon.apply(Open(2.0, ContextId("c"), SessionId("c"), AgentKind.MAIN))
+    assert (len(engine.log), mon.op_index, len(mon.violations)) == (seen, at, 1)
+    assert ContextId("c") not in engine.contexts

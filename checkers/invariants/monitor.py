@@ -129,6 +129,9 @@ class Monitor:
         self.active = frozenset(invariants)
         self.endurance_years = endurance_years
         self.violations: list[Violation] = []
+        #: the run cannot go on (``apply`` returned False): the engine stopped in the middle of
+        #: an op, in a state no trace reaches, so every later ``apply`` refuses at once
+        self.stopped = False
         self.op_index = -1
         self._seen = 0
         #: the ops applied, kept for an engine other than the reference: if it refuses an op as
@@ -273,7 +276,14 @@ class Monitor:
         """Apply one op to the engine with the checks around it. False when the run cannot go
         on: the engine refused a policy decision, crashed, or (an engine other than the
         reference) refused as bad input an op the reference accepts (each recorded as a
-        violation). Bad input (:class:`~kvmodel.errors.TraceError`) propagates."""
+        violation). Bad input (:class:`~kvmodel.errors.TraceError`) propagates.
+
+        Once False, always False: the op that stopped the run may have stopped half-applied
+        (a policy raising in the middle of an inference's admission leaves some of its blocks
+        written), and what later ops did to that state would be findings no trace replays
+        (spec/invariants.md, Findings)."""
+        if self.stopped:
+            return False
         self.before_op(op)
         try:
             self.engine.apply(op)
@@ -281,21 +291,25 @@ class Monitor:
             if self._history is None or not _valid_input([*self._history, op], self.engine):
                 raise
             self.internal_error(e, where="the engine refused valid input")
-            return False
+            return self._stop()
         except PolicyError as e:
             self.policy_error(e)
-            return False
+            return self._stop()
         except Exception as e:  # an engine that crashes is a finding, not a checker crash
             self.internal_error(e)
-            return False
+            return self._stop()
         if self._history is not None:
             self._history.append(op)
         try:
             self.after_op(op)
         except Exception as e:  # a state the checks cannot read: reported with the trace
             self.internal_error(e, where="the monitor could not read the engine's state")
-            return False
+            return self._stop()
         return True
+
+    def _stop(self) -> bool:
+        self.stopped = True
+        return False
 
     def policy_error(self, err: PolicyError) -> None:
         name = {

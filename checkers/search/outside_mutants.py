@@ -77,6 +77,16 @@ inference's admission then, and now does (M4.4; spec/invariants.md, Self-checks 
   while HBF has room. It evicts nothing it should not and rejects nothing, and no invariant a
   policy without a placement rule claims reads a tier; the contract model now checks that each
   new block takes the first of its placement's tiers with a free slot.
+
+Written 2026-12-05, the same way; ten more policies were caught at the ci profile and are not
+kept (each repeats a bug class the zoo has), and this one is:
+
+* :class:`AgentWeightTable` weighs candidates by the agent kind that wrote them, from a table
+  that has no reviewer: its ``eviction_order`` raises ``KeyError`` in the middle of an
+  admission. It was caught (``policy-protocol``), but at the dev profile it was also reported
+  ``nondeterministic``: the machine went on applying a rule's later ops after the run had
+  stopped mid-op, and a find made on that state did not replay. A stopped run now stays
+  stopped (spec/invariants.md, Findings).
 """
 
 from __future__ import annotations
@@ -99,6 +109,7 @@ from policies.kvtether import KVTether
 
 __all__ = [
     "OUTSIDE_MUTANTS",
+    "AgentWeightTable",
     "CountsFreeOnly",
     "CountsFreeOnlyTether",
     "EvictsBeforeSpilling",
@@ -396,6 +407,24 @@ class SpillsToLastTierTether(KVTether):
     engine_class: ClassVar[type[Engine]] = SpillsToLastTier
 
 
+class AgentWeightTable(_CodedTether):
+    """KVTether as code with a per-agent-kind weight ahead of its order, to be tuned later (all
+    0 for now, so the order is KVTether's), from a table written before reviewers existed: when
+    a reviewer's block is a candidate, ``eviction_order`` raises ``KeyError`` -- in the middle
+    of an inference's admission, with some of its blocks already written."""
+
+    name: ClassVar[str] = "mutant-agent-weight-table"
+    _weight: ClassVar[dict[str, int]] = {"main": 0, "lead": 0, "worker": 0, "compactor": 0}
+
+    def suspended_at(self, view: ModelView, b: BlockInfo) -> float | None:
+        return b.suspend_time
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        weight = {b.id: self._weight[b.writer_agent.value] for b in candidates}
+        order = list(super().eviction_order(view, candidates))
+        return sorted(order, key=lambda bid: weight[bid])  # (stable: KVTether's order kept)
+
+
 #: import path -> the invariant it must be caught breaking
 OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
     {
@@ -413,5 +442,6 @@ OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.search.outside_mutants:OptimisticAdmissionTether": "engine-contract",
         "checkers.search.outside_mutants:EvictsBeforeSpillingTether": "engine-contract",
         "checkers.search.outside_mutants:SpillsToLastTierTether": "engine-contract",
+        "checkers.search.outside_mutants:AgentWeightTable": "policy-protocol",
     }
 )

@@ -129,11 +129,15 @@ def make_machine(
                 self._apply(self.b.start_session(0, pin=True, ttl=None))
 
         def _run(self, name: str, ops: list[Op]) -> None:
+            if self.halted:  # (a rule's later actions, after one that stopped the run)
+                return
             st_.rules[name] += 1
             st_.steps += 1
             self._apply(ops)
 
         def _apply(self, ops: list[Op]) -> None:
+            if self.halted:
+                return
             for op in ops:
                 if not self.monitor.apply(op):
                     self.halted = True
