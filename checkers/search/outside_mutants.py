@@ -78,8 +78,9 @@ inference's admission then, and now does (M4.4; spec/invariants.md, Self-checks 
   policy without a placement rule claims reads a tier; the contract model now checks that each
   new block takes the first of its placement's tiers with a free slot.
 
-Written 2026-12-05, the same way; ten more policies were caught at the ci profile and are not
-kept (each repeats a bug class the zoo has), and this one is:
+Written 2026-12-05, the same way: fifteen more policies, all caught by ``kvmodel check`` at the
+ci profile and not kept, since each repeats a bug class the zoo has (README, How much the search
+finds), and this one, which is kept:
 
 * :class:`AgentWeightTable` weighs candidates by the agent kind that wrote them, from a table
   that has no reviewer: its ``eviction_order`` raises ``KeyError`` in the middle of an
