@@ -20,6 +20,8 @@ from checkers.invariants.predicates import contested
 from checkers.invariants.replay import check_ops, engine_for
 from checkers.search.coverage import SearchStats, at_deadlines
 from checkers.search.driver import search
+from checkers.search.outside_mutants import WALK_OPS_NEEDED
+from checkers.search.scope import WALK_OPS
 from checkers.search.swarm import BLOCK_SIZES, check_config, draw_config, swarm_configs
 from checkers.search.walk import WalkFind, explore, run_walk, walk_recipe
 from kvmodel.cli import main
@@ -298,13 +300,13 @@ def test_the_machine_targets_pressure_and_counts_what_it_did() -> None:
 
 def test_check_cli_budget_walks_and_jobs(capsys: pytest.CaptureFixture[str]) -> None:
     base = ["check", "kvtether", "--invariants", "no-zombie-kv", "--max-examples", "3"]
-    assert main([*base, "--steps", "5", "--walks", "16", "-j", "2"]) == 0
+    assert main([*base, "--steps", "5", "--walks", "16", "-j", "2", "--walk-ops", "300"]) == 0
     out = capsys.readouterr().out
-    for text in ("16 random walks", "coverage: evictions", "ops applied:"):
+    for text in ("16 random walks (up to 300 ops)", "coverage: evictions", "ops applied:"):
         assert text in out
     assert main([*base, "--steps", "5", "--walks", "0", "--budget", "1s"]) == 0
-    assert "random walks" in capsys.readouterr().out
-    for bad in (["--budget", "soon"], ["--budget=-3s"], ["-j", "0"]):
+    assert f"random walks (up to {WALK_OPS} ops)" in capsys.readouterr().out
+    for bad in (["--budget", "soon"], ["--budget=-3s"], ["-j", "0"], ["--walk-ops", "0"]):
         assert main([*base, *bad]) == 2
         assert "error" in capsys.readouterr().err.lower()
 
@@ -461,3 +463,23 @@ def test_a_run_stopped_mid_op_stays_stopped() -> None:
     assert not mon.apply(Open(2.0, ContextId("c"), SessionId("c"), AgentKind.MAIN))
     assert (len(engine.log), mon.op_index, len(mon.violations)) == (seen, at, 1)
     assert ContextId("c") not in engine.contexts
+
+
+def test_longer_walks_reach_what_the_default_scope_misses() -> None:
+    # an LRU whose recency wraps every hour: no walk of the default length runs its clock that
+    # far, while walks of up to 2,000 ops do (spec/invariants.md, the search's scope)
+    ((mutant, ops),) = WALK_OPS_NEEDED.items()
+    inv = ["prefix-closed-residency"]
+    short_finds: list[WalkFind] = []
+    short = explore(mutant, inv, walks=40, on_find=short_finds.append)
+    assert short.coverage["evictions"] > 0  # pressure,
+    assert short_finds == []  # yet nothing found
+    finds: list[WalkFind] = []
+    explore(mutant, inv, walks=40, max_ops=ops, on_find=finds.append)
+    assert [f.walk for f in finds] == [39]  # (seed 0)
+    assert max(o.t for o in finds[0].ops) > 3600
+    # the default is the cap every walk had before the option: the same walks
+    assert walk_recipe(0, 5) == walk_recipe(0, 5, None, WALK_OPS)
+    assert attrs.evolve(walk_recipe(0, 5, None, ops)[1], ops=0) == attrs.evolve(
+        walk_recipe(0, 5)[1], ops=0
+    )

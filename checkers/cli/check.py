@@ -13,6 +13,7 @@ from checkers.invariants.contract import contract_violation
 from checkers.invariants.registry import invariant_names
 from checkers.invariants.replay import check_ops, nondeterminism
 from checkers.invariants.structural import Violation
+from checkers.search.scope import WALK_OPS
 from kvmodel.cli.common import Subparsers, atomic_write, engine_config, int_at_least
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
@@ -56,6 +57,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             hypothesis_shrink=shrinker == "hypothesis",
             walks=args.walks,
             budget=_seconds(args.budget) if args.budget else None,
+            walk_ops=args.walk_ops,
             jobs=max(args.jobs, args.workers or 1),
             scheduler=args.scheduler or address,
             done=done,
@@ -81,7 +83,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         st = r.result.stats
         never = ", ".join(st.never_fired()) or "none"
         print(
-            f"{r.policy}: {st.examples} examples, {st.steps} steps, {st.walks} random walks, "
+            f"{r.policy}: {st.examples} examples, {st.steps} steps, {st.walks} random walks "
+            f"(up to {args.walk_ops} ops), "
             f"{st.contract_traces} contract traces; never fired: {never}"
         )
         fired = ", ".join(f"{k} {n}" for k, n in sorted(st.rules.items()) if n)
@@ -198,6 +201,13 @@ def add_check(sub: Subparsers) -> None:
         type=int_at_least(0),
         help="random walks after the machine (default: the profile's: dev 50, ci 200, "
         "thorough 2000)",
+    )
+    ck.add_argument(
+        "--walk-ops",
+        type=int_at_least(1),
+        default=WALK_OPS,
+        help=f"the longest a random walk may be, in ops (default {WALK_OPS}): longer walks "
+        "reach later clocks and fill larger engines (spec/invariants.md, the search's scope)",
     )
     ck.add_argument(
         "--budget",

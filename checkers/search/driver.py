@@ -24,6 +24,7 @@ from checkers.invariants.replay import check_ops, nondeterminism
 from checkers.invariants.structural import Violation
 from checkers.search.coverage import TARGETS, SearchStats
 from checkers.search.pool import fixed_constants
+from checkers.search.scope import WALK_OPS
 from checkers.search.shrink import shrink
 from checkers.search.stateful import RULES, Record, make_machine, run_machine, search_settings
 from checkers.search.swarm import check_config, swarm_configs
@@ -137,13 +138,16 @@ def search(
     jobs: int = 1,
     contract_traces: int = 0,
     scheduler: str | None = None,
+    walk_ops: int = WALK_OPS,
 ) -> SearchResult:
     """Search for counterexamples to each invariant under ``policy`` (see the module docstring).
 
     ``config=None`` is a swarm search (each example and walk draws its engine); a config fixes
     it. After the machine, ``walks`` random walks (:mod:`checkers.search.walk`) run, and more until
     ``walk_seconds`` have passed since the search began, on ``jobs`` processes (or in rounds of
-    ``jobs`` chunks on the Dask scheduler at ``scheduler``); the finds are then shrunk there too,
+    ``jobs`` chunks on the Dask scheduler at ``scheduler``), each at most ``walk_ops`` ops long
+    (longer walks reach later clocks and fuller engines: spec/invariants.md, the search's
+    scope); the finds are then shrunk there too,
     one invariant per task, merged in the serial order (the result is the serial one).
     ``hypothesis_shrink=False`` skips the
     targeted Hypothesis runs and delta-debugs the failing prefix directly: several times
@@ -193,6 +197,7 @@ def search(
             stats=stats,
             on_find=on_find,
             scheduler=scheduler,
+            max_ops=walk_ops,
         )
 
     if "nondeterministic" not in first and stats.sample and stats.sample_config is not None:

@@ -88,6 +88,11 @@ finds), and this one, which is kept:
   ``nondeterministic``: the machine went on applying a rule's later ops after the run had
   stopped mid-op, and a find made on that state did not replay. A stopped run now stays
   stopped (spec/invariants.md, Findings).
+* :class:`HourClockLRU` orders by recency in whole seconds modulo an hour. The ci profile
+  passes it, because no walk of the default length runs its clock past an hour (a 64 s wrap is
+  caught at once). Walks of up to 2,000 ops catch it (``kvmodel check --walk-ops``): the zoo's
+  first mutant outside the default search's scope, kept with the walk length it needs
+  (:data:`WALK_OPS_NEEDED`; spec/invariants.md, Counterexamples).
 """
 
 from __future__ import annotations
@@ -107,9 +112,11 @@ from kvmodel.memory import Memory
 from kvmodel.policy import Reclaim
 from kvmodel.view import BlockInfo, ModelView
 from policies.kvtether import KVTether
+from policies.lru import LRU
 
 __all__ = [
     "OUTSIDE_MUTANTS",
+    "WALK_OPS_NEEDED",
     "AgentWeightTable",
     "CountsFreeOnly",
     "CountsFreeOnlyTether",
@@ -119,6 +126,7 @@ __all__ = [
     "ForkCopiesPinsTether",
     "ForkKeepsInvalidTail",
     "ForkKeepsInvalidTailTether",
+    "HourClockLRU",
     "LastAccessMRU",
     "LastPinWins",
     "LastPinWinsTether",
@@ -426,6 +434,22 @@ class AgentWeightTable(_CodedTether):
         return sorted(order, key=lambda bid: weight[bid])  # (stable: KVTether's order kept)
 
 
+class HourClockLRU(LRU):
+    """LRU as code that orders by recency in whole seconds modulo an hour first (a 12-bit field
+    of packed block metadata): a block used just after the hour turns looks older than one
+    used just before it. Outside the default search's scope: no default walk's clock reaches
+    an hour, and the ci profile passes it; walks of up to 2,000 ops find it
+    (:data:`WALK_OPS_NEEDED`)."""
+
+    name: ClassVar[str] = "mutant-hour-clock-lru"
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        def key(b: BlockInfo) -> tuple[int, float, int, int]:
+            return (int(b.last_access) % 3600, b.last_access, -b.depth, int(b.id))
+
+        return [b.id for b in sorted(candidates, key=key)]
+
+
 #: import path -> the invariant it must be caught breaking
 OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
     {
@@ -444,5 +468,12 @@ OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.search.outside_mutants:EvictsBeforeSpillingTether": "engine-contract",
         "checkers.search.outside_mutants:SpillsToLastTierTether": "engine-contract",
         "checkers.search.outside_mutants:AgentWeightTable": "policy-protocol",
+        "checkers.search.outside_mutants:HourClockLRU": "prefix-closed-residency",
     }
+)
+
+#: mutants whose bug lies outside the default search's scope, and the walk length
+#: (``kvmodel check --walk-ops``) that brings it in (spec/invariants.md, Counterexamples)
+WALK_OPS_NEEDED: Mapping[str, int] = MappingProxyType(
+    {"checkers.search.outside_mutants:HourClockLRU": 2000}
 )

@@ -19,6 +19,7 @@ import attrs
 from checkers.invariants import FINDINGS, INVARIANTS, STRUCTURAL
 from checkers.search.bundle import write_bundle
 from checkers.search.driver import CONTRACT_TRACES, PROFILES, WALKS, SearchResult, search
+from checkers.search.scope import WALK_OPS
 from kvmodel.config import EngineConfig
 from kvmodel.errors import ConfigError
 from kvmodel.policy import claimed_invariants, resolve_policy
@@ -106,10 +107,12 @@ def check_policies(
     jobs: int = 1,
     scheduler: str | None = None,
     done: Callable[[str], None] | None = None,
+    walk_ops: int = WALK_OPS,
 ) -> list[PolicyReport]:
     """Search each policy (see :func:`checkers.search.driver.search`). ``config=None`` is a swarm
     search; ``walks`` defaults to the profile's; ``budget`` (seconds per policy, counted from
-    its search's start, shrinking not included) lets the random walks go on until it is spent.
+    its search's start, shrinking not included) lets the random walks go on until it is spent;
+    ``walk_ops`` caps each walk's length.
     Several policies with ``jobs`` > 1 or a ``scheduler``: one search per task, on ``jobs`` local
     processes or the Dask scheduler's workers; one policy: its random walks, ``jobs`` chunks at a
     time. Either way every report is the serial run's (a search is a deterministic function of
@@ -136,6 +139,7 @@ def check_policies(
         WALKS[profile] if walks is None else walks,
         budget,
         CONTRACT_TRACES[profile],
+        walk_ops,
     )
     results: Iterable[tuple[frozenset[str], SearchResult]]
     if len(policies) > 1 and (jobs > 1 or scheduler is not None):
@@ -180,6 +184,7 @@ class _Settings:
     walks: int
     budget: float | None
     contract_traces: int
+    walk_ops: int
 
 
 def _search_one(
@@ -203,6 +208,7 @@ def _search_one(
         jobs=jobs,
         contract_traces=s.contract_traces,
         scheduler=scheduler,
+        walk_ops=s.walk_ops,
     )
     return claims, r
 

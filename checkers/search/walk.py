@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from checkers.invariants.replay import check_ops
 from checkers.invariants.structural import Violation
 from checkers.search.coverage import SearchStats, run_coverage
+from checkers.search.scope import WALK_OPS
 from checkers.search.swarm import draw_config, draw_weights
 from kvmodel.config import EngineConfig
 from kvmodel.io.trace import Op, Trace, op_name
@@ -33,6 +34,7 @@ from kvmodel.studies.sweep import executor
 from kvmodel.workloads.random_ops import RandomParams, random_trace
 
 __all__ = [
+    "WALK_OPS",
     "WalkFind",
     "WalkOutcome",
     "explore",
@@ -44,12 +46,14 @@ __all__ = [
 
 
 def walk_recipe(
-    seed: int, index: int, config: EngineConfig | None = None
+    seed: int, index: int, config: EngineConfig | None = None, max_ops: int = WALK_OPS
 ) -> tuple[EngineConfig, RandomParams]:
-    """Walk ``index`` of ``seed``: its engine (``config`` if given) and generator parameters."""
+    """Walk ``index`` of ``seed``: its engine (``config`` if given) and generator parameters,
+    at most ``max_ops`` ops long (every other draw is the same whatever the cap)."""
     rng = np.random.default_rng([seed, index])
     cfg = draw_config(rng) if config is None else config
-    return cfg, walk_params(rng, capacity=cfg.block_size * sum(t.blocks for t in cfg.tiers))
+    capacity = cfg.block_size * sum(t.blocks for t in cfg.tiers)
+    return cfg, walk_params(rng, max_ops, capacity=capacity)
 
 
 #: a walk's context cap, as a multiple of the engine's capacity in tokens; None: no cap
@@ -61,7 +65,7 @@ DEADLINE_LANDINGS = (0.0, 0.2, 0.5)
 
 
 def walk_params(
-    rng: np.random.Generator, max_ops: int = 120, capacity: int | None = None
+    rng: np.random.Generator, max_ops: int = WALK_OPS, capacity: int | None = None
 ) -> RandomParams:
     """A swarm draw of the raw-op generator's parameters: length, token sizes, open contexts,
     sharing, temporaries, one-shot contexts, TTLs, op weights and clock rate -- and, given the
@@ -94,7 +98,7 @@ def walk_params(
     return attrs.evolve(params, p_deadline=float(rng.choice(DEADLINE_LANDINGS)))
 
 
-def random_walks(max_ops: int = 120) -> st.SearchStrategy[Trace]:
+def random_walks(max_ops: int = WALK_OPS) -> st.SearchStrategy[Trace]:
     """Hypothesis strategy: swarm random walks (for lockstep and differential search). A walk is
     drawn from a seed, so Hypothesis cannot shrink inside it: shrink a find by delta debugging
     (:func:`checkers.search.shrink.shrink`)."""
@@ -122,10 +126,15 @@ class WalkOutcome:
 
 
 def run_walk(
-    policy: str, invariants: Sequence[str], seed: int, index: int, config: EngineConfig | None
+    policy: str,
+    invariants: Sequence[str],
+    seed: int,
+    index: int,
+    config: EngineConfig | None,
+    max_ops: int = WALK_OPS,
 ) -> WalkOutcome:
-    """Generate walk ``index`` and check it under ``policy``."""
-    cfg, params = walk_recipe(seed, index, config)
+    """Generate walk ``index`` (at most ``max_ops`` ops) and check it under ``policy``."""
+    cfg, params = walk_recipe(seed, index, config, max_ops)
     ops = random_trace(params).ops
     run = check_ops(ops, policy, cfg, invariants)
     run.require_accepted(ops, f"walk {index} of seed {seed} under {policy}")
@@ -150,10 +159,10 @@ def run_walk(
 
 
 def _chunk(
-    args: tuple[str, tuple[str, ...], int, list[int], EngineConfig | None],
+    args: tuple[str, tuple[str, ...], int, list[int], EngineConfig | None, int],
 ) -> list[WalkOutcome]:
-    policy, invariants, seed, indices, config = args
-    return [run_walk(policy, invariants, seed, i, config) for i in indices]
+    policy, invariants, seed, indices, config, max_ops = args
+    return [run_walk(policy, invariants, seed, i, config, max_ops) for i in indices]
 
 
 def explore(
@@ -168,12 +177,13 @@ def explore(
     stats: SearchStats | None = None,
     on_find: Callable[[WalkFind], None] | None = None,
     scheduler: str | None = None,
+    max_ops: int = WALK_OPS,
 ) -> SearchStats:
-    """Run at least ``walks`` walks and, with ``seconds``, keep going until that much wall time
-    has passed; ``jobs`` > 1 runs rounds of ``jobs`` chunks of walks in worker processes -- or
-    on the Dask scheduler at ``scheduler``. Finds go to ``on_find`` in walk order (the first
-    find of an invariant is the lowest-numbered walk's), so the walks and finds do not depend
-    on where they ran."""
+    """Run at least ``walks`` walks of at most ``max_ops`` ops and, with ``seconds``, keep going
+    until that much wall time has passed; ``jobs`` > 1 runs rounds of ``jobs`` chunks of walks
+    in worker processes -- or on the Dask scheduler at ``scheduler``. Finds go to ``on_find``
+    in walk order (the first find of an invariant is the lowest-numbered walk's), so the walks
+    and finds do not depend on where they ran."""
     names = tuple(invariants)
     st = stats if stats is not None else SearchStats()
     deadline = None if seconds is None else time.monotonic() + seconds
@@ -201,13 +211,14 @@ def explore(
     gen = batches()
     if jobs <= 1 and scheduler is None:
         while more():
-            take(_chunk((policy, names, seed, next(gen), config)))
+            take(_chunk((policy, names, seed, next(gen), config, max_ops)))
         return st
     with executor(jobs, scheduler) as pool:
         while more():
             # one round of `jobs` chunks at a time, merged in walk order
             futures = [
-                pool.submit(_chunk, (policy, names, seed, next(gen), config)) for _ in range(jobs)
+                pool.submit(_chunk, (policy, names, seed, next(gen), config, max_ops))
+                for _ in range(jobs)
             ]
             for fut in futures:
                 take(fut.result())
