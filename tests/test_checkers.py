@@ -246,6 +246,7 @@ def test_check_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["check", mutant, "--invariants", "suspended-mru", "--json"]) == 1
     d = json.loads(capsys.readouterr().out)
     assert d["failures"] == {"checkers.search.mutants:MRUInverted": ["suspended-mru"]}
+    assert (d["profile"], d["seed"], d["walk_ops"]) == ("ci", 0, WALK_OPS)  # the search's scope
     inv = d["reports"][0]["invariants"]["suspended-mru"]
     assert inv["verdict"] == "violated"
     assert inv["claimed"]

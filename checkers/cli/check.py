@@ -69,6 +69,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 {
                     "profile": profile,
                     "seed": args.seed,
+                    "walk_ops": args.walk_ops,
                     "shrink": shrinker,
                     "reports": [r.to_json() for r in reports],
                     "failures": failures,
