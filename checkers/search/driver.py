@@ -143,16 +143,16 @@ def search(
     """Search for counterexamples to each invariant under ``policy`` (see the module docstring).
 
     ``config=None`` is a swarm search (each example and walk draws its engine); a config fixes
-    it. After the machine, ``walks`` random walks (:mod:`checkers.search.walk`) run, and more until
-    ``walk_seconds`` have passed since the search began, on ``jobs`` processes (or in rounds of
-    ``jobs`` chunks on the Dask scheduler at ``scheduler``), each at most ``walk_ops`` ops long
-    (longer walks reach later clocks and fuller engines: spec/invariants.md, the search's
-    scope); the finds are then shrunk there too,
-    one invariant per task, merged in the serial order (the result is the serial one).
-    ``hypothesis_shrink=False`` skips the
-    targeted Hypothesis runs and delta-debugs the failing prefix directly: several times
-    faster, usually a little longer result; a collection of names runs them for those
-    invariants only (``kvmodel check``: the claimed ones and the findings).
+    it. After the machine, ``walks`` random walks (:mod:`checkers.search.walk`) run, and more
+    until ``walk_seconds`` have passed since the search began, on ``jobs`` processes (or in
+    rounds of ``jobs`` chunks on the Dask scheduler at ``scheduler``), each at most
+    ``walk_ops`` ops long (longer walks reach later clocks and fuller engines:
+    spec/invariants.md, the search's scope). The finds are then shrunk there too, one invariant
+    per task, merged in the serial order (the result is the serial one).
+    ``hypothesis_shrink=False`` skips the targeted Hypothesis runs and delta-debugs the failing
+    prefix directly: several times faster, usually a little longer result; a collection of
+    names runs them for those invariants only (``kvmodel check``: the claimed ones and the
+    findings).
     ``contract_traces`` random traces check the policy's engine against the contract on ample
     memory (the ``engine-contract`` finding,
     :func:`checkers.search.engine_check.engine_self_check`).
