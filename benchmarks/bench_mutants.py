@@ -21,9 +21,9 @@ import time
 from checkers.search.driver import PROFILES
 from checkers.search.engine_mutants import ENGINE_MUTANTS
 from checkers.search.mutants import MUTANTS
-from checkers.search.outside_mutants import WALK_OPS_NEEDED
+from checkers.search.outside_mutants import SCOPE_NEEDED
 from checkers.search.report import check_policies
-from checkers.search.scope import WALK_OPS
+from checkers.search.scope import WalkScope
 
 
 def main() -> None:
@@ -40,9 +40,10 @@ def main() -> None:
         if a.only and not any(s in name for s in a.only):
             continue
         t0 = time.perf_counter()
-        # (a mutant outside the default scope is checked as a user would: --walk-ops)
-        ops = WALK_OPS_NEEDED.get(path, WALK_OPS)
-        [report] = check_policies([path], profile=a.profile, seed=a.seed, walk_ops=ops)
+        # (a mutant outside the default scope is checked as a user would: --walk-ops,
+        # --tier-blocks)
+        scope = SCOPE_NEEDED.get(path, WalkScope())
+        [report] = check_policies([path], profile=a.profile, seed=a.seed, walk_scope=scope)
         dt = time.perf_counter() - t0
         c = report.result.found.get(inv)
         after = report.result.stats.found_after.get(inv)

@@ -21,9 +21,9 @@ from checkers.invariants.replay import check_ops, nondeterminism
 from checkers.search.controls import CONTROLS
 from checkers.search.driver import search
 from checkers.search.mutants import MUTANTS
-from checkers.search.outside_mutants import WALK_OPS_NEEDED
+from checkers.search.outside_mutants import SCOPE_NEEDED
 from checkers.search.report import check_policies, expected_verdicts
-from checkers.search.scope import WALK_OPS
+from checkers.search.scope import TIER_BLOCKS, WALK_OPS, WalkScope
 from checkers.search.shrink import shrink
 from checkers.search.stateful import check_config, make_machine
 from checkers.search.strategies import agent_traces
@@ -141,10 +141,13 @@ PROFILE: dict[str, str] = {}
 
 
 #: the zoo, each mutant with its expected invariant; those outside the default search's scope
-#: (long walks, long shrinking: 90 s) run in the slow suite, and the default run checks that
-#: longer walks find them (tests/test_search.py)
+#: are searched within the scope they need (SCOPE_NEEDED), and those that need long walks
+#: (long shrinking too: 90 s) run in the slow suite, while the default run checks that longer
+#: walks find them (tests/test_search.py)
 ZOO = [
-    pytest.param(m, inv, marks=pytest.mark.slow) if m in WALK_OPS_NEEDED else (m, inv)
+    pytest.param(m, inv, marks=pytest.mark.slow)
+    if m in SCOPE_NEEDED and SCOPE_NEEDED[m].ops > WALK_OPS
+    else (m, inv)
     for m, inv in sorted(MUTANTS.items())
 ]
 
@@ -167,7 +170,7 @@ def test_every_mutant_is_caught_with_a_replayable_bundle(
         out=tmp_path,
         hypothesis_shrink=False,
         walks=WALKS.get(mutant),
-        walk_ops=WALK_OPS_NEEDED.get(mutant, WALK_OPS),
+        walk_scope=SCOPE_NEEDED.get(mutant, WalkScope()),
     )
     assert report.verdict(invariant) == EXPECTED[mutant][invariant] == "violated"
     # and a deterministic policy is never called nondeterministic: a find made after the run
@@ -176,7 +179,7 @@ def test_every_mutant_is_caught_with_a_replayable_bundle(
     assert invariant == "nondeterministic" or "nondeterministic" not in report.result.found
     c = report.result.found[invariant]
     # (a long walk's find may stop at the shrink budget before 1-minimality)
-    assert c.one_minimal or mutant in WALK_OPS_NEEDED
+    assert c.one_minimal or mutant in SCOPE_NEEDED
     bundle = report.bundles[invariant]
     trace = load_trace(bundle / "trace.jsonl")
     config = load_config(bundle / "config.toml")
@@ -246,7 +249,13 @@ def test_check_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["check", mutant, "--invariants", "suspended-mru", "--json"]) == 1
     d = json.loads(capsys.readouterr().out)
     assert d["failures"] == {"checkers.search.mutants:MRUInverted": ["suspended-mru"]}
-    assert (d["profile"], d["seed"], d["walk_ops"]) == ("ci", 0, WALK_OPS)  # the search's scope
+    # the search's scope
+    assert (d["profile"], d["seed"], d["walk_ops"], d["tier_blocks"]) == (
+        "ci",
+        0,
+        WALK_OPS,
+        TIER_BLOCKS,
+    )
     inv = d["reports"][0]["invariants"]["suspended-mru"]
     assert inv["verdict"] == "violated"
     assert inv["claimed"]

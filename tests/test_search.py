@@ -20,8 +20,8 @@ from checkers.invariants.predicates import contested
 from checkers.invariants.replay import check_ops, engine_for
 from checkers.search.coverage import SearchStats, at_deadlines
 from checkers.search.driver import search
-from checkers.search.outside_mutants import WALK_OPS_NEEDED
-from checkers.search.scope import WALK_OPS
+from checkers.search.outside_mutants import OUTSIDE_MUTANTS, SCOPE_NEEDED
+from checkers.search.scope import WALK_OPS, WalkScope
 from checkers.search.swarm import BLOCK_SIZES, check_config, draw_config, swarm_configs
 from checkers.search.walk import WalkFind, explore, run_walk, walk_recipe
 from kvmodel.cli import main
@@ -298,15 +298,33 @@ def test_the_machine_targets_pressure_and_counts_what_it_did() -> None:
     assert "multi-tier runs" in line
 
 
-def test_check_cli_budget_walks_and_jobs(capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_cli_budget_walks_and_jobs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from checkers.search.bundle import config_to_toml
+
     base = ["check", "kvtether", "--invariants", "no-zombie-kv", "--max-examples", "3"]
-    assert main([*base, "--steps", "5", "--walks", "16", "-j", "2", "--walk-ops", "300"]) == 0
+    walks = ["--steps", "5", "--walks", "16", "-j", "2", "--walk-ops", "300", "--tier-blocks", "64"]
+    assert main([*base, *walks]) == 0
     out = capsys.readouterr().out
-    for text in ("16 random walks (up to 300 ops)", "coverage: evictions", "ops applied:"):
+    for text in (
+        "16 random walks (up to 300 ops, tiers of up to 64 blocks)",
+        "coverage: evictions",
+        "ops applied:",
+    ):
         assert text in out
     assert main([*base, "--steps", "5", "--walks", "0", "--budget", "1s"]) == 0
-    assert f"random walks (up to {WALK_OPS} ops)" in capsys.readouterr().out
-    for bad in (["--budget", "soon"], ["--budget=-3s"], ["-j", "0"], ["--walk-ops", "0"]):
+    assert f"random walks ({WalkScope().describe()})" in capsys.readouterr().out
+    (tmp_path / "c.toml").write_text(config_to_toml(check_config()))
+    config = ["--config", str(tmp_path / "c.toml")]
+    for bad in (
+        ["--budget", "soon"],
+        ["--budget=-3s"],
+        ["-j", "0"],
+        ["--walk-ops", "0"],
+        ["--tier-blocks", "1"],
+        ["--tier-blocks", "32", *config],  # the walks draw their engines, or --config fixes one
+    ):
         assert main([*base, *bad]) == 2
         assert "error" in capsys.readouterr().err.lower()
 
@@ -465,22 +483,52 @@ def test_a_run_stopped_mid_op_stays_stopped() -> None:
     assert ContextId("c") not in engine.contexts
 
 
+def _missed_then_found(mutant: str, walks: int) -> list[WalkFind]:
+    """40 walks of the default scope put ``mutant`` under pressure and find nothing; the finds
+    of ``walks`` walks within the scope it needs (:data:`SCOPE_NEEDED`) are returned."""
+    inv = [OUTSIDE_MUTANTS[mutant]]
+    missed: list[WalkFind] = []
+    short = explore(mutant, inv, walks=40, on_find=missed.append)
+    assert short.coverage["evictions"] > 0  # pressure,
+    assert missed == []  # yet nothing found
+    finds: list[WalkFind] = []
+    explore(mutant, inv, walks=walks, scope=SCOPE_NEEDED[mutant], on_find=finds.append)
+    return finds
+
+
 def test_longer_walks_reach_what_the_default_scope_misses() -> None:
     # an LRU whose recency wraps every hour: no walk of the default length runs its clock that
     # far, while walks of up to 2,000 ops do (spec/invariants.md, the search's scope)
     mutant = "checkers.search.outside_mutants:HourClockLRU"
-    ops = WALK_OPS_NEEDED[mutant]
-    inv = ["prefix-closed-residency"]
-    short_finds: list[WalkFind] = []
-    short = explore(mutant, inv, walks=40, on_find=short_finds.append)
-    assert short.coverage["evictions"] > 0  # pressure,
-    assert short_finds == []  # yet nothing found
-    finds: list[WalkFind] = []
-    explore(mutant, inv, walks=40, max_ops=ops, on_find=finds.append)
+    scope = SCOPE_NEEDED[mutant]
+    finds = _missed_then_found(mutant, walks=40)
     assert [f.walk for f in finds] == [39]  # (seed 0)
     assert max(o.t for o in finds[0].ops) > 3600
     # the default is the cap every walk had before the option: the same walks
-    assert walk_recipe(0, 5) == walk_recipe(0, 5, None, WALK_OPS)
-    assert attrs.evolve(walk_recipe(0, 5, None, ops)[1], ops=0) == attrs.evolve(
+    assert walk_recipe(0, 5) == walk_recipe(0, 5, None, WalkScope(ops=120, tier_blocks=16))
+    assert attrs.evolve(walk_recipe(0, 5, None, scope)[1], ops=0) == attrs.evolve(
         walk_recipe(0, 5)[1], ops=0
     )
+
+
+def test_larger_tiers_reach_what_the_default_scope_misses() -> None:
+    # an LRU that sorts only the first 64 candidates: no default engine holds 64 blocks, while
+    # walks on tiers of up to 128 blocks catch it at the default length
+    mutant = "checkers.search.outside_mutants:WindowedLRU"
+    scope = SCOPE_NEEDED[mutant]
+    assert scope.ops == WALK_OPS
+    finds = _missed_then_found(mutant, walks=8)
+    assert [f.walk for f in finds] == [3, 5]  # (seed 0)
+    assert all(sum(t.blocks for t in f.config.tiers) > 64 for f in finds)
+    # a wider scope draws the same engines, their tiers larger, and the same walks but for
+    # the context cap, a share of the engine's capacity
+    for i in range(20):
+        (a, pa), (b, pb) = walk_recipe(0, i), walk_recipe(0, i, None, scope)
+        assert (a.block_size, a.model) == (b.block_size, b.model)
+        assert [attrs.evolve(t, blocks=2) for t in a.tiers] == [
+            attrs.evolve(t, blocks=2) for t in b.tiers
+        ]
+        assert all(ta.blocks <= tb.blocks <= 128 for ta, tb in zip(a.tiers, b.tiers, strict=True))
+        assert attrs.evolve(pa, max_context_tokens=None) == attrs.evolve(
+            pb, max_context_tokens=None
+        )

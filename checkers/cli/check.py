@@ -13,7 +13,7 @@ from checkers.invariants.contract import contract_violation
 from checkers.invariants.registry import invariant_names
 from checkers.invariants.replay import check_ops, nondeterminism
 from checkers.invariants.structural import Violation
-from checkers.search.scope import WALK_OPS
+from checkers.search.scope import TIER_BLOCKS, WALK_OPS, WalkScope
 from kvmodel.cli.common import Subparsers, atomic_write, engine_config, int_at_least
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
@@ -41,6 +41,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
         raise ConfigError(f"--jobs must be >= 1 (got {args.jobs})")
     if args.workers and args.scheduler:
         raise ConfigError("give --workers (a local Dask cluster) or --scheduler, not both")
+    if args.tier_blocks is not None and args.config:
+        raise ConfigError(
+            "give --tier-blocks (the walks draw their engines' tiers up to it) or --config "
+            "(one engine for every example and walk), not both"
+        )
+    scope = WalkScope(args.walk_ops, args.tier_blocks or TIER_BLOCKS)
     with (
         local_cluster(args.workers) as address,
         bar(len(policies), "check", on=wanted(args.quiet)) as done,
@@ -57,7 +63,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             hypothesis_shrink=shrinker == "hypothesis",
             walks=args.walks,
             budget=_seconds(args.budget) if args.budget else None,
-            walk_ops=args.walk_ops,
+            walk_scope=scope,
             jobs=max(args.jobs, args.workers or 1),
             scheduler=args.scheduler or address,
             done=done,
@@ -69,7 +75,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 {
                     "profile": profile,
                     "seed": args.seed,
-                    "walk_ops": args.walk_ops,
+                    "walk_ops": scope.ops,
+                    "tier_blocks": None if args.config else scope.tier_blocks,
                     "shrink": shrinker,
                     "reports": [r.to_json() for r in reports],
                     "failures": failures,
@@ -85,7 +92,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         never = ", ".join(st.never_fired()) or "none"
         print(
             f"{r.policy}: {st.examples} examples, {st.steps} steps, {st.walks} random walks "
-            f"(up to {args.walk_ops} ops), "
+            f"({f'up to {scope.ops} ops' if args.config else scope.describe()}), "
             f"{st.contract_traces} contract traces; never fired: {never}"
         )
         fired = ", ".join(f"{k} {n}" for k, n in sorted(st.rules.items()) if n)
@@ -209,6 +216,13 @@ def add_check(sub: Subparsers) -> None:
         default=WALK_OPS,
         help=f"the longest a random walk may be, in ops (default {WALK_OPS}): longer walks "
         "reach later clocks and fill larger engines (spec/invariants.md, the search's scope)",
+    )
+    ck.add_argument(
+        "--tier-blocks",
+        type=int_at_least(2, 4096),
+        help=f"the largest tier a random walk's engine may draw, in blocks (default "
+        f"{TIER_BLOCKS}): larger tiers reach bugs that need more blocks than the default "
+        "engines hold (not with --config; the stateful machine keeps the default)",
     )
     ck.add_argument(
         "--budget",

@@ -24,7 +24,7 @@ from checkers.invariants.replay import check_ops, nondeterminism
 from checkers.invariants.structural import Violation
 from checkers.search.coverage import TARGETS, SearchStats
 from checkers.search.pool import fixed_constants
-from checkers.search.scope import WALK_OPS
+from checkers.search.scope import DEFAULT_SCOPE, WalkScope
 from checkers.search.shrink import shrink
 from checkers.search.stateful import RULES, Record, make_machine, run_machine, search_settings
 from checkers.search.swarm import check_config, swarm_configs
@@ -138,17 +138,18 @@ def search(
     jobs: int = 1,
     contract_traces: int = 0,
     scheduler: str | None = None,
-    walk_ops: int = WALK_OPS,
+    walk_scope: WalkScope = DEFAULT_SCOPE,
 ) -> SearchResult:
     """Search for counterexamples to each invariant under ``policy`` (see the module docstring).
 
     ``config=None`` is a swarm search (each example and walk draws its engine); a config fixes
     it. After the machine, ``walks`` random walks (:mod:`checkers.search.walk`) run, and more
     until ``walk_seconds`` have passed since the search began, on ``jobs`` processes (or in
-    rounds of ``jobs`` chunks on the Dask scheduler at ``scheduler``), each at most
-    ``walk_ops`` ops long (longer walks reach later clocks and fuller engines:
-    spec/invariants.md, the search's scope). The finds are then shrunk there too, one invariant
-    per task, merged in the serial order (the result is the serial one).
+    rounds of ``jobs`` chunks on the Dask scheduler at ``scheduler``), each within
+    ``walk_scope`` (longer walks reach later clocks and fuller engines, larger tiers the bugs
+    that need more blocks: spec/invariants.md, the search's scope). The finds are then shrunk
+    there too, one invariant per task, merged in the serial order (the result is the serial
+    one).
     ``hypothesis_shrink=False`` skips the targeted Hypothesis runs and delta-debugs the failing
     prefix directly: several times faster, usually a little longer result; a collection of
     names runs them for those invariants only (``kvmodel check``: the claimed ones and the
@@ -197,7 +198,7 @@ def search(
             stats=stats,
             on_find=on_find,
             scheduler=scheduler,
-            max_ops=walk_ops,
+            scope=walk_scope,
         )
 
     if "nondeterministic" not in first and stats.sample and stats.sample_config is not None:

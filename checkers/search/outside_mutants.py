@@ -92,7 +92,11 @@ finds), and this one, which is kept:
   passes it, because no walk of the default length runs its clock past an hour (a 64 s wrap is
   caught at once). Walks of up to 2,000 ops catch it (``kvmodel check --walk-ops``): the zoo's
   first mutant outside the default search's scope, kept with the walk length it needs
-  (:data:`WALK_OPS_NEEDED`; spec/invariants.md, Counterexamples).
+  (:data:`SCOPE_NEEDED`; spec/invariants.md, Counterexamples).
+* :class:`WindowedLRU` bounds its eviction scan, as an engine written for speed might: it sorts
+  the first 64 candidates and leaves the rest in the order given. No default engine holds more
+  than 48 blocks, so the default search cannot reach it; walks on tiers of up to 128 blocks
+  (``kvmodel check --tier-blocks 128``) catch it at the default walk length.
 """
 
 from __future__ import annotations
@@ -103,6 +107,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from checkers.search.scope import WalkScope
 from kvmodel.engine import Engine
 from kvmodel.errors import TraceError
 from kvmodel.ids import BlockId, TierName
@@ -116,7 +121,7 @@ from policies.lru import LRU
 
 __all__ = [
     "OUTSIDE_MUTANTS",
-    "WALK_OPS_NEEDED",
+    "SCOPE_NEEDED",
     "AgentWeightTable",
     "CountsFreeOnly",
     "CountsFreeOnlyTether",
@@ -142,6 +147,7 @@ __all__ = [
     "SpillsToLastTierTether",
     "SuspendAtStart",
     "SuspendAtStartTether",
+    "WindowedLRU",
     "WriterMRU",
 ]
 
@@ -450,6 +456,24 @@ class HourClockLRU(LRU):
         return [b.id for b in sorted(candidates, key=key)]
 
 
+class WindowedLRU(LRU):
+    """LRU as code that bounds its eviction scan: it sorts the first :attr:`WINDOW` candidates
+    by recency (deeper first at a tie) and puts the rest after them as given. Up to 64
+    evictable blocks it is LRU; beyond, a block in the window goes before its own child outside
+    it. Outside the default search's scope, whose engines hold at most 48 blocks: walks on
+    tiers of up to 128 blocks find it (:data:`SCOPE_NEEDED`)."""
+
+    name: ClassVar[str] = "mutant-windowed-lru"
+    WINDOW: ClassVar[int] = 64
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        def key(b: BlockInfo) -> tuple[float, int, int]:
+            return (b.last_access, -b.depth, int(b.id))
+
+        head = sorted(candidates[: self.WINDOW], key=key)
+        return [b.id for b in head] + [b.id for b in candidates[self.WINDOW :]]
+
+
 #: import path -> the invariant it must be caught breaking
 OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
     {
@@ -469,11 +493,15 @@ OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.search.outside_mutants:SpillsToLastTierTether": "engine-contract",
         "checkers.search.outside_mutants:AgentWeightTable": "policy-protocol",
         "checkers.search.outside_mutants:HourClockLRU": "prefix-closed-residency",
+        "checkers.search.outside_mutants:WindowedLRU": "prefix-closed-residency",
     }
 )
 
-#: mutants whose bug lies outside the default search's scope, and the walk length
-#: (``kvmodel check --walk-ops``) that brings it in (spec/invariants.md, Counterexamples)
-WALK_OPS_NEEDED: Mapping[str, int] = MappingProxyType(
-    {"checkers.search.outside_mutants:HourClockLRU": 2000}
+#: mutants whose bug lies outside the default search's scope, and the walks (``kvmodel check
+#: --walk-ops``, ``--tier-blocks``) that bring it in (spec/invariants.md, Counterexamples)
+SCOPE_NEEDED: Mapping[str, WalkScope] = MappingProxyType(
+    {
+        "checkers.search.outside_mutants:HourClockLRU": WalkScope(ops=2000),
+        "checkers.search.outside_mutants:WindowedLRU": WalkScope(tier_blocks=128),
+    }
 )

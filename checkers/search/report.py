@@ -19,7 +19,7 @@ import attrs
 from checkers.invariants import FINDINGS, INVARIANTS, STRUCTURAL
 from checkers.search.bundle import write_bundle
 from checkers.search.driver import CONTRACT_TRACES, PROFILES, WALKS, SearchResult, search
-from checkers.search.scope import WALK_OPS
+from checkers.search.scope import DEFAULT_SCOPE, WalkScope
 from kvmodel.config import EngineConfig
 from kvmodel.errors import ConfigError
 from kvmodel.policy import claimed_invariants, resolve_policy
@@ -107,12 +107,12 @@ def check_policies(
     jobs: int = 1,
     scheduler: str | None = None,
     done: Callable[[str], None] | None = None,
-    walk_ops: int = WALK_OPS,
+    walk_scope: WalkScope = DEFAULT_SCOPE,
 ) -> list[PolicyReport]:
     """Search each policy (see :func:`checkers.search.driver.search`). ``config=None`` is a swarm
     search; ``walks`` defaults to the profile's; ``budget`` (seconds per policy, counted from
     its search's start, shrinking not included) lets the random walks go on until it is spent;
-    ``walk_ops`` caps each walk's length.
+    ``walk_scope`` bounds each random walk (its length, its engine's tiers).
     Several policies with ``jobs`` > 1 or a ``scheduler``: one search per task, on ``jobs`` local
     processes or the Dask scheduler's workers; one policy: its random walks, ``jobs`` chunks at a
     time. Either way every report is the serial run's (a search is a deterministic function of
@@ -139,7 +139,7 @@ def check_policies(
         WALKS[profile] if walks is None else walks,
         budget,
         CONTRACT_TRACES[profile],
-        walk_ops,
+        walk_scope,
     )
     results: Iterable[tuple[frozenset[str], SearchResult]]
     if len(policies) > 1 and (jobs > 1 or scheduler is not None):
@@ -184,7 +184,7 @@ class _Settings:
     walks: int
     budget: float | None
     contract_traces: int
-    walk_ops: int
+    walk_scope: WalkScope
 
 
 def _search_one(
@@ -208,7 +208,7 @@ def _search_one(
         jobs=jobs,
         contract_traces=s.contract_traces,
         scheduler=scheduler,
-        walk_ops=s.walk_ops,
+        walk_scope=s.walk_scope,
     )
     return claims, r
 

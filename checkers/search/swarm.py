@@ -5,7 +5,8 @@ search never sees a third tier, a one-block HBM, a worn-out flash tier or a 1-to
 each example (a stateful-machine run, a random walk, a lockstep trace) draws
 
 * a block size (1, 2, 4 or 8 tokens),
-* one to three tiers of 2-16 blocks each: the first is HBM (no wear), the others flash with a
+* one to three tiers of 2-16 blocks each (a random walk's largest tier is its scope's,
+  :class:`checkers.search.scope.WalkScope`): the first is HBM (no wear), the others flash with a
   P/E budget drawn down to a handful of cycles, so that ``endurance-budget`` can be put to the
   test, and a write amplification,
 * for the raw-op generator, an op-weight vector in which some ops are switched off (the
@@ -23,6 +24,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 from hypothesis import strategies as st
 
+from checkers.search.scope import MIN_TIER_BLOCKS, TIER_BLOCKS
 from kvmodel.config import EngineConfig
 from kvmodel.ids import TierName
 from kvmodel.memory import TierConfig
@@ -45,19 +47,19 @@ TIER_NAMES = (TierName("hbm"), TierName("hbf"), TierName("ssd"))
 #: P/E budgets of the flash tiers: ample (the default's), modest, and worn within a short run
 PE_CYCLES = (100_000, 1_000, 3)
 WRITE_AMPLIFICATION = (1.02, 1.0, 2.5)
-MIN_BLOCKS, MAX_BLOCKS = 2, 16
 
 #: ``pick(lo, hi)`` returns an int in [lo, hi]; the space below is written once over it
 Pick = Callable[[int, int], int]
 
 
-def swarm_config(pick: Pick) -> EngineConfig:
-    """One engine configuration from the swarm space, each choice made by ``pick``."""
+def swarm_config(pick: Pick, tier_blocks: int = TIER_BLOCKS) -> EngineConfig:
+    """One engine configuration from the swarm space, each choice made by ``pick``; each tier
+    holds 2-``tier_blocks`` blocks (a wider cap changes no choice but the sizes)."""
     block_size = BLOCK_SIZES[pick(0, len(BLOCK_SIZES) - 1)]
     n_tiers = pick(1, len(TIER_NAMES))
     tiers = []
     for i in range(n_tiers):
-        blocks = pick(MIN_BLOCKS, MAX_BLOCKS)
+        blocks = pick(MIN_TIER_BLOCKS, tier_blocks)
         if i == 0:
             tiers.append(TierConfig(TIER_NAMES[0], blocks, bytes_per_block=1024))
         else:
@@ -105,9 +107,9 @@ def swarm_configs() -> st.SearchStrategy[EngineConfig]:
     return st.integers(0, 7).flatmap(lambda i: st.just(fixed) if i == 7 else _drawn())
 
 
-def draw_config(rng: np.random.Generator) -> EngineConfig:
+def draw_config(rng: np.random.Generator, tier_blocks: int = TIER_BLOCKS) -> EngineConfig:
     """:func:`swarm_config` sampled from a seeded generator."""
-    return swarm_config(lambda lo, hi: int(rng.integers(lo, hi + 1)))
+    return swarm_config(lambda lo, hi: int(rng.integers(lo, hi + 1)), tier_blocks)
 
 
 def draw_weights(rng: np.random.Generator) -> Mapping[str, float]:

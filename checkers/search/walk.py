@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from checkers.invariants.replay import check_ops
 from checkers.invariants.structural import Violation
 from checkers.search.coverage import SearchStats, run_coverage
-from checkers.search.scope import WALK_OPS
+from checkers.search.scope import DEFAULT_SCOPE, WALK_OPS, WalkScope
 from checkers.search.swarm import draw_config, draw_weights
 from kvmodel.config import EngineConfig
 from kvmodel.io.trace import Op, Trace, op_name
@@ -46,14 +46,14 @@ __all__ = [
 
 
 def walk_recipe(
-    seed: int, index: int, config: EngineConfig | None = None, max_ops: int = WALK_OPS
+    seed: int, index: int, config: EngineConfig | None = None, scope: WalkScope = DEFAULT_SCOPE
 ) -> tuple[EngineConfig, RandomParams]:
-    """Walk ``index`` of ``seed``: its engine (``config`` if given) and generator parameters,
-    at most ``max_ops`` ops long (every other draw is the same whatever the cap)."""
+    """Walk ``index`` of ``seed``: its engine (``config`` if given, else drawn within
+    ``scope``'s tier sizes) and generator parameters, at most ``scope.ops`` ops long."""
     rng = np.random.default_rng([seed, index])
-    cfg = draw_config(rng) if config is None else config
+    cfg = draw_config(rng, scope.tier_blocks) if config is None else config
     capacity = cfg.block_size * sum(t.blocks for t in cfg.tiers)
-    return cfg, walk_params(rng, max_ops, capacity=capacity)
+    return cfg, walk_params(rng, scope.ops, capacity=capacity)
 
 
 #: a walk's context cap, as a multiple of the engine's capacity in tokens; None: no cap
@@ -131,10 +131,10 @@ def run_walk(
     seed: int,
     index: int,
     config: EngineConfig | None,
-    max_ops: int = WALK_OPS,
+    scope: WalkScope = DEFAULT_SCOPE,
 ) -> WalkOutcome:
-    """Generate walk ``index`` (at most ``max_ops`` ops) and check it under ``policy``."""
-    cfg, params = walk_recipe(seed, index, config, max_ops)
+    """Generate walk ``index`` (within ``scope``) and check it under ``policy``."""
+    cfg, params = walk_recipe(seed, index, config, scope)
     ops = random_trace(params).ops
     run = check_ops(ops, policy, cfg, invariants)
     run.require_accepted(ops, f"walk {index} of seed {seed} under {policy}")
@@ -159,10 +159,10 @@ def run_walk(
 
 
 def _chunk(
-    args: tuple[str, tuple[str, ...], int, list[int], EngineConfig | None, int],
+    args: tuple[str, tuple[str, ...], int, list[int], EngineConfig | None, WalkScope],
 ) -> list[WalkOutcome]:
-    policy, invariants, seed, indices, config, max_ops = args
-    return [run_walk(policy, invariants, seed, i, config, max_ops) for i in indices]
+    policy, invariants, seed, indices, config, scope = args
+    return [run_walk(policy, invariants, seed, i, config, scope) for i in indices]
 
 
 def explore(
@@ -177,9 +177,9 @@ def explore(
     stats: SearchStats | None = None,
     on_find: Callable[[WalkFind], None] | None = None,
     scheduler: str | None = None,
-    max_ops: int = WALK_OPS,
+    scope: WalkScope = DEFAULT_SCOPE,
 ) -> SearchStats:
-    """Run at least ``walks`` walks of at most ``max_ops`` ops and, with ``seconds``, keep going
+    """Run at least ``walks`` walks within ``scope`` and, with ``seconds``, keep going
     until that much wall time has passed; ``jobs`` > 1 runs rounds of ``jobs`` chunks of walks
     in worker processes -- or on the Dask scheduler at ``scheduler``. Finds go to ``on_find``
     in walk order (the first find of an invariant is the lowest-numbered walk's), so the walks
@@ -211,13 +211,13 @@ def explore(
     gen = batches()
     if jobs <= 1 and scheduler is None:
         while more():
-            take(_chunk((policy, names, seed, next(gen), config, max_ops)))
+            take(_chunk((policy, names, seed, next(gen), config, scope)))
         return st
     with executor(jobs, scheduler) as pool:
         while more():
             # one round of `jobs` chunks at a time, merged in walk order
             futures = [
-                pool.submit(_chunk, (policy, names, seed, next(gen), config, max_ops))
+                pool.submit(_chunk, (policy, names, seed, next(gen), config, scope))
                 for _ in range(jobs)
             ]
             for fut in futures:
