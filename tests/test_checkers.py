@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -24,12 +25,14 @@ from checkers.search.mutants import MUTANTS
 from checkers.search.outside_mutants import SCOPE_NEEDED
 from checkers.search.report import check_policies, expected_verdicts
 from checkers.search.scope import TIER_BLOCKS, WALK_OPS, WalkScope
-from checkers.search.shrink import shrink
+from checkers.search.shrink import op_groups, shrink, shrink_engine
 from checkers.search.stateful import check_config, make_machine
 from checkers.search.strategies import agent_traces
 from kvmodel.cli import main
-from kvmodel.config import load_config
+from kvmodel.config import EngineConfig, load_config
+from kvmodel.ids import TierName
 from kvmodel.io.trace import Op, load_trace
+from kvmodel.memory import TierConfig
 from kvmodel.policy import BasePolicy, claimed_invariants, registered_policies, resolve_policy
 from kvmodel.replay import replay
 
@@ -141,9 +144,9 @@ PROFILE: dict[str, str] = {}
 
 
 #: the zoo, each mutant with its expected invariant; those outside the default search's scope
-#: are searched within the scope they need (SCOPE_NEEDED), and those that need long walks
-#: (long shrinking too: 90 s) run in the slow suite, while the default run checks that longer
-#: walks find them (tests/test_search.py)
+#: are searched within the scope they need (SCOPE_NEEDED), and those that need long walks (30 s)
+#: run in the slow suite, while the default run checks that longer walks find them
+#: (tests/test_search.py)
 ZOO = [
     pytest.param(m, inv, marks=pytest.mark.slow)
     if m in SCOPE_NEEDED and SCOPE_NEEDED[m].ops > WALK_OPS
@@ -178,8 +181,9 @@ def test_every_mutant_is_caught_with_a_replayable_bundle(
     # (AgentWeightTable, whose order raises while an inference's blocks are being written)
     assert invariant == "nondeterministic" or "nondeterministic" not in report.result.found
     c = report.result.found[invariant]
-    # (a long walk's find may stop at the shrink budget before 1-minimality)
-    assert c.one_minimal or mutant in SCOPE_NEEDED
+    # (a long walk's too: HourClockLRU's 1,024-op find had stopped at the shrink budget at 488
+    # ops, before delta debugging deleted whole contexts first)
+    assert c.one_minimal
     bundle = report.bundles[invariant]
     trace = load_trace(bundle / "trace.jsonl")
     config = load_config(bundle / "config.toml")
@@ -328,6 +332,72 @@ def test_shrink_reaches_one_minimal() -> None:
     small, minimal = shrink(ops, fails)
     assert small == [7, 23, 31]
     assert minimal
+
+
+def test_shrink_deletes_a_context_whole_first() -> None:
+    # three agents' ops interleaved; the failure needs agent b's inference alone. Chunks of the
+    # trace cut a's and c's ops off their opening (an invalid trace: no failure), so plain ddmin
+    # spends tries on them; deleting each context whole goes straight to b
+    from kvmodel.ids import ContextId, MessageId, SessionId
+    from kvmodel.io.trace import Append, EndSession, Fork, Infer, Open
+    from kvmodel.messages import AgentKind, Message, MessageKind, Role
+
+    def msg(i: int) -> Message:
+        return Message(MessageId(f"m{i}"), Role.USER, MessageKind.INSTRUCTION, 4)
+
+    a, b, c, d = (ContextId(x) for x in "abcd")
+    ops: list[Op] = [Open(0.0, x, SessionId(f"s{x}"), AgentKind.MAIN) for x in (a, b, c)]
+    for i in range(6):
+        ops += [Append(float(i), x, (msg(10 * i + j),)) for j, x in enumerate((a, b, c))]
+    ops += [Fork(7.0, d, a), Infer(7.0, d), Infer(8.0, b), Infer(8.0, a)]
+
+    tries = [0]
+
+    def fails(xs: Sequence[Op]) -> bool:
+        tries[0] += 1
+        opened: set[str] = set()
+        for op in xs:  # (an op on a context not opened before it: an invalid trace)
+            if isinstance(op, Fork) and op.src not in opened:
+                return False
+            if isinstance(op, Open | Fork):
+                opened.add(op.ctx)
+            elif not isinstance(op, EndSession) and op.ctx not in opened:
+                return False
+        return any(isinstance(op, Infer) and op.ctx == b for op in xs)
+
+    groups = op_groups(ops)
+    assert len(groups) == 4 + 3  # a context with its children (a's has d), then each session
+    assert sum(groups[0](op) for op in ops) == 6 + 1 + 2 + 1  # a's: open, appends, infer; d's
+    small, minimal = shrink(ops, fails, groups=op_groups)
+    assert (small, minimal) == ([ops[1], ops[-2]], True)
+    grouped, tries[0] = tries[0], 0
+    assert shrink(ops, fails) == (small, True)
+    assert grouped < tries[0]  # (19 tries against 45)
+
+
+def _engine(*blocks: int) -> EngineConfig:
+    names = ("hbm", "hbf", "ssd")
+    return EngineConfig(4, tuple(TierConfig(TierName(names[i]), n) for i, n in enumerate(blocks)))
+
+
+def test_shrink_engine_drops_last_tiers_and_blocks_to_one_minimal() -> None:
+    # fails while the engine holds 10 blocks or more in the first two tiers
+    def fails(c: EngineConfig) -> bool:
+        return sum(t.blocks for t in c.tiers[:2]) >= 10
+
+    small, minimal = shrink_engine(_engine(9, 16, 16), fails)
+    assert [t.blocks for t in small.tiers] == [1, 9]  # the third tier dropped, then blocks
+    assert minimal
+    assert [t.name for t in small.tiers] == ["hbm", "hbf"]  # the tiers left keep their names
+    # failure need not be monotone in a tier's size: the binary search's find is walked down
+    # one block at a time, and what is returned fails
+    odd = {3, 7, 8}
+    small, minimal = shrink_engine(_engine(8), lambda c: c.tiers[0].blocks in odd)
+    assert (small.tiers[0].blocks, minimal) == (7, True)
+    # out of budget: what shrank so far, not called 1-minimal
+    small, minimal = shrink_engine(_engine(9, 16, 16), fails, budget=3)
+    assert fails(small)
+    assert not minimal
 
 
 def test_endurance_budget_and_zombies_are_checked_on_replay() -> None:

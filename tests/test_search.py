@@ -520,6 +520,26 @@ def test_larger_tiers_reach_what_the_default_scope_misses() -> None:
     finds = _missed_then_found(mutant, walks=8)
     assert [f.walk for f in finds] == [3, 5]  # (seed 0)
     assert all(sum(t.blocks for t in f.config.tiers) > 64 for f in finds)
+    # the counterexample's engine is shrunk with its trace: to as few blocks as the bug needs,
+    # more than the 64 candidates the order sorts; one block fewer in any tier, or the last
+    # tier dropped, and the trace no longer fails
+    r = search(mutant, inv := ["prefix-closed-residency"], max_examples=1, steps=1, walks=4,
+               walk_scope=scope, hypothesis_shrink=False)  # fmt: skip
+    c = r.found[inv[0]]
+    assert c.found_by == "walk"
+    assert (c.one_minimal, len(c.ops)) == (True, 7)
+    assert sum(t.blocks for t in c.config.tiers) > 64
+    assert sum(t.blocks for t in c.config.tiers) < sum(t.blocks for t in finds[0].config.tiers)
+    assert check_ops(c.ops, mutant, c.config, inv).first(inv[0]) == c.violation
+    smaller = [attrs.evolve(c.config, tiers=c.config.tiers[:-1])] if len(c.config.tiers) > 1 else []
+    for i, t in enumerate(c.config.tiers):
+        if t.blocks > 1:
+            tiers = list(c.config.tiers)
+            tiers[i] = attrs.evolve(t, blocks=t.blocks - 1)
+            smaller.append(attrs.evolve(c.config, tiers=tuple(tiers)))
+    assert smaller
+    for cfg in smaller:
+        assert check_ops(c.ops, mutant, cfg, inv).first(inv[0]) is None
     # a wider scope draws the same engines, their tiers larger, and the same walks but for
     # the context cap, a share of the engine's capacity
     for i in range(20):

@@ -180,7 +180,7 @@ def differential(
     ops), half the examples each, so that a small engine is under pressure. Deterministic
     (derandomized search). The result counts what the implementation did (evictions,
     rejections, ...) over every trace tried."""
-    from checkers.search.shrink import shrink
+    from checkers.search.shrink import op_groups, shrink
     from checkers.search.walk import random_walks
 
     tried = 0
@@ -242,7 +242,7 @@ def differential(
         # would pass for a divergence
         return _refusal(cand, config.block_size) is None and run(cand).verdict != "OK"
 
-    small, minimal = shrink(found.ops, still, budget=shrink_budget)
+    small, minimal = shrink(found.ops, still, budget=shrink_budget, groups=op_groups)
     found = Trace(header, tuple(small))
     verdict = run(found)
     return LockstepResult(verdict, found, tried, dict(coverage), minimal)

@@ -29,7 +29,7 @@ a finished log and drives lockstep differential testing (:mod:`checkers.conforma
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import ClassVar
 
 import attrs
@@ -49,7 +49,7 @@ from checkers.conformance.oracle_log import (
     resident_state,
     self_consistent,
 )
-from checkers.search.shrink import shrink
+from checkers.search.shrink import op_groups, shrink
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import ConfigError, PolicyError, TraceError
@@ -448,7 +448,15 @@ def check_log(
 
     if not diverges(keep):  # a divergence that needs the ops after it cannot be cut
         return verdict
-    short, _ = shrink(keep, lambda ops: diverges(list(ops)), budget=budget)
+
+    def on_op(pick: Callable[[Op], bool]) -> Callable[[int], bool]:
+        return lambda j: pick(trace.ops[j])
+
+    def groups(kept: Sequence[int]) -> list[Callable[[int], bool]]:
+        # the trace's groups (a context and its children, a session), over the kept indices
+        return [on_op(pick) for pick in op_groups([trace.ops[j] for j in kept])]
+
+    short, _ = shrink(keep, lambda ops: diverges(list(ops)), budget=budget, groups=groups)
     sub, recs = restricted(short)
     return attrs.evolve(
         verdict,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Iterable, Sequence
+from functools import partial
 
 import attrs
 from hypothesis import seed as hypothesis_seed
@@ -25,7 +26,7 @@ from checkers.invariants.structural import Violation
 from checkers.search.coverage import TARGETS, SearchStats
 from checkers.search.pool import fixed_constants
 from checkers.search.scope import DEFAULT_SCOPE, WalkScope
-from checkers.search.shrink import shrink
+from checkers.search.shrink import op_groups, shrink, shrink_engine
 from checkers.search.stateful import RULES, Record, make_machine, run_machine, search_settings
 from checkers.search.swarm import check_config, swarm_configs
 from kvmodel.config import EngineConfig
@@ -310,15 +311,25 @@ def _shrink_one(
             ops, cfg = last[-1]  # Hypothesis replays the shrunk example last
     h_len = len(ops)
 
-    def fails(cand: Sequence[Op]) -> bool:
-        run = check_ops(cand, policy, cfg, monitored, stop_at=inv)
+    def fails_on(cand: Sequence[Op], c: EngineConfig) -> bool:
+        run = check_ops(cand, policy, c, monitored, stop_at=inv)
         return run.trace_error is None and run.first(inv) is not None
 
     # a counterexample must replay, the same way every time: otherwise the policy (or
     # engine) is nondeterministic or keeps state across runs -- a finding, never a crash
     odd = nondeterminism(ops, policy, cfg)
-    if odd is None and fails(ops):
-        small, minimal = shrink(ops, fails, budget=s.budget)
+    if odd is None and fails_on(ops, cfg):
+        small, minimal = shrink(ops, partial(fails_on, c=cfg), budget=s.budget, groups=op_groups)
+        if s.config is None and inv in INVARIANTS:
+            # a drawn engine is shrunk too, then the trace again on the smaller engine, to a
+            # fixpoint (a shorter trace may fail on a smaller engine still): spec/invariants.md,
+            # Counterexamples. A finding keeps its engine, whose refusals and crashes a smaller
+            # one could trade for others
+            while (smaller := shrink_engine(cfg, partial(fails_on, small))[0]) != cfg:
+                cfg = smaller
+                small, minimal = shrink(
+                    small, partial(fails_on, c=cfg), budget=s.budget, groups=op_groups
+                )
         final = check_ops(small, policy, cfg, monitored, stop_at=inv).first(inv)
         if final is not None:
             return Counterexample(inv, tuple(small), final, h_len, minimal, cfg, f.found_by), True
@@ -341,7 +352,7 @@ def _shrink_nondeterminism(policy: str, f: _First, budget: int) -> Counterexampl
         return Counterexample(
             "nondeterministic", tuple(f.ops), f.violation, len(f.ops), False, cfg, f.found_by
         )
-    small, minimal = shrink(f.ops, differs, budget=budget)
+    small, minimal = shrink(f.ops, differs, budget=budget, groups=op_groups)
     final = nondeterminism(small, policy, cfg) or f.violation
     return Counterexample(
         "nondeterministic", tuple(small), final, len(f.ops), minimal, cfg, f.found_by

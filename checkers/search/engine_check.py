@@ -9,7 +9,7 @@ import attrs
 
 from checkers.invariants.contract import ample_config, contract_violation
 from checkers.invariants.structural import Violation
-from checkers.search.shrink import shrink
+from checkers.search.shrink import op_groups, shrink
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.io.trace import Op
@@ -46,7 +46,7 @@ def engine_self_check(
         def fails(cand: Sequence[Op], bs: int = bs) -> bool:
             return contract_violation(cand, engine_class, block_size=bs) is not None
 
-        small, minimal = shrink(trace.ops, fails)
+        small, minimal = shrink(trace.ops, fails, groups=op_groups)
         v = contract_violation(small, engine_class, block_size=bs)
         assert v is not None
         return SelfCheckFind(tuple(small), v, ample_config(small, bs), minimal, len(trace.ops))

@@ -1,4 +1,5 @@
-"""Delta debugging: shrink a failing op sequence to a 1-minimal one (every search's last step)."""
+"""Delta debugging: shrink a failing op sequence to a 1-minimal one (every search's last step),
+and the engine it fails on to a 1-minimal one."""
 
 from __future__ import annotations
 
@@ -6,21 +7,47 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-__all__ = ["shrink"]
+import attrs
+
+from kvmodel.config import EngineConfig
+from kvmodel.io.ops import EndSession, Fork, Op, Open
+
+__all__ = ["op_groups", "shrink", "shrink_engine"]
 
 T = TypeVar("T")
 
+#: what a first pass may delete whole: given the ops, predicates each picking out one group
+Groups = Callable[[Sequence[T]], Sequence[Callable[[T], bool]]]
+
 
 def shrink(
-    ops: Sequence[T], fails: Callable[[Sequence[T]], bool], *, budget: int = 2000
+    ops: Sequence[T],
+    fails: Callable[[Sequence[T]], bool],
+    *,
+    budget: int = 2000,
+    groups: Groups[T] | None = None,
 ) -> tuple[list[T], bool]:
     """Delta debugging (ddmin) over ops, then single-op deletion to a fixpoint.
 
     Returns the shortened ops and whether they are **1-minimal** (no single op can be deleted
     and still fail). ``fails`` must be deterministic; ``budget`` bounds the number of tries.
+    ``groups`` (e.g. :func:`op_groups`) names sets of ops to try deleting whole first, pass
+    after pass until none goes: ops that depend on each other (a context's ops on its opening)
+    scatter through a long trace, where ddmin's contiguous chunks mostly cut a dependency and
+    fail for that reason alone.
     """
     cur = list(ops)
     tries = 0
+    progress = groups is not None
+    while progress and tries < budget:
+        progress = False
+        for member in groups(cur) if groups is not None else ():
+            cand = [o for o in cur if not member(o)]
+            if not cand or len(cand) == len(cur) or tries >= budget:
+                continue
+            tries += 1
+            if fails(cand):
+                cur, progress = cand, True
     n = 2
     while len(cur) >= 2 and tries < budget:
         chunk = math.ceil(len(cur) / n)
@@ -47,3 +74,88 @@ def shrink(
                 break
     one_minimal = tries < budget and not changed
     return cur, one_minimal
+
+
+def op_groups(ops: Sequence[Op]) -> list[Callable[[Op], bool]]:
+    """The groups of a trace that only make sense whole: each context with every context opened
+    or forked from it, in order of opening (its ops, theirs, and their returns), then each
+    session (its contexts and its end)."""
+    children: dict[str, list[str]] = {}
+    sessions: dict[str, set[str]] = {}
+    order: list[str] = []
+    for op in ops:
+        if isinstance(op, Open):
+            order.append(op.ctx)
+            sessions.setdefault(op.session, set()).add(op.ctx)
+            if op.parent is not None:
+                children.setdefault(op.parent, []).append(op.ctx)
+        elif isinstance(op, Fork):
+            order.append(op.ctx)
+            children.setdefault(op.src, []).append(op.ctx)
+
+    def subtree(root: str) -> frozenset[str]:
+        out, todo = {root}, [root]
+        while todo:
+            for c in children.get(todo.pop(), ()):
+                if c not in out:
+                    out.add(c)
+                    todo.append(c)
+        return frozenset(out)
+
+    def member(ctxs: frozenset[str], session: str | None = None) -> Callable[[Op], bool]:
+        def pick(op: Op) -> bool:
+            if isinstance(op, EndSession):
+                return op.session == session
+            return op.ctx in ctxs
+
+        return pick
+
+    groups = [member(subtree(c)) for c in order]
+    for session, ctxs in sessions.items():
+        groups.append(member(frozenset().union(*(subtree(c) for c in ctxs)), session))
+    return groups
+
+
+def shrink_engine(
+    config: EngineConfig, fails: Callable[[EngineConfig], bool], *, budget: int = 200
+) -> tuple[EngineConfig, bool]:
+    """Shrink a failing engine: drop its last tiers, then take blocks from each tier (a binary
+    search down to the fewest that still fail, then one at a time), round after round until
+    nothing shrinks. Returns the engine and whether it is **1-minimal** (neither dropping the
+    last tier nor taking one block from any tier still fails). Tiers are dropped from the end
+    only, so the tiers that remain keep their places, names and wear. ``fails(config)`` is
+    true on ``config`` and must be deterministic; ``budget`` bounds the tries."""
+    cur = config
+    tries = 0
+
+    def attempt(cand: EngineConfig) -> bool:
+        nonlocal tries
+        tries += 1
+        return fails(cand)
+
+    def with_blocks(cfg: EngineConfig, i: int, blocks: int) -> EngineConfig:
+        tiers = list(cfg.tiers)
+        tiers[i] = attrs.evolve(tiers[i], blocks=blocks)
+        return attrs.evolve(cfg, tiers=tuple(tiers))
+
+    changed = True
+    while changed and tries < budget:
+        changed = False
+        while len(cur.tiers) > 1 and tries < budget:
+            cand = attrs.evolve(cur, tiers=cur.tiers[:-1])
+            if not attempt(cand):
+                break
+            cur, changed = cand, True
+        for i in range(len(cur.tiers)):
+            lo, hi = 1, cur.tiers[i].blocks  # fails at hi
+            while lo < hi and tries < budget:
+                mid = (lo + hi) // 2
+                if attempt(with_blocks(cur, i, mid)):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            while hi > 1 and tries < budget and attempt(with_blocks(cur, i, hi - 1)):
+                hi -= 1  # failure need not be monotone in the size: one block at a time
+            if hi < cur.tiers[i].blocks:
+                cur, changed = with_blocks(cur, i, hi), True
+    return cur, tries < budget and not changed
