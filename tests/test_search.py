@@ -483,9 +483,10 @@ def test_a_run_stopped_mid_op_stays_stopped() -> None:
     assert ContextId("c") not in engine.contexts
 
 
-def _missed_then_found(mutant: str, walks: int) -> list[WalkFind]:
-    """40 walks of the default scope put ``mutant`` under pressure and find nothing; the finds
-    of ``walks`` walks within the scope it needs (:data:`SCOPE_NEEDED`) are returned."""
+def _missed_then_found(mutant: str, walks: int) -> tuple[SearchStats, list[WalkFind]]:
+    """40 walks of the default scope put ``mutant`` under pressure and find nothing (their
+    stats are returned); so are the finds of ``walks`` walks within the scope it needs
+    (:data:`SCOPE_NEEDED`)."""
     inv = [OUTSIDE_MUTANTS[mutant]]
     missed: list[WalkFind] = []
     short = explore(mutant, inv, walks=40, on_find=missed.append)
@@ -493,7 +494,7 @@ def _missed_then_found(mutant: str, walks: int) -> list[WalkFind]:
     assert missed == []  # yet nothing found
     finds: list[WalkFind] = []
     explore(mutant, inv, walks=walks, scope=SCOPE_NEEDED[mutant], on_find=finds.append)
-    return finds
+    return short, finds
 
 
 def test_longer_walks_reach_what_the_default_scope_misses() -> None:
@@ -501,7 +502,7 @@ def test_longer_walks_reach_what_the_default_scope_misses() -> None:
     # far, while walks of up to 2,000 ops do (spec/invariants.md, the search's scope)
     mutant = "checkers.search.outside_mutants:HourClockLRU"
     scope = SCOPE_NEEDED[mutant]
-    finds = _missed_then_found(mutant, walks=40)
+    _, finds = _missed_then_found(mutant, walks=40)
     assert [f.walk for f in finds] == [39]  # (seed 0)
     assert max(o.t for o in finds[0].ops) > 3600
     # the default is the cap every walk had before the option: the same walks
@@ -517,7 +518,12 @@ def test_larger_tiers_reach_what_the_default_scope_misses() -> None:
     mutant = "checkers.search.outside_mutants:WindowedLRU"
     scope = SCOPE_NEEDED[mutant]
     assert scope.ops == WALK_OPS
-    finds = _missed_then_found(mutant, walks=8)
+    short, finds = _missed_then_found(mutant, walks=8)
+    # the coverage says why: no eviction of the default walks chose among more than 64 blocks
+    assert 0 < short.coverage["widest choice"] <= 64
+    assert f"the widest choosing among {short.coverage['widest choice']} blocks" in (
+        short.coverage_line()
+    )
     assert [f.walk for f in finds] == [3, 5]  # (seed 0)
     assert all(sum(t.blocks for t in f.config.tiers) > 64 for f in finds)
     # the counterexample's engine is shrunk with its trace: to as few blocks as the bug needs,

@@ -160,6 +160,9 @@ class Monitor:
         #: eviction-order invariant -> evictions it constrained (:func:`contested`): how often
         #: the run put it to the test, whatever the verdict
         self.contested: Counter[str] = Counter()
+        #: the most evictable blocks any eviction of the run chose among (in the contract
+        #: model's view): how large a choice the run put the eviction order to
+        self.widest_choice = 0
         engine.probe = self
 
     # -- plumbing
@@ -190,6 +193,7 @@ class Monitor:
         )
         for ev in self._shadow.evictions:
             victim = ev.victim.id
+            self.widest_choice = max(self.widest_choice, len(ev.candidates))
             if ev.in_flight:
                 self._add("no-eviction-in-flight", f"evicted in-flight block {victim}", victim)
             for name, check in wanted:

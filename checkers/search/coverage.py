@@ -48,6 +48,9 @@ _SHORT = {
 #: the counters a machine example maximises (Hypothesis ``target``): pressure
 TARGETS = ("evictions", "rejections", "spills", "dead resident")
 
+#: counters that runs combine by their maximum, not their sum
+MAXIMA = frozenset({"widest choice"})
+
 
 def at_deadlines(ops: Iterable[Op]) -> int:
     """The ops of a run that fall exactly on the deadline of an earlier TTL pin of the run: the
@@ -90,6 +93,7 @@ def run_coverage(engine: Engine, ops: Sequence[Op], seconds_bound: float = 5.0) 
     if isinstance(engine.probe, Monitor):  # a checked run: the evictions each order constrained
         for name, n in engine.probe.contested.items():
             cov[f"contested:{name}"] += n
+        cov["widest choice"] = engine.probe.widest_choice
     return cov
 
 
@@ -130,8 +134,12 @@ class SearchStats:
         self.ops.update(op_name(op) for op in ops)
 
     def add(self, cov: Counter[str]) -> None:
-        self.coverage.update(cov)
+        self._combine(cov)
         self.coverage["runs"] += 1
+
+    def _combine(self, cov: Counter[str]) -> None:
+        for k, n in cov.items():
+            self.coverage[k] = max(self.coverage[k], n) if k in MAXIMA else self.coverage[k] + n
 
     def observe(self, engine: Engine, ops: Sequence[Op]) -> Counter[str]:
         """Add one finished run of ``ops``; return its own counts (the machine targets them)."""
@@ -145,7 +153,7 @@ class SearchStats:
         self.walks += other.walks
         self.rules.update(other.rules)
         self.ops.update(other.ops)
-        self.coverage.update(other.coverage)
+        self._combine(other.coverage)
         if other.sample_config is not None:
             self.keep_sample(other.sample, other.sample_config, other.sample_evictions)
 
@@ -164,6 +172,8 @@ class SearchStats:
         if contested:  # how many of them each eviction-order invariant constrained
             inner.append(f"constraining {contested}")
         parts[0] += f" ({'; '.join(inner)})" if inner else ""
+        if self.coverage["widest choice"]:  # (a checked run's, read from its monitor)
+            parts[0] += f", the widest choosing among {self.coverage['widest choice']} blocks"
         parts += [f"forks {self.ops['fork']}", f"pins {self.ops['pin']}"]
         parts[-1] += f" ({self.coverage['at deadlines']} ops at a TTL deadline)"
         parts.append(f"worn tiers {self.coverage['worn tiers']}")
