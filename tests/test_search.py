@@ -512,6 +512,16 @@ def test_longer_walks_reach_what_the_default_scope_misses() -> None:
     )
 
 
+def test_a_bounded_scan_within_the_default_engines_is_missed_all_the_same() -> None:
+    # KVTether with its order over the first 32 candidates: default engines hold up to 48
+    # blocks, but no eviction of the default walks chooses among more than 32 (the coverage's
+    # widest choice: 24 over these 40 walks, 37 over the ci profile's check), so none reaches
+    # past the window; walks on tiers of up to 128 blocks do (spec/invariants.md, the scope)
+    short, finds = _missed_then_found("checkers.search.outside_mutants:WindowedTether", walks=16)
+    assert short.coverage["widest choice"] <= 32
+    assert [f.walk for f in finds] == [15]  # (seed 0)
+
+
 def test_larger_tiers_reach_what_the_default_scope_misses() -> None:
     # an LRU that sorts only the first 64 candidates: no default engine holds 64 blocks, while
     # walks on tiers of up to 128 blocks catch it at the default length

@@ -97,6 +97,10 @@ finds), and this one, which is kept:
   the first 64 candidates and leaves the rest in the order given. No default engine holds more
   than 48 blocks, so the default search cannot reach it; walks on tiers of up to 128 blocks
   (``kvmodel check --tier-blocks 128``) catch it at the default walk length.
+* :class:`WindowedTether` is KVTether with the same bounded scan over 32 candidates. Default
+  engines hold up to 48 blocks, yet the default search passes it too: no eviction of its
+  default walks or examples chose among more than 37 blocks (the coverage line's widest
+  choice), and none reached past the window. ``--tier-blocks 128`` catches it.
 """
 
 from __future__ import annotations
@@ -148,6 +152,7 @@ __all__ = [
     "SuspendAtStart",
     "SuspendAtStartTether",
     "WindowedLRU",
+    "WindowedTether",
     "WriterMRU",
 ]
 
@@ -474,6 +479,20 @@ class WindowedLRU(LRU):
         return [b.id for b in head] + [b.id for b in candidates[self.WINDOW :]]
 
 
+class WindowedTether(KVTether):
+    """KVTether as code with a bounded eviction scan: its order over the first :attr:`WINDOW`
+    candidates, then the rest as given. Beyond 32 evictable blocks a live block in the window
+    goes before a dead one outside it. Outside the default search's scope, though its engines
+    hold up to 48 blocks: walks on tiers of up to 128 blocks find it (:data:`SCOPE_NEEDED`)."""
+
+    name: ClassVar[str] = "mutant-windowed-tether"
+    WINDOW: ClassVar[int] = 32
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        head = list(super().eviction_order(view, candidates[: self.WINDOW]))
+        return head + [b.id for b in candidates[self.WINDOW :]]
+
+
 #: import path -> the invariant it must be caught breaking
 OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
     {
@@ -494,6 +513,7 @@ OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.search.outside_mutants:AgentWeightTable": "policy-protocol",
         "checkers.search.outside_mutants:HourClockLRU": "prefix-closed-residency",
         "checkers.search.outside_mutants:WindowedLRU": "prefix-closed-residency",
+        "checkers.search.outside_mutants:WindowedTether": "no-live-eviction-before-dead-reclaim",
     }
 )
 
@@ -503,5 +523,6 @@ SCOPE_NEEDED: Mapping[str, WalkScope] = MappingProxyType(
     {
         "checkers.search.outside_mutants:HourClockLRU": WalkScope(ops=2000),
         "checkers.search.outside_mutants:WindowedLRU": WalkScope(tier_blocks=128),
+        "checkers.search.outside_mutants:WindowedTether": WalkScope(tier_blocks=128),
     }
 )
