@@ -366,8 +366,16 @@ def test_shrink_deletes_a_context_whole_first() -> None:
         return any(isinstance(op, Infer) and op.ctx == b for op in xs)
 
     groups = op_groups(ops)
-    assert len(groups) == 4 + 3  # a context with its children (a's has d), then each session
+    # a context with its children (a's has d); each session here is one context's tree, so it
+    # has no group of its own (two contexts in one session do: their group, then the session's)
+    assert len(groups) == 4
     assert sum(groups[0](op) for op in ops) == 6 + 1 + 2 + 1  # a's: open, appends, infer; d's
+    two = [Open(0.0, x, SessionId("s"), AgentKind.MAIN) for x in (a, b)]
+    assert [[g(op) for op in two] for g in op_groups(two)] == [
+        [True, False],
+        [False, True],
+        [True, True],
+    ]
     small, minimal = shrink(ops, fails, groups=op_groups)
     assert (small, minimal) == ([ops[1], ops[-2]], True)
     grouped, tries[0] = tries[0], 0

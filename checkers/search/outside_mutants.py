@@ -450,7 +450,7 @@ class HourClockLRU(LRU):
     of packed block metadata): a block used just after the hour turns looks older than one
     used just before it. Outside the default search's scope: no default walk's clock reaches
     an hour, and the ci profile passes it; walks of up to 2,000 ops find it
-    (:data:`WALK_OPS_NEEDED`)."""
+    (:data:`SCOPE_NEEDED`)."""
 
     name: ClassVar[str] = "mutant-hour-clock-lru"
 

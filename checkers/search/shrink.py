@@ -38,10 +38,10 @@ def shrink(
     """
     cur = list(ops)
     tries = 0
-    progress = groups is not None
-    while progress and tries < budget:
+    progress = True
+    while groups is not None and progress and tries < budget:
         progress = False
-        for member in groups(cur) if groups is not None else ():
+        for member in groups(cur):
             cand = [o for o in cur if not member(o)]
             if not cand or len(cand) == len(cur) or tries >= budget:
                 continue
@@ -79,7 +79,8 @@ def shrink(
 def op_groups(ops: Sequence[Op]) -> list[Callable[[Op], bool]]:
     """The groups of a trace that only make sense whole: each context with every context opened
     or forked from it, in order of opening (its ops, theirs, and their returns), then each
-    session (its contexts and its end)."""
+    session (its contexts and its end). A context whose tree is its whole session takes the
+    session's end into its group, and the session gets none of its own."""
     children: dict[str, list[str]] = {}
     sessions: dict[str, set[str]] = {}
     order: list[str] = []
@@ -110,9 +111,17 @@ def op_groups(ops: Sequence[Op]) -> list[Callable[[Op], bool]]:
 
         return pick
 
-    groups = [member(subtree(c)) for c in order]
-    for session, ctxs in sessions.items():
-        groups.append(member(frozenset().union(*(subtree(c) for c in ctxs)), session))
+    trees = {c: subtree(c) for c in order}
+    whole = {s: frozenset().union(*(trees[c] for c in ctxs)) for s, ctxs in sessions.items()}
+    # a context whose tree is its whole session goes with the session's end: the same group
+    # twice (the tree, then the session) would be tried twice
+    of = {c: s for s, ctxs in sessions.items() for c in ctxs}
+    groups = [
+        member(trees[c], of[c]) if c in of and whole[of[c]] == trees[c] else member(trees[c])
+        for c in order
+    ]
+    covered = {of[c] for c in order if c in of and whole[of[c]] == trees[c]}
+    groups += [member(ctxs, s) for s, ctxs in whole.items() if s not in covered]
     return groups
 
 
