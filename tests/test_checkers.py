@@ -24,7 +24,7 @@ from checkers.search.driver import search
 from checkers.search.mutants import MUTANTS
 from checkers.search.outside_mutants import SCOPE_NEEDED
 from checkers.search.report import check_policies, expected_verdicts
-from checkers.search.scope import TIER_BLOCKS, WALK_OPS, WalkScope
+from checkers.search.scope import TIER_BLOCKS, WALK_OPS, WIDE_EVERY, WIDE_TIER_BLOCKS, WalkScope
 from checkers.search.shrink import op_groups, shrink, shrink_engine
 from checkers.search.stateful import check_config, make_machine
 from checkers.search.strategies import agent_traces
@@ -144,13 +144,11 @@ PROFILE: dict[str, str] = {}
 
 
 #: the zoo, each mutant with its expected invariant; those outside the default search's scope
-#: are searched within the scope they need (SCOPE_NEEDED), and those that need long walks (30 s)
-#: run in the slow suite, while the default run checks that longer walks find them
-#: (tests/test_search.py)
+#: are searched within the scope they need (SCOPE_NEEDED) in the slow suite (30-70 s each: long
+#: walks, or wide engines of hundreds of blocks to shrink), while the default run checks that
+#: the default walks miss them and the wider walks find them (tests/test_search.py)
 ZOO = [
-    pytest.param(m, inv, marks=pytest.mark.slow)
-    if m in SCOPE_NEEDED and SCOPE_NEEDED[m].ops > WALK_OPS
-    else (m, inv)
+    pytest.param(m, inv, marks=pytest.mark.slow) if m in SCOPE_NEEDED else (m, inv)
     for m, inv in sorted(MUTANTS.items())
 ]
 
@@ -254,11 +252,11 @@ def test_check_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFix
     d = json.loads(capsys.readouterr().out)
     assert d["failures"] == {"checkers.search.mutants:MRUInverted": ["suspended-mru"]}
     # the search's scope
-    assert (d["profile"], d["seed"], d["walk_ops"], d["tier_blocks"]) == (
-        "ci",
-        0,
-        WALK_OPS,
+    assert (d["profile"], d["seed"], d["walk_ops"]) == ("ci", 0, WALK_OPS)
+    assert (d["tier_blocks"], d["narrow_tier_blocks"], d["wide_every"]) == (
+        WIDE_TIER_BLOCKS,
         TIER_BLOCKS,
+        WIDE_EVERY,
     )
     inv = d["reports"][0]["invariants"]["suspended-mru"]
     assert inv["verdict"] == "violated"

@@ -21,7 +21,13 @@ from checkers.invariants.replay import check_ops, engine_for
 from checkers.search.coverage import SearchStats, at_deadlines
 from checkers.search.driver import search
 from checkers.search.outside_mutants import OUTSIDE_MUTANTS, SCOPE_NEEDED
-from checkers.search.scope import WALK_OPS, WalkScope
+from checkers.search.scope import (
+    DEFAULT_SCOPE,
+    TIER_BLOCKS,
+    WIDE_EVERY,
+    WIDE_TIER_BLOCKS,
+    WalkScope,
+)
 from checkers.search.swarm import BLOCK_SIZES, check_config, draw_config, swarm_configs
 from checkers.search.walk import WalkFind, explore, run_walk, walk_recipe
 from kvmodel.cli import main
@@ -48,6 +54,9 @@ from kvmodel.policy import claimed_invariants, resolve_policy
 from kvmodel.view import BlockInfo, ModelView
 from kvmodel.workloads.random_ops import OP_WEIGHTS, RandomParams, random_trace
 from policies.lru import LRU
+
+#: every walk narrow: the scope every walk had before one in four became wide
+NARROW = WalkScope(tier_blocks=TIER_BLOCKS)
 
 
 def test_the_swarm_spans_block_sizes_tier_counts_and_wear() -> None:
@@ -217,11 +226,12 @@ def test_a_walk_the_model_refuses_fails_loudly(monkeypatch: pytest.MonkeyPatch) 
 
 def test_capped_walks_trade_rejections_for_evictions() -> None:
     # the search's walks cap a context at a multiple of the engine's capacity (or not at all):
-    # uncapped, the swarm's small engines reject most inferences and few walks evict
+    # uncapped, the swarm's small engines (narrow walks') reject most inferences and few walks
+    # evict
     def totals(capped: bool) -> tuple[float, int]:
         rejected = infers = evicting = 0
         for i in range(60):
-            cfg, p = walk_recipe(0, i)
+            cfg, p = walk_recipe(0, i, None, NARROW)
             if not capped:
                 p = attrs.evolve(p, max_context_tokens=None)
             stats = check_ops(random_trace(p).ops, "kvtether", cfg, ()).engine.stats
@@ -308,7 +318,7 @@ def test_check_cli_budget_walks_and_jobs(
     assert main([*base, *walks]) == 0
     out = capsys.readouterr().out
     for text in (
-        "16 random walks (up to 300 ops, tiers of up to 64 blocks)",
+        "16 random walks (up to 300 ops, tiers of up to 16 blocks, up to 64 in one walk in 4)",
         "coverage: evictions",
         "ops applied:",
     ):
@@ -483,17 +493,20 @@ def test_a_run_stopped_mid_op_stays_stopped() -> None:
     assert ContextId("c") not in engine.contexts
 
 
-def _missed_then_found(mutant: str, walks: int) -> tuple[SearchStats, list[WalkFind]]:
-    """40 walks of the default scope put ``mutant`` under pressure and find nothing (their
-    stats are returned); so are the finds of ``walks`` walks within the scope it needs
-    (:data:`SCOPE_NEEDED`)."""
+def _missed_then_found(
+    mutant: str, walks: int, missing: WalkScope = DEFAULT_SCOPE, finding: WalkScope | None = None
+) -> tuple[SearchStats, list[WalkFind]]:
+    """40 walks of the ``missing`` scope (the default) put ``mutant`` under pressure and find
+    nothing (their stats are returned); so are the finds of ``walks`` walks within ``finding``
+    (the scope it needs, :data:`SCOPE_NEEDED`)."""
     inv = [OUTSIDE_MUTANTS[mutant]]
     missed: list[WalkFind] = []
-    short = explore(mutant, inv, walks=40, on_find=missed.append)
+    short = explore(mutant, inv, walks=40, scope=missing, on_find=missed.append)
     assert short.coverage["evictions"] > 0  # pressure,
     assert missed == []  # yet nothing found
     finds: list[WalkFind] = []
-    explore(mutant, inv, walks=walks, scope=SCOPE_NEEDED[mutant], on_find=finds.append)
+    scope = finding if finding is not None else SCOPE_NEEDED[mutant]
+    explore(mutant, inv, walks=walks, scope=scope, on_find=finds.append)
     return short, finds
 
 
@@ -505,42 +518,57 @@ def test_longer_walks_reach_what_the_default_scope_misses() -> None:
     _, finds = _missed_then_found(mutant, walks=40)
     assert [f.walk for f in finds] == [39]  # (seed 0)
     assert max(o.t for o in finds[0].ops) > 3600
-    # the default is the cap every walk had before the option: the same walks
-    assert walk_recipe(0, 5) == walk_recipe(0, 5, None, WalkScope(ops=120, tier_blocks=16))
+    # a narrow walk is the same walk in every scope of its length: the default's walk 5 is
+    # what it was before wide walks and before the options
+    assert scope.tier_cap(5) == DEFAULT_SCOPE.tier_cap(5) == TIER_BLOCKS
+    assert walk_recipe(0, 5) == walk_recipe(0, 5, None, NARROW)
     assert attrs.evolve(walk_recipe(0, 5, None, scope)[1], ops=0) == attrs.evolve(
         walk_recipe(0, 5)[1], ops=0
     )
 
 
-def test_a_bounded_scan_within_the_default_engines_is_missed_all_the_same() -> None:
-    # KVTether with its order over the first 32 candidates: default engines hold up to 48
-    # blocks, but no eviction of the default walks chooses among more than 32 (the coverage's
-    # widest choice: 24 over these 40 walks, 37 over the ci profile's check), so none reaches
-    # past the window; walks on tiers of up to 128 blocks do (spec/invariants.md, the scope)
-    short, finds = _missed_then_found("checkers.search.outside_mutants:WindowedTether", walks=16)
+def test_the_wide_walks_reach_a_bounded_scan_the_narrow_ones_miss() -> None:
+    # KVTether with its order over the first 32 candidates: narrow engines hold up to 48
+    # blocks, but no eviction of narrow walks chooses among more than 32 (the coverage's widest
+    # choice: 24 over these 40 walks), so none reaches past the window; the default search's
+    # wide walks, one in four, do (spec/invariants.md, the scope)
+    mutant = "checkers.search.outside_mutants:WindowedTether"
+    short, finds = _missed_then_found(mutant, walks=40, missing=NARROW, finding=DEFAULT_SCOPE)
     assert short.coverage["widest choice"] <= 32
-    assert [f.walk for f in finds] == [15]  # (seed 0)
+    assert [f.walk for f in finds] == [15, 19, 23, 31, 39]  # (seed 0)
+    assert all(DEFAULT_SCOPE.tier_cap(f.walk) == WIDE_TIER_BLOCKS for f in finds)
 
 
-def test_larger_tiers_reach_what_the_default_scope_misses() -> None:
-    # an LRU that sorts only the first 64 candidates: no default engine holds 64 blocks, while
-    # walks on tiers of up to 128 blocks catch it at the default length
+def test_wider_tiers_reach_what_the_default_wide_walks_miss() -> None:
+    # an LRU that reads depth from an 8-bit field: its bug needs more than 256 blocks of one
+    # context in memory. The default's wide walks choose among up to 308 blocks, yet none keeps
+    # a context that deep; walks whose wide tiers hold up to 512 blocks do
+    mutant = "checkers.search.outside_mutants:ByteDepthLRU"
+    assert SCOPE_NEEDED[mutant] == WalkScope(tier_blocks=512)
+    short, finds = _missed_then_found(mutant, walks=40)
+    assert short.coverage["widest choice"] > 256
+    assert [f.walk for f in finds] == [39]  # (seed 0)
+    assert sum(t.blocks for t in finds[0].config.tiers) > 256
+
+
+def test_larger_tiers_reach_what_the_narrow_walks_miss() -> None:
+    # an LRU that sorts only the first 64 candidates: no narrow engine holds 64 blocks, while
+    # the default's wide walks, on tiers of up to 128 blocks, catch it at the default length
     mutant = "checkers.search.outside_mutants:WindowedLRU"
-    scope = SCOPE_NEEDED[mutant]
-    assert scope.ops == WALK_OPS
-    short, finds = _missed_then_found(mutant, walks=8)
-    # the coverage says why: no eviction of the default walks chose among more than 64 blocks
+    assert mutant not in SCOPE_NEEDED
+    short, finds = _missed_then_found(mutant, walks=8, missing=NARROW, finding=DEFAULT_SCOPE)
+    # the coverage says why: no eviction of the narrow walks chose among more than 64 blocks
     assert 0 < short.coverage["widest choice"] <= 64
     assert f"the widest choosing among {short.coverage['widest choice']} blocks" in (
         short.coverage_line()
     )
-    assert [f.walk for f in finds] == [3, 5]  # (seed 0)
+    assert [f.walk for f in finds] == [3]  # (seed 0)
     assert all(sum(t.blocks for t in f.config.tiers) > 64 for f in finds)
     # the counterexample's engine is shrunk with its trace: to as few blocks as the bug needs,
     # more than the 64 candidates the order sorts; one block fewer in any tier, or the last
     # tier dropped, and the trace no longer fails
     r = search(mutant, inv := ["prefix-closed-residency"], max_examples=1, steps=1, walks=4,
-               walk_scope=scope, hypothesis_shrink=False)  # fmt: skip
+               hypothesis_shrink=False)  # fmt: skip
     c = r.found[inv[0]]
     assert c.found_by == "walk"
     assert (c.one_minimal, len(c.ops)) == (True, 7)
@@ -556,10 +584,13 @@ def test_larger_tiers_reach_what_the_default_scope_misses() -> None:
     assert smaller
     for cfg in smaller:
         assert check_ops(c.ops, mutant, cfg, inv).first(inv[0]) is None
-    # a wider scope draws the same engines, their tiers larger, and the same walks but for
-    # the context cap, a share of the engine's capacity
+    # a wide walk draws the engine its narrow self would, its tiers larger, and the same walk
+    # but for the context cap, a share of the engine's capacity; a narrow walk is the same
     for i in range(20):
-        (a, pa), (b, pb) = walk_recipe(0, i), walk_recipe(0, i, None, scope)
+        (a, pa), (b, pb) = walk_recipe(0, i, None, NARROW), walk_recipe(0, i)
+        if i % WIDE_EVERY != WIDE_EVERY - 1:
+            assert (a, pa) == (b, pb)
+            continue
         assert (a.block_size, a.model) == (b.block_size, b.model)
         assert [attrs.evolve(t, blocks=2) for t in a.tiers] == [
             attrs.evolve(t, blocks=2) for t in b.tiers

@@ -13,7 +13,7 @@ from checkers.invariants.contract import contract_violation
 from checkers.invariants.registry import invariant_names
 from checkers.invariants.replay import check_ops, nondeterminism
 from checkers.invariants.structural import Violation
-from checkers.search.scope import TIER_BLOCKS, WALK_OPS, WalkScope
+from checkers.search.scope import TIER_BLOCKS, WALK_OPS, WIDE_EVERY, WIDE_TIER_BLOCKS, WalkScope
 from kvmodel.cli.common import Subparsers, atomic_write, engine_config, int_at_least
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
@@ -46,7 +46,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             "give --tier-blocks (the walks draw their engines' tiers up to it) or --config "
             "(one engine for every example and walk), not both"
         )
-    scope = WalkScope(args.walk_ops, args.tier_blocks or TIER_BLOCKS)
+    scope = WalkScope(args.walk_ops, args.tier_blocks or WIDE_TIER_BLOCKS)
     with (
         local_cluster(args.workers) as address,
         bar(len(policies), "check", on=wanted(args.quiet)) as done,
@@ -76,7 +76,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
                     "profile": profile,
                     "seed": args.seed,
                     "walk_ops": scope.ops,
+                    # the walks' tiers: up to narrow_tier_blocks, and up to tier_blocks in
+                    # one walk in wide_every (None with --config: one engine for all)
                     "tier_blocks": None if args.config else scope.tier_blocks,
+                    "narrow_tier_blocks": None if args.config else scope.tier_cap(0),
+                    "wide_every": None if args.config else WIDE_EVERY,
                     "shrink": shrinker,
                     "reports": [r.to_json() for r in reports],
                     "failures": failures,
@@ -220,9 +224,11 @@ def add_check(sub: Subparsers) -> None:
     ck.add_argument(
         "--tier-blocks",
         type=int_at_least(2, 4096),
-        help=f"the largest tier a random walk's engine may draw, in blocks (default "
-        f"{TIER_BLOCKS}): larger tiers reach bugs that need more blocks than the default "
-        "engines hold (not with --config; the stateful machine keeps the default)",
+        help=f"the largest tier a wide random walk's engine may draw, in blocks (default "
+        f"{WIDE_TIER_BLOCKS}; one walk in {WIDE_EVERY} is wide, the others draw tiers of up to "
+        f"{TIER_BLOCKS} blocks): larger tiers reach bugs that need more blocks than the default "
+        f"engines hold; {TIER_BLOCKS} makes every walk narrow (not with --config; the stateful "
+        "machine keeps its small engines)",
     )
     ck.add_argument(
         "--budget",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -47,8 +47,8 @@ from kvmodel.io.observations import (
 )
 from kvmodel.io.trace import Close, EndSession, Infer, Op, Return
 from kvmodel.lifecycle import BlockClass, MsgState
-from kvmodel.policy import Placement, declared_rank
-from kvmodel.view import NewBlock
+from kvmodel.policy import Placement, declared_rank, key_function
+from kvmodel.view import Featured, NewBlock
 
 __all__ = [
     "COMPARE_EVERY",
@@ -183,6 +183,25 @@ class Monitor:
         after the op, on the contract model's view of that moment (no engine state is read)."""
         self._evict_tiers.append(tiers)
 
+    def _rank_keys(self) -> Callable[[Featured], tuple[float, ...]]:
+        """``rank_key(self._rank, ·)``, remembered for the op: the contract model gives an
+        inference's evictions the same candidate objects, each eviction all but one of the
+        last's, so each candidate's key is computed once, not once per eviction (O(evictable
+        blocks) a wide engine's eviction, not that times the rank's terms)."""
+        rank = self._rank
+        if rank is None:
+            return lambda c: ()
+        compute = key_function(rank)
+        seen: dict[int, tuple[Featured, tuple[float, ...]]] = {}
+
+        def keyed(c: Featured) -> tuple[float, ...]:
+            hit = seen.get(id(c))
+            if hit is None or hit[0] is not c:  # (the entry holds c: its id is not reused)
+                hit = seen[id(c)] = (c, compute(c))
+            return hit[1]
+
+        return keyed
+
     def _evictions(self) -> None:
         if self._shadow is None:
             return
@@ -191,6 +210,7 @@ class Monitor:
             ("state-priority-eviction", evict_priority),
             ("suspended-mru", evict_mru),
         )
+        keyed = self._rank_keys()
         for ev in self._shadow.evictions:
             victim = ev.victim.id
             self.widest_choice = max(self.widest_choice, len(ev.candidates))
@@ -206,7 +226,8 @@ class Monitor:
             if (
                 self._rank is not None
                 and not self._diverged
-                and (msg := evict_rank_first(self._rank, ev.victim, ev.candidates)) is not None
+                and (msg := evict_rank_first(self._rank, ev.victim, ev.candidates, keyed))
+                is not None
             ):
                 # the engine's victim source (its rank index or sorted order) is judged, not
                 # the policy: the finding is the engine's (spec, Self-checks of the engine)

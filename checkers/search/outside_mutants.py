@@ -94,13 +94,20 @@ finds), and this one, which is kept:
   first mutant outside the default search's scope, kept with the walk length it needs
   (:data:`SCOPE_NEEDED`; spec/invariants.md, Counterexamples).
 * :class:`WindowedLRU` bounds its eviction scan, as an engine written for speed might: it sorts
-  the first 64 candidates and leaves the rest in the order given. No default engine holds more
-  than 48 blocks, so the default search cannot reach it; walks on tiers of up to 128 blocks
-  (``kvmodel check --tier-blocks 128``) catch it at the default walk length.
-* :class:`WindowedTether` is KVTether with the same bounded scan over 32 candidates. Default
-  engines hold up to 48 blocks, yet the default search passes it too: no eviction of its
-  default walks or examples chose among more than 37 blocks (the coverage line's widest
-  choice), and none reached past the window. ``--tier-blocks 128`` catches it.
+  the first 64 candidates and leaves the rest in the order given. No engine then drawn held
+  more than 48 blocks, so the default search could not reach it; walks on tiers of up to 128
+  blocks (``kvmodel check --tier-blocks 128``) caught it at the default walk length.
+* :class:`WindowedTether` is KVTether with the same bounded scan over 32 candidates. Engines
+  held up to 48 blocks, yet the default search passed it too: no eviction of its walks or
+  examples chose among more than 37 blocks (the coverage line's widest choice), and none
+  reached past the window. ``--tier-blocks 128`` caught it.
+
+Since then one random walk in four is *wide* by default, on tiers of up to 128 blocks, and the
+default search catches both. Beyond the wide walks' reach, kept for the scope it needs:
+
+* :class:`ByteDepthLRU` keeps depth in an 8-bit field for its tie-break. Its bug needs a
+  context of more than 256 blocks in memory, which no default walk builds; wide walks on tiers
+  of up to 512 blocks (``kvmodel check --tier-blocks 512``) catch it.
 """
 
 from __future__ import annotations
@@ -127,6 +134,7 @@ __all__ = [
     "OUTSIDE_MUTANTS",
     "SCOPE_NEEDED",
     "AgentWeightTable",
+    "ByteDepthLRU",
     "CountsFreeOnly",
     "CountsFreeOnlyTether",
     "EvictsBeforeSpilling",
@@ -465,8 +473,8 @@ class WindowedLRU(LRU):
     """LRU as code that bounds its eviction scan: it sorts the first :attr:`WINDOW` candidates
     by recency (deeper first at a tie) and puts the rest after them as given. Up to 64
     evictable blocks it is LRU; beyond, a block in the window goes before its own child outside
-    it. Outside the default search's scope, whose engines hold at most 48 blocks: walks on
-    tiers of up to 128 blocks find it (:data:`SCOPE_NEEDED`)."""
+    it. Narrow walks, whose engines hold at most 48 blocks, pass it; the default search's wide
+    walks (tiers of up to 128 blocks) find it."""
 
     name: ClassVar[str] = "mutant-windowed-lru"
     WINDOW: ClassVar[int] = 64
@@ -482,8 +490,9 @@ class WindowedLRU(LRU):
 class WindowedTether(KVTether):
     """KVTether as code with a bounded eviction scan: its order over the first :attr:`WINDOW`
     candidates, then the rest as given. Beyond 32 evictable blocks a live block in the window
-    goes before a dead one outside it. Outside the default search's scope, though its engines
-    hold up to 48 blocks: walks on tiers of up to 128 blocks find it (:data:`SCOPE_NEEDED`)."""
+    goes before a dead one outside it. Narrow walks pass it, though their engines hold up to 48
+    blocks (none of their evictions chooses among more than 32); the default search's wide
+    walks find it."""
 
     name: ClassVar[str] = "mutant-windowed-tether"
     WINDOW: ClassVar[int] = 32
@@ -491,6 +500,22 @@ class WindowedTether(KVTether):
     def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
         head = list(super().eviction_order(view, candidates[: self.WINDOW]))
         return head + [b.id for b in candidates[self.WINDOW :]]
+
+
+class ByteDepthLRU(LRU):
+    """LRU as code that keeps a block's depth in an 8-bit field of packed block metadata, for
+    its deeper-first tie-break: among blocks last used together, depth 256 looks shallower
+    than depth 255, and a parent goes before its child. Outside the default search's scope: no
+    default walk's context reaches 256 blocks; walks on tiers of up to 512 blocks find it
+    (:data:`SCOPE_NEEDED`)."""
+
+    name: ClassVar[str] = "mutant-byte-depth-lru"
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        def key(b: BlockInfo) -> tuple[float, int, int]:
+            return (b.last_access, -(b.depth % 256), int(b.id))
+
+        return [b.id for b in sorted(candidates, key=key)]
 
 
 #: import path -> the invariant it must be caught breaking
@@ -514,6 +539,7 @@ OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.search.outside_mutants:HourClockLRU": "prefix-closed-residency",
         "checkers.search.outside_mutants:WindowedLRU": "prefix-closed-residency",
         "checkers.search.outside_mutants:WindowedTether": "no-live-eviction-before-dead-reclaim",
+        "checkers.search.outside_mutants:ByteDepthLRU": "prefix-closed-residency",
     }
 )
 
@@ -521,8 +547,7 @@ OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
 #: --walk-ops``, ``--tier-blocks``) that bring it in (spec/invariants.md, Counterexamples)
 SCOPE_NEEDED: Mapping[str, WalkScope] = MappingProxyType(
     {
-        "checkers.search.outside_mutants:HourClockLRU": WalkScope(ops=2000),
-        "checkers.search.outside_mutants:WindowedLRU": WalkScope(tier_blocks=128),
-        "checkers.search.outside_mutants:WindowedTether": WalkScope(tier_blocks=128),
+        "checkers.search.outside_mutants:HourClockLRU": WalkScope(ops=2000, tier_blocks=16),
+        "checkers.search.outside_mutants:ByteDepthLRU": WalkScope(tier_blocks=512),
     }
 )

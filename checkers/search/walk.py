@@ -49,9 +49,10 @@ def walk_recipe(
     seed: int, index: int, config: EngineConfig | None = None, scope: WalkScope = DEFAULT_SCOPE
 ) -> tuple[EngineConfig, RandomParams]:
     """Walk ``index`` of ``seed``: its engine (``config`` if given, else drawn within
-    ``scope``'s tier sizes) and generator parameters, at most ``scope.ops`` ops long."""
+    ``scope``'s tier sizes for this walk, :meth:`WalkScope.tier_cap`) and generator parameters,
+    at most ``scope.ops`` ops long."""
     rng = np.random.default_rng([seed, index])
-    cfg = draw_config(rng, scope.tier_blocks) if config is None else config
+    cfg = draw_config(rng, scope.tier_cap(index)) if config is None else config
     capacity = cfg.block_size * sum(t.blocks for t in cfg.tiers)
     return cfg, walk_params(rng, scope.ops, capacity=capacity)
 
