@@ -15,7 +15,7 @@ import pytest
 
 from checkers.invariants import INVARIANTS
 from checkers.invariants.contract import contract_violation, diverge
-from checkers.invariants.monitor import COMPARE_EVERY, FULL_COMPARE_OPS, Monitor
+from checkers.invariants.monitor import COMPARE_EVERY, FULL_COMPARE_OPS, READS_CONTRACT, Monitor
 from checkers.invariants.nversion import Shadow, _Terms
 from checkers.invariants.replay import check_ops, engine_for
 from checkers.invariants.shadow_terms import KEEP, TETHER, Eviction, ShadowContext
@@ -325,6 +325,44 @@ def test_a_monitor_without_the_contract_model_makes_no_contract_finding() -> Non
         found[contract] = mon.first("engine-contract")
     assert found[True] is not None
     assert found[False] is None
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        "lru",
+        "kvtether",
+        "checkers.search.mutants:MRUInverted",
+        "checkers.search.outside_mutants:WindowedTether",
+        "checkers.search.mutants:EvictsInFlight",
+    ],
+)
+def test_only_what_reads_the_contract_model_needs_it(policy: str) -> None:
+    """READS_CONTRACT is what a shrinker's tries may leave the model out by: every invariant
+    outside it is judged the same, violation for violation, without the model, on walks of
+    both scopes; and an eviction-order invariant inside it goes unjudged without the model
+    (``no-eviction-in-flight`` is also seen when the engine refuses the choice, so the
+    shrinker keeps the model for it too)."""
+    from checkers.search.walk import walk_recipe
+
+    outside = [n for n in INVARIANTS if n not in READS_CONTRACT]
+    inside = sorted(READS_CONTRACT & set(INVARIANTS))
+    seen_inside: set[str] = set()
+    blind_inside: set[str] = set()
+    for i in range(12):
+        cfg, params = walk_recipe(0, i)
+        ops = random_trace(params).ops
+        with_model = check_ops(ops, policy, cfg, INVARIANTS)
+        without = check_ops(ops, policy, cfg, INVARIANTS, contract=False)
+        assert [v for v in with_model.violations if v.invariant in outside] == [
+            v for v in without.violations if v.invariant in outside
+        ]
+        seen_inside |= {v.invariant for v in with_model.violations if v.invariant in inside}
+        blind_inside |= {v.invariant for v in without.violations if v.invariant in inside}
+    if policy == "checkers.search.mutants:MRUInverted":
+        assert "suspended-mru" in seen_inside
+        assert "suspended-mru" not in blind_inside
+    assert blind_inside <= {"no-eviction-in-flight"}
 
 
 def test_the_contract_model_checks_each_admission() -> None:

@@ -53,6 +53,7 @@ from kvmodel.view import Featured, NewBlock
 __all__ = [
     "COMPARE_EVERY",
     "FULL_COMPARE_OPS",
+    "READS_CONTRACT",
     "Monitor",
 ]
 
@@ -65,6 +66,21 @@ __all__ = [
 #: fifth of its time (spec/invariants.md, Self-checks of the engine)
 FULL_COMPARE_OPS = 16
 COMPARE_EVERY = 4
+
+#: the eviction-order invariants, judged at each eviction on the contract model's view of it
+_EVICTION_ORDER = (
+    ("no-live-eviction-before-dead-reclaim", evict_live_before_dead),
+    ("state-priority-eviction", evict_priority),
+    ("suspended-mru", evict_mru),
+)
+#: what the Monitor judges on the contract model (:class:`Shadow`): every eviction-time
+#: invariant, ``no-stale-hit`` (the prompt's keys are the model's own packing) and the
+#: ``engine-contract`` finding. A run that monitors none of these can leave the model out
+#: (``contract=False``) and judge the rest exactly as it would with it: a shrinker's tries
+#: (spec/invariants.md, Counterexamples)
+READS_CONTRACT = frozenset(
+    {"no-eviction-in-flight", "no-stale-hit", "engine-contract", *(n for n, _ in _EVICTION_ORDER)}
+)
 
 
 # ----------------------------------------------------------------------------- the monitor
@@ -121,8 +137,9 @@ class Monitor:
         contract: bool = True,
     ) -> None:
         """``contract=False``: no contract model follows the engine, so no ``engine-contract``
-        finding is made and the eviction-time invariants, which read the model, judge nothing.
-        For measuring what the model costs (benchmarks/bench_checkers.py), never for a verdict."""
+        finding is made and the invariants that read the model (:data:`READS_CONTRACT`) judge
+        nothing. For measuring what the model costs (benchmarks/bench_checkers.py) and for a
+        shrinker's tries on an invariant that does not read it, never for a verdict."""
         # the findings are recorded whatever is asked
         invariants = invariant_names([n for n in invariants if n not in FINDINGS], default=())
         self.engine = engine
@@ -205,18 +222,13 @@ class Monitor:
     def _evictions(self) -> None:
         if self._shadow is None:
             return
-        wanted = (
-            ("no-live-eviction-before-dead-reclaim", evict_live_before_dead),
-            ("state-priority-eviction", evict_priority),
-            ("suspended-mru", evict_mru),
-        )
         keyed = self._rank_keys()
         for ev in self._shadow.evictions:
             victim = ev.victim.id
             self.widest_choice = max(self.widest_choice, len(ev.candidates))
             if ev.in_flight:
                 self._add("no-eviction-in-flight", f"evicted in-flight block {victim}", victim)
-            for name, check in wanted:
+            for name, check in _EVICTION_ORDER:
                 if name not in self.active:
                     continue
                 if (msg := check(ev.victim, ev.candidates)) is not None:

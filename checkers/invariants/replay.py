@@ -65,12 +65,15 @@ def check_ops(
     *,
     stop_at: str | None = None,
     endurance_years: float = 5.0,
+    contract: bool = True,
 ) -> CheckRun:
     """Apply ``ops`` with a :class:`Monitor`; stop at the first violation of ``stop_at`` (if
-    given), at a refused policy decision, or at an op the model rejects as bad input."""
+    given), at a refused policy decision, or at an op the model rejects as bad input.
+    ``contract=False``: without the contract model (:data:`~checkers.invariants.monitor.
+    READS_CONTRACT` says what then goes unjudged), never for a verdict."""
     pol = resolve_policy(policy)
     engine = engine_for(pol, config)
-    mon = Monitor(engine, invariants, endurance_years=endurance_years)
+    mon = Monitor(engine, invariants, endurance_years=endurance_years, contract=contract)
     prepare = getattr(pol, "prepare", None)
     if callable(prepare):
         try:
