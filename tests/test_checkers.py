@@ -144,9 +144,9 @@ PROFILE: dict[str, str] = {}
 
 
 #: the zoo, each mutant with its expected invariant; those outside the default search's scope
-#: are searched within the scope they need (SCOPE_NEEDED) in the slow suite (30-70 s each: long
-#: walks, or wide engines of hundreds of blocks to shrink), while the default run checks that
-#: the default walks miss them and the wider walks find them (tests/test_search.py)
+#: are searched within the scope they need (SCOPE_NEEDED) in the slow suite (13-17 s each: long
+#: walks, or wide engines of hundreds of blocks), while the default run checks that the default
+#: walks miss them and the wider walks find them (tests/test_search.py)
 ZOO = [
     pytest.param(m, inv, marks=pytest.mark.slow) if m in SCOPE_NEEDED else (m, inv)
     for m, inv in sorted(MUTANTS.items())
