@@ -5,7 +5,7 @@ search never sees a third tier, a one-block HBM, a worn-out flash tier or a 1-to
 each example (a stateful-machine run, a random walk, a lockstep trace) draws
 
 * a block size (1, 2, 4 or 8 tokens),
-* one to three tiers of 2-16 blocks each (a random walk's largest tier is its scope's,
+* one to three tiers of 2-16 blocks each (2-128 in one random walk in four, a wide walk:
   :class:`checkers.search.scope.WalkScope`): the first is HBM (no wear), the others flash with a
   P/E budget drawn down to a handful of cycles, so that ``endurance-budget`` can be put to the
   test, and a write amplification,
