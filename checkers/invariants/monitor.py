@@ -200,15 +200,12 @@ class Monitor:
         after the op, on the contract model's view of that moment (no engine state is read)."""
         self._evict_tiers.append(tiers)
 
-    def _rank_keys(self) -> Callable[[Featured], tuple[float, ...]]:
-        """``rank_key(self._rank, ·)``, remembered for the op: the contract model gives an
+    def _rank_keys(
+        self, compute: Callable[[Featured], tuple[float, ...]]
+    ) -> Callable[[Featured], tuple[float, ...]]:
+        """``compute`` (the rank's key), remembered for the op: the contract model gives an
         inference's evictions the same candidate objects, each eviction all but one of the
-        last's, so each candidate's key is computed once, not once per eviction (O(evictable
-        blocks) a wide engine's eviction, not that times the rank's terms)."""
-        rank = self._rank
-        if rank is None:
-            return lambda c: ()
-        compute = key_function(rank)
+        last's, so a candidate's key is computed once per op, not once per eviction."""
         seen: dict[int, tuple[Featured, tuple[float, ...]]] = {}
 
         def keyed(c: Featured) -> tuple[float, ...]:
@@ -220,9 +217,10 @@ class Monitor:
         return keyed
 
     def _evictions(self) -> None:
-        if self._shadow is None:
+        if self._shadow is None or not self._shadow.evictions:
             return
-        keyed = self._rank_keys()
+        # (compiled here, not kept: a closure on the Monitor would not pickle with its engine)
+        keyed = self._rank_keys(key_function(self._rank)) if self._rank is not None else None
         for ev in self._shadow.evictions:
             victim = ev.victim.id
             self.widest_choice = max(self.widest_choice, len(ev.candidates))
