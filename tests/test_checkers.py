@@ -8,7 +8,9 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given, settings
 
@@ -25,13 +27,13 @@ from checkers.search.mutants import MUTANTS
 from checkers.search.outside_mutants import SCOPE_NEEDED
 from checkers.search.report import check_policies, expected_verdicts
 from checkers.search.scope import TIER_BLOCKS, WALK_OPS, WIDE_EVERY, WIDE_TIER_BLOCKS, WalkScope
-from checkers.search.shrink import op_groups, shrink, shrink_engine
+from checkers.search.shrink import op_groups, shrink, shrink_engine, shrink_values
 from checkers.search.stateful import check_config, make_machine
 from checkers.search.strategies import agent_traces
 from kvmodel.cli import main
 from kvmodel.config import EngineConfig, load_config
 from kvmodel.ids import TierName
-from kvmodel.io.trace import Op, load_trace
+from kvmodel.io.trace import Append, Infer, Op, Pin, load_trace
 from kvmodel.memory import TierConfig
 from kvmodel.policy import BasePolicy, claimed_invariants, registered_policies, resolve_policy
 from kvmodel.replay import replay
@@ -201,6 +203,10 @@ def test_every_mutant_is_caught_with_a_replayable_bundle(
         return
     again = check_ops(trace.ops, mutant, config, [invariant], stop_at=invariant).first(invariant)
     assert again == c.violation  # bit for bit: same op, same message
+    if invariant in INVARIANTS:  # and value-minimal (a finding keeps its values)
+        for simpler in _simpler_by_one(trace.ops):
+            run = check_ops(simpler, mutant, config, [invariant], stop_at=invariant)
+            assert run.trace_error is not None or run.first(invariant) is None
     assert (bundle / "steps.txt").read_text().startswith(f"counterexample: {mutant} violates")
     assert ">>" in (bundle / "steps.txt").read_text()
     logged = (bundle / "observations.jsonl").read_text()
@@ -403,6 +409,93 @@ def test_shrink_engine_drops_last_tiers_and_blocks_to_one_minimal() -> None:
     # out of budget: what shrank so far, not called 1-minimal
     small, minimal = shrink_engine(_engine(9, 16, 16), fails, budget=3)
     assert fails(small)
+    assert not minimal
+
+
+def _value_ops() -> list[Op]:
+    from kvmodel.ids import ContextId, MessageId, SessionId
+    from kvmodel.io.trace import Open
+    from kvmodel.messages import AgentKind, Message, MessageKind, Role
+
+    def msg(i: int, tokens: int) -> Message:
+        return Message(MessageId(f"m{i}"), Role.USER, MessageKind.USER, tokens)
+
+    c, s = ContextId("c"), SessionId("s")
+    return [
+        Open(0.081, c, s, AgentKind.MAIN),
+        Append(0.113, c, (msg(1, 7), msg(2, 24))),
+        Pin(0.2, c, ttl=2.37),
+        Infer(0.35, c, (msg(3, 14),), duration=0.454),
+        Append(1.583, c, (msg(4, 9),)),
+    ]
+
+
+def _tokens(ops: Sequence[Op]) -> list[int]:
+    return [m.tokens for op in ops for m in getattr(op, "messages", getattr(op, "output", ()))]
+
+
+def _simpler_by_one(ops: Sequence[Op]) -> list[list[Op]]:
+    """Every trace one step simpler than ``ops``: a message one token smaller, an op at the
+    previous op's time, an inference with no duration (what value-minimal rules out)."""
+    out: list[list[Op]] = []
+    for i, op in enumerate(ops):
+        a: Any = op  # (any op kind: its fields are looked up by name)
+        for field in ("messages", "output", "message", "result"):
+            value = getattr(a, field, None)
+            ms = list(value) if isinstance(value, tuple) else [] if value is None else [value]
+            for j, m in enumerate(ms):
+                if m.tokens > 1:
+                    m1 = attrs.evolve(m, tokens=m.tokens - 1)
+                    new = (*ms[:j], m1, *ms[j + 1 :]) if isinstance(value, tuple) else m1
+                    out.append([*ops[:i], attrs.evolve(a, **{field: new}), *ops[i + 1 :]])
+        prev = ops[i - 1].t if i else 0.0
+        if op.t > prev:
+            out.append([*ops[:i], attrs.evolve(a, t=prev), *ops[i + 1 :]])
+        if getattr(a, "duration", 0.0):
+            out.append([*ops[:i], attrs.evolve(a, duration=0.0), *ops[i + 1 :]])
+    return out
+
+
+def test_shrink_values_makes_sizes_smaller_and_times_rounder() -> None:
+    ops = _value_ops()
+
+    # fails while the context holds 10 tokens or more before its inference (its output, 14
+    # tokens, does not count), the pin's TTL is at least 1.5 and the last append comes at
+    # least one second after the inference starts
+    def fails(xs: Sequence[Op]) -> bool:
+        append, pin = xs[1], xs[2]
+        assert isinstance(append, Append)
+        assert isinstance(pin, Pin)
+        assert pin.ttl is not None
+        appended = sum(m.tokens for m in append.messages)
+        return appended >= 10 and pin.ttl >= 1.5 and xs[4].t - xs[3].t >= 1
+
+    small, minimal = shrink_values(ops, fails)
+    assert fails(small)
+    assert minimal
+    assert [type(op) for op in small] == [type(op) for op in ops]  # no op added or deleted
+    # the first message as small as it goes, the second what is left; the output, which the
+    # failure does not read, to one token
+    assert _tokens(small) == [1, 9, 1, 1]
+    # times down to the previous op's, but the last, which must stay a second after the
+    # inference's: cut to a whole number; a duration to 0; a TTL cut to a whole number, never
+    # to 0
+    assert [op.t for op in small] == [0.0, 0.0, 0.0, 0.0, 1.0]
+    assert small[3].duration == 0.0  # type: ignore[union-attr]
+    assert small[2].ttl == 2.0  # type: ignore[union-attr]
+    # value-minimal means what it says: no message can lose one token, no op move to the
+    # previous op's time, no inference lose its duration, and still fail
+    simpler = _simpler_by_one(small)
+    assert len(simpler) == 1 + 1  # the second message (9 tokens), the last op's time
+    assert not any(fails(x) for x in simpler)
+    # failing need not be monotone in a size: the binary search's find is walked down one
+    # token at a time, and what is returned fails
+    odd = {3, 7, 8}
+    only, _ = shrink_values(ops, lambda xs: _tokens(xs)[0] in odd)
+    assert _tokens(only)[0] == 7
+    # out of budget: what shrank so far, not called value-minimal
+    some, minimal = shrink_values(ops, fails, budget=3)
+    assert fails(some)
     assert not minimal
 
 

@@ -27,7 +27,7 @@ from checkers.invariants.structural import Violation
 from checkers.search.coverage import TARGETS, SearchStats
 from checkers.search.pool import fixed_constants
 from checkers.search.scope import DEFAULT_SCOPE, WalkScope
-from checkers.search.shrink import op_groups, shrink, shrink_engine
+from checkers.search.shrink import op_groups, shrink, shrink_engine, shrink_values
 from checkers.search.stateful import RULES, Record, make_machine, run_machine, search_settings
 from checkers.search.swarm import check_config, swarm_configs
 from kvmodel.config import EngineConfig
@@ -327,16 +327,20 @@ def _shrink_one(
     odd = nondeterminism(ops, policy, cfg)
     if odd is None and fails_on(ops, cfg):
         small, minimal = shrink(ops, partial(fails_on, c=cfg), budget=s.budget, groups=op_groups)
-        if s.config is None and inv in INVARIANTS:
-            # a drawn engine is shrunk too, then the trace again on the smaller engine, to a
-            # fixpoint (a shorter trace may fail on a smaller engine still): spec/invariants.md,
-            # Counterexamples. A finding keeps its engine, whose refusals and crashes a smaller
-            # one could trade for others
-            while (smaller := shrink_engine(cfg, partial(fails_on, small))[0]) != cfg:
-                cfg = smaller
-                small, minimal = shrink(
-                    small, partial(fails_on, c=cfg), budget=s.budget, groups=op_groups
-                )
+        while inv in INVARIANTS:
+            # a drawn engine is shrunk too, and the numbers in the ops, then the trace again on
+            # the smaller engine and values, to a fixpoint (a shorter trace may fail on a
+            # smaller engine still): spec/invariants.md, Counterexamples. A finding keeps its
+            # engine and values, whose refusals and crashes smaller ones could trade for others
+            before = (cfg, small)
+            if s.config is None:
+                cfg = shrink_engine(cfg, partial(fails_on, small))[0]
+            small = shrink_values(small, partial(fails_on, c=cfg), budget=s.budget)[0]
+            if (cfg, small) == before:
+                break
+            small, minimal = shrink(
+                small, partial(fails_on, c=cfg), budget=s.budget, groups=op_groups
+            )
         final = check_ops(small, policy, cfg, monitored, stop_at=inv).first(inv)
         if final is not None:
             return Counterexample(inv, tuple(small), final, h_len, minimal, cfg, f.found_by), True

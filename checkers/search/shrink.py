@@ -1,18 +1,21 @@
 """Delta debugging: shrink a failing op sequence to a 1-minimal one (every search's last step),
-and the engine it fails on to a 1-minimal one."""
+the engine it fails on to a 1-minimal one, and the numbers in its ops (message sizes, durations,
+times) to smaller and rounder ones."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from decimal import ROUND_FLOOR, Decimal
 from typing import TypeVar
 
 import attrs
 
 from kvmodel.config import EngineConfig
-from kvmodel.io.ops import EndSession, Fork, Op, Open
+from kvmodel.io.ops import Append, EndSession, Fork, Infer, Op, Open, Pin, Replace, Return
+from kvmodel.messages import Message
 
-__all__ = ["op_groups", "shrink", "shrink_engine"]
+__all__ = ["op_groups", "shrink", "shrink_engine", "shrink_values"]
 
 T = TypeVar("T")
 
@@ -167,4 +170,112 @@ def shrink_engine(
                 hi -= 1  # failure need not be monotone in the size: one block at a time
             if hi < cur.tiers[i].blocks:
                 cur, changed = with_blocks(cur, i, hi), True
+    return cur, tries < budget and not changed
+
+
+def _with_tokens(op: Op, j: int, tokens: int) -> Op:
+    """``op`` with its ``j``-th message (in :func:`_messages` order) resized to ``tokens``."""
+    if isinstance(op, Append):
+        ms = list(op.messages)
+        ms[j] = attrs.evolve(ms[j], tokens=tokens)
+        return attrs.evolve(op, messages=tuple(ms))
+    if isinstance(op, Infer):
+        ms = list(op.output)
+        ms[j] = attrs.evolve(ms[j], tokens=tokens)
+        return attrs.evolve(op, output=tuple(ms))
+    if isinstance(op, Replace):
+        return attrs.evolve(op, message=attrs.evolve(op.message, tokens=tokens))
+    if isinstance(op, Return):
+        return attrs.evolve(op, result=attrs.evolve(op.result, tokens=tokens))
+    raise TypeError(f"{type(op).__name__} carries no message")  # pragma: no cover
+
+
+def _messages(op: Op) -> tuple[Message, ...]:
+    """The messages ``op`` carries, in the order :func:`_with_tokens` numbers them."""
+    if isinstance(op, Append):
+        return op.messages
+    if isinstance(op, Infer):
+        return op.output
+    if isinstance(op, Replace):
+        return (op.message,)
+    if isinstance(op, Return):
+        return (op.result,)
+    return ()
+
+
+def _simpler(x: float, floor: float) -> list[float]:
+    """Simpler values for a number ``x`` that is at least ``floor``, simplest first: ``floor``
+    itself, then ``x`` cut to a whole number and to one and two decimals -- each below ``x``
+    (so a value only ever goes down, and shrinking ends) and not below ``floor``."""
+    out: list[float] = []
+    cuts = (Decimal(repr(x)).quantize(Decimal(q), rounding=ROUND_FLOOR) for q in ("1", ".1", ".01"))
+    for v in (floor, *(float(c) for c in cuts)):
+        if floor <= v < x and v not in out:
+            out.append(v)
+    return out
+
+
+def shrink_values(
+    ops: Sequence[Op], fails: Callable[[Sequence[Op]], bool], *, budget: int = 1000
+) -> tuple[list[Op], bool]:
+    """Make a failing trace's numbers smaller and rounder while it still fails, op by op:
+
+    * each message's token count (a binary search down to 1, then one token at a time, since
+      failing need not be monotone in a size);
+    * each op's time: the previous op's time, else the time cut to a whole number, one decimal
+      or two, never below the previous op's (time does not go backwards);
+    * each inference's duration: 0, else cut the same way; each pin's TTL cut the same way (it
+      stays above 0).
+
+    Pass after pass until a pass changes nothing. Returns the ops and whether they are
+    **value-minimal**: the last pass changed nothing within the ``budget`` of tries, so no
+    message can lose one token, and no time, duration or TTL can take any of its simpler values,
+    while the trace still fails. Ops are never added, deleted or reordered; ``fails`` must be
+    deterministic and true on ``ops``."""
+    cur = list(ops)
+    tries = 0
+
+    def attempt(i: int, op: Op) -> bool:
+        nonlocal tries
+        tries += 1
+        cand = [*cur[:i], op, *cur[i + 1 :]]
+        if fails(cand):
+            cur[i] = op
+            return True
+        return False
+
+    changed = True
+    while changed and tries < budget:
+        changed = False
+        for i in range(len(cur)):
+            for j, m in enumerate(_messages(cur[i])):
+                lo, hi = 1, m.tokens  # fails at hi
+                while lo < hi and tries < budget:
+                    mid = (lo + hi) // 2
+                    if attempt(i, _with_tokens(cur[i], j, mid)):
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                while hi > 1 and tries < budget and attempt(i, _with_tokens(cur[i], j, hi - 1)):
+                    hi -= 1
+                changed |= hi < m.tokens
+            prev = cur[i - 1].t if i else 0.0
+            for t in _simpler(cur[i].t, prev):
+                if tries >= budget:
+                    break
+                if attempt(i, attrs.evolve(cur[i], t=t)):
+                    changed = True
+                    break
+            op = cur[i]
+            simpler: list[Op] = []
+            if isinstance(op, Infer) and op.duration:
+                simpler = [attrs.evolve(op, duration=v) for v in _simpler(op.duration, 0.0)]
+            elif isinstance(op, Pin) and op.ttl is not None:  # (a TTL is above 0)
+                simpler = [attrs.evolve(op, ttl=v) for v in _simpler(op.ttl, 0.0) if v > 0]
+            for cand in simpler:
+                if tries >= budget:
+                    break
+                if attempt(i, cand):
+                    changed = True
+                    break
     return cur, tries < budget and not changed
