@@ -8,7 +8,6 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import attrs
 import pytest
@@ -33,7 +32,7 @@ from checkers.search.strategies import agent_traces
 from kvmodel.cli import main
 from kvmodel.config import EngineConfig, load_config
 from kvmodel.ids import TierName
-from kvmodel.io.trace import Append, Infer, Op, Pin, load_trace
+from kvmodel.io.trace import Append, Infer, Op, Pin, carried_messages, load_trace, with_messages
 from kvmodel.memory import TierConfig
 from kvmodel.policy import BasePolicy, claimed_invariants, registered_policies, resolve_policy
 from kvmodel.replay import replay
@@ -435,24 +434,32 @@ def _tokens(ops: Sequence[Op]) -> list[int]:
 
 
 def _simpler_by_one(ops: Sequence[Op]) -> list[list[Op]]:
-    """Every trace one step simpler than ``ops``: a message one token smaller, an op at the
-    previous op's time, an inference with no duration (what value-minimal rules out)."""
-    out: list[list[Op]] = []
+    """Every trace one step simpler than ``ops``: the messages of one content key one token
+    smaller (each message on its own where the key's sizes differ), an op at the previous op's
+    time, an inference with no duration (what value-minimal rules out)."""
+    where: dict[str, list[tuple[int, int]]] = {}
     for i, op in enumerate(ops):
-        a: Any = op  # (any op kind: its fields are looked up by name)
-        for field in ("messages", "output", "message", "result"):
-            value = getattr(a, field, None)
-            ms = list(value) if isinstance(value, tuple) else [] if value is None else [value]
-            for j, m in enumerate(ms):
-                if m.tokens > 1:
-                    m1 = attrs.evolve(m, tokens=m.tokens - 1)
-                    new = (*ms[:j], m1, *ms[j + 1 :]) if isinstance(value, tuple) else m1
-                    out.append([*ops[:i], attrs.evolve(a, **{field: new}), *ops[i + 1 :]])
+        for j, m in enumerate(carried_messages(op)):
+            where.setdefault(m.content_key, []).append((i, j))
+    out: list[list[Op]] = []
+    for places in where.values():
+        sizes = {carried_messages(ops[i])[j].tokens for i, j in places}
+        for group in [places] if len(sizes) == 1 else [[p] for p in places]:
+            fewer = list(ops)
+            for i, j in group:
+                ms = list(carried_messages(fewer[i]))
+                if ms[j].tokens == 1:
+                    break
+                ms[j] = attrs.evolve(ms[j], tokens=ms[j].tokens - 1)
+                fewer[i] = with_messages(fewer[i], ms)
+            else:
+                out.append(fewer)
+    for i, op in enumerate(ops):
         prev = ops[i - 1].t if i else 0.0
         if op.t > prev:
-            out.append([*ops[:i], attrs.evolve(a, t=prev), *ops[i + 1 :]])
-        if getattr(a, "duration", 0.0):
-            out.append([*ops[:i], attrs.evolve(a, duration=0.0), *ops[i + 1 :]])
+            out.append([*ops[:i], attrs.evolve(op, t=prev), *ops[i + 1 :]])
+        if isinstance(op, Infer) and op.duration:
+            out.append([*ops[:i], attrs.evolve(op, duration=0.0), *ops[i + 1 :]])
     return out
 
 

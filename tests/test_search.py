@@ -28,12 +28,14 @@ from checkers.search.scope import (
     WIDE_TIER_BLOCKS,
     WalkScope,
 )
+from checkers.search.shrink import shrink_scale
 from checkers.search.swarm import BLOCK_SIZES, check_config, draw_config, swarm_configs
-from checkers.search.walk import WalkFind, explore, run_walk, walk_recipe
+from checkers.search.walk import TOKEN_SCALES, WalkFind, explore, run_walk, walk_recipe
 from kvmodel.cli import main
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, ContextId, MessageId, SessionId, TierName
+from kvmodel.io.observations import InferObs
 from kvmodel.io.trace import (
     OP_NAMES,
     Append,
@@ -43,6 +45,7 @@ from kvmodel.io.trace import (
     Pin,
     Remove,
     Trace,
+    carried_messages,
     dump_trace,
     dumps_op,
     op_name,
@@ -599,3 +602,96 @@ def test_larger_tiers_reach_what_the_narrow_walks_miss() -> None:
         assert attrs.evolve(pa, max_context_tokens=None) == attrs.evolve(
             pb, max_context_tokens=None
         )
+
+
+def _scaled_walks(n: int) -> list[int]:
+    return [i for i in range(n) if walk_recipe(0, i)[1].token_scale > 1]
+
+
+def test_a_token_scaled_walk_is_the_same_walk_block_for_block() -> None:
+    # two walks in three are drawn at a token scale, last (every earlier draw is as before):
+    # their token counts and block size multiplied by one factor, so a message boundary falls
+    # in the same block and the engine does the same thing to the same blocks; only what reads
+    # token counts sees a difference (spec/invariants.md, swarm testing)
+    scales = Counter(walk_recipe(0, i)[1].token_scale for i in range(60))
+    assert set(scales) == set(TOKEN_SCALES) == {1, 16, 256}
+    for i in _scaled_walks(12):
+        cfg, params = walk_recipe(0, i)
+        k = params.token_scale
+        small_cfg = attrs.evolve(cfg, block_size=cfg.block_size // k)
+        small = attrs.evolve(params, token_scale=1)
+        assert walk_recipe(0, i, cfg)[1].token_scale == 1  # (a fixed engine keeps its scale)
+        big_ops, small_ops = random_trace(params).ops, random_trace(small).ops
+        assert [type(o) for o in big_ops] == [type(o) for o in small_ops]
+        assert sum(m.tokens for o in big_ops for m in carried_messages(o)) == k * sum(
+            m.tokens for o in small_ops for m in carried_messages(o)
+        )
+        big_run = check_ops(big_ops, "lru", cfg, ())
+        small_run = check_ops(small_ops, "lru", small_cfg, ())
+
+        def shape(run: object) -> list[tuple[object, ...]]:
+            log = run.engine.log  # type: ignore[attr-defined]
+            return [
+                (type(r).__name__, *(getattr(r, f, None) for f in ("block", "depth", "tier")))
+                for r in log
+            ]
+
+        assert shape(big_run) == shape(small_run)
+        assert big_run.engine.stats.evictions == small_run.engine.stats.evictions
+        assert big_run.engine.stats.prompt_tokens == k * small_run.engine.stats.prompt_tokens
+
+
+def test_token_scaled_walks_reach_a_size_rule_small_prompts_miss() -> None:
+    # KVTether sending the blocks of contexts over 8,192 tokens first, ahead of dead KV: no
+    # walk at scale 1 makes such a prompt, and none of these 24 catches it at scale 1; the
+    # walks drawn at a token scale do, and the coverage line says how large prompts grew
+    mutant = "checkers.search.outside_mutants:BigContextFirstTether"
+    inv = [OUTSIDE_MUTANTS[mutant]]
+    finds: list[WalkFind] = []
+    stats = explore(mutant, inv, walks=24, on_find=finds.append)
+    assert finds
+    assert all(walk_recipe(0, f.walk)[1].token_scale > 1 for f in finds)
+    assert stats.coverage["largest prompt"] > 8192
+    assert f"prompts of up to {stats.coverage['largest prompt']:,} tokens" in stats.coverage_line()
+    for i in range(24):  # the same walks at scale 1: none fails, none has such a prompt
+        cfg, params = walk_recipe(0, i)
+        k = params.token_scale
+        cfg = attrs.evolve(cfg, block_size=cfg.block_size // k)
+        ops = random_trace(attrs.evolve(params, token_scale=1)).ops
+        run = check_ops(ops, mutant, cfg, inv)
+        assert run.first(inv[0]) is None
+        assert run.engine.stats.prompt_tokens < 8192 * max(1, run.engine.stats.infers)
+    # the counterexample keeps the scale the fault needs, and no more: its numbers shrunk to
+    # the threshold, a context of 8,193 tokens (a prompt and its output)
+    r = search(mutant, inv, max_examples=1, steps=1, walks=24, hypothesis_shrink=False)
+    c = r.found[inv[0]]
+    assert c.found_by == "walk"
+    sizes = [o.prompt_tokens + o.output_tokens
+             for o in check_ops(c.ops, mutant, c.config, ()).engine.log
+             if isinstance(o, InferObs)]  # fmt: skip
+    assert max(sizes) == 8193
+
+
+def test_shrink_scale_undoes_a_token_scale_as_far_as_the_fault_allows() -> None:
+    def msg(i: int, tokens: int) -> Message:
+        return Message(MessageId(f"m{i}"), Role.USER, MessageKind.USER, tokens)
+
+    c = ContextId("c")
+    ops: list[Op] = [
+        Open(0.0, c, SessionId("s"), AgentKind.MAIN),
+        Append(0.0, c, (msg(1, 48 * 16), msg(2, 16))),
+        Infer(0.0, c, (msg(3, 32 * 16),)),
+    ]
+    cfg = EngineConfig(4 * 16, (TierConfig(TierName("hbm"), 8),))
+
+    def tokens(xs: Sequence[Op]) -> int:
+        return sum(m.tokens for o in xs for m in carried_messages(o))
+
+    # a fault that reads blocks alone: back to scale 1 (the gcd of the sizes and the block size)
+    blind, blind_cfg = shrink_scale(ops, cfg, lambda xs, k: tokens(xs) // k.block_size >= 20)
+    assert (tokens(blind), blind_cfg.block_size) == (81, 4)
+    # a fault that needs 300 tokens: the largest common factor that keeps them (16 -> 4)
+    sized, sized_cfg = shrink_scale(ops, cfg, lambda xs, k: tokens(xs) >= 300)
+    assert (tokens(sized), sized_cfg.block_size) == (81 * 4, 16)
+    # none: unchanged
+    assert shrink_scale(ops, cfg, lambda xs, k: tokens(xs) > 10**6) == (ops, cfg)

@@ -19,7 +19,15 @@ import attrs
 from checkers.invariants.monitor import Monitor
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
-from kvmodel.io.observations import AllocObs, BypassObs, EvictObs, FreeObs, FreeReason, RejectObs
+from kvmodel.io.observations import (
+    AllocObs,
+    BypassObs,
+    EvictObs,
+    FreeObs,
+    FreeReason,
+    InferObs,
+    RejectObs,
+)
 from kvmodel.io.trace import OP_NAMES, Op, Pin, op_name
 from kvmodel.lifecycle import BlockClass
 
@@ -49,7 +57,7 @@ _SHORT = {
 TARGETS = ("evictions", "rejections", "spills", "dead resident")
 
 #: counters that runs combine by their maximum, not their sum
-MAXIMA = frozenset({"widest choice"})
+MAXIMA = frozenset({"widest choice", "largest prompt"})
 
 
 def at_deadlines(ops: Iterable[Op]) -> int:
@@ -82,6 +90,8 @@ def run_coverage(engine: Engine, ops: Sequence[Op], seconds_bound: float = 5.0) 
             cov["temporaries"] += r.state is BlockClass.TEMPORARY
         elif isinstance(r, FreeObs) and r.reason == FreeReason.RECLAIM:
             cov["reclaims"] += 1
+        elif isinstance(r, InferObs) and r.prompt_tokens > cov["largest prompt"]:
+            cov["largest prompt"] = r.prompt_tokens  # (what a policy reading sizes saw)
     st = engine.stats
     seconds = (st.t_last or 0.0) - (st.t_first or 0.0)
     for t in engine.memory.tiers:
@@ -174,6 +184,7 @@ class SearchStats:
         parts[0] += f" ({'; '.join(inner)})" if inner else ""
         if self.coverage["widest choice"]:  # (a checked run's, read from its monitor)
             parts[0] += f", the widest choosing among {self.coverage['widest choice']} blocks"
+        parts.append(f"prompts of up to {self.coverage['largest prompt']:,} tokens")
         parts += [f"forks {self.ops['fork']}", f"pins {self.ops['pin']}"]
         parts[-1] += f" ({self.coverage['at deadlines']} ops at a TTL deadline)"
         parts.append(f"worn tiers {self.coverage['worn tiers']}")

@@ -27,7 +27,13 @@ from checkers.invariants.structural import Violation
 from checkers.search.coverage import TARGETS, SearchStats
 from checkers.search.pool import fixed_constants
 from checkers.search.scope import DEFAULT_SCOPE, WalkScope
-from checkers.search.shrink import op_groups, shrink, shrink_engine, shrink_values
+from checkers.search.shrink import (
+    op_groups,
+    shrink,
+    shrink_engine,
+    shrink_scale,
+    shrink_values,
+)
 from checkers.search.stateful import RULES, Record, make_machine, run_machine, search_settings
 from checkers.search.swarm import check_config, swarm_configs
 from kvmodel.config import EngineConfig
@@ -334,6 +340,7 @@ def _shrink_one(
             # engine and values, whose refusals and crashes smaller ones could trade for others
             before = (cfg, small)
             if s.config is None:
+                small, cfg = shrink_scale(small, cfg, fails_on)  # a walk's token scale undone
                 cfg = shrink_engine(cfg, partial(fails_on, small))[0]
             small = shrink_values(small, partial(fails_on, c=cfg), budget=s.budget)[0]
             if (cfg, small) == before:

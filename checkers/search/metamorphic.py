@@ -20,6 +20,7 @@ from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.ids import ContextId, MessageId
 from kvmodel.io.observations import InferObs, observation_to_json
+from kvmodel.io.ops import carried_messages, with_messages
 from kvmodel.io.trace import Append, Close, Fork, Infer, Op, Open, Pin, Remove, Replace, Unpin
 from kvmodel.logical import Sequences
 from kvmodel.messages import Message
@@ -275,21 +276,10 @@ def _names(ops: Sequence[Op]) -> set[str]:
             v = getattr(op, f, None)
             if isinstance(v, str):
                 out.add(v)
-        for m in _messages(op):
+        for m in carried_messages(op):
             out.add(m.id)
             if m.hash is not None:
                 out.add(m.hash)
-    return out
-
-
-def _messages(op: Op) -> list[Message]:
-    out: list[Message] = []
-    for f in ("messages", "output"):
-        out += list(getattr(op, f, ()))
-    for f in ("message", "result"):
-        m = getattr(op, f, None)
-        if m is not None:
-            out.append(m)
     return out
 
 
@@ -304,10 +294,5 @@ def _rename(op: Op, new: dict[str, str]) -> Op:
         v = getattr(op, f, None)
         if isinstance(v, str):
             changes[f] = new[v]
-    for f in ("messages", "output"):
-        if hasattr(op, f):
-            changes[f] = tuple(m(x) for x in getattr(op, f))
-    for f in ("message", "result"):
-        if getattr(op, f, None) is not None:
-            changes[f] = m(getattr(op, f))
+    op = with_messages(op, [m(x) for x in carried_messages(op)])
     return attrs.evolve(op, **changes)

@@ -108,6 +108,15 @@ default search catches both. Beyond the wide walks' reach, kept for the scope it
 * :class:`ByteDepthLRU` keeps depth in an 8-bit field for its tie-break. Its bug needs a
   context of more than 256 blocks in memory, which no default walk builds; wide walks on tiers
   of up to 512 blocks (``kvmodel check --tier-blocks 512``) catch it.
+
+Written 2026-12-05, the bug first, the search run after:
+
+* :class:`BigContextFirstTether` sends the blocks of contexts over 8,192 tokens first, ahead of
+  dead KV. ``kvmodel check`` passed it: no walk or example had made a prompt of 8,192 tokens
+  (messages of at most 48, contexts at most the engine's capacity), and the coverage line did
+  not say how large prompts grew. Now two walks in three are drawn at a token scale (16 or 256
+  tokens for each one drawn, blocks as many times larger: the same walk block for block), the
+  coverage line gives the largest prompt, and the default search catches it.
 """
 
 from __future__ import annotations
@@ -134,6 +143,7 @@ __all__ = [
     "OUTSIDE_MUTANTS",
     "SCOPE_NEEDED",
     "AgentWeightTable",
+    "BigContextFirstTether",
     "ByteDepthLRU",
     "CountsFreeOnly",
     "CountsFreeOnlyTether",
@@ -518,6 +528,26 @@ class ByteDepthLRU(LRU):
         return [b.id for b in sorted(candidates, key=key)]
 
 
+class BigContextFirstTether(KVTether):
+    """KVTether with a size-aware tweak, as an author adds one: a context over
+    :attr:`LIMIT` tokens is expensive to keep resident, so its blocks go first -- put ahead of
+    the whole order, where it was meant among the live classes, so a live block of a big
+    context goes before a dead block. Only a prompt over 8,192 tokens shows it: walks whose
+    messages had at most 48 tokens, and contexts at most the engine's capacity, never made one,
+    and ``kvmodel check`` passed it; walks drawn at a token scale find it (spec/invariants.md,
+    swarm testing)."""
+
+    name: ClassVar[str] = "mutant-big-context-first-tether"
+    LIMIT: ClassVar[int] = 8192
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        order = list(super().eviction_order(view, candidates))
+        big = {
+            b.id for b in candidates if any(view.context(h).tokens > self.LIMIT for h in b.holders)
+        }
+        return [x for x in order if x in big] + [x for x in order if x not in big]
+
+
 #: import path -> the invariant it must be caught breaking
 OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
     {
@@ -540,6 +570,9 @@ OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.search.outside_mutants:WindowedLRU": "prefix-closed-residency",
         "checkers.search.outside_mutants:WindowedTether": "no-live-eviction-before-dead-reclaim",
         "checkers.search.outside_mutants:ByteDepthLRU": "prefix-closed-residency",
+        "checkers.search.outside_mutants:BigContextFirstTether": (
+            "no-live-eviction-before-dead-reclaim"
+        ),
     }
 )
 

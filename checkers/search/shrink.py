@@ -12,10 +12,18 @@ from typing import TypeVar
 import attrs
 
 from kvmodel.config import EngineConfig
-from kvmodel.io.ops import Append, EndSession, Fork, Infer, Op, Open, Pin, Replace, Return
-from kvmodel.messages import Message
+from kvmodel.io.ops import (
+    EndSession,
+    Fork,
+    Infer,
+    Op,
+    Open,
+    Pin,
+    carried_messages,
+    with_messages,
+)
 
-__all__ = ["op_groups", "shrink", "shrink_engine", "shrink_values"]
+__all__ = ["op_groups", "shrink", "shrink_engine", "shrink_scale", "shrink_values"]
 
 T = TypeVar("T")
 
@@ -128,6 +136,22 @@ def op_groups(ops: Sequence[Op]) -> list[Callable[[Op], bool]]:
     return groups
 
 
+def _smallest(hi: int, fails_at: Callable[[int], bool], more: Callable[[], bool]) -> int:
+    """The smallest size in ``[1, hi]`` that still fails, as a binary search and then steps of
+    one find it (failing need not be monotone in a size: the search's find is walked down one
+    at a time). ``fails_at(hi)`` holds; ``more()`` says whether the budget allows a try."""
+    lo = 1
+    while lo < hi and more():
+        mid = (lo + hi) // 2
+        if fails_at(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    while hi > 1 and more() and fails_at(hi - 1):
+        hi -= 1
+    return hi
+
+
 def shrink_engine(
     config: EngineConfig, fails: Callable[[EngineConfig], bool], *, budget: int = 200
 ) -> tuple[EngineConfig, bool]:
@@ -159,48 +183,41 @@ def shrink_engine(
                 break
             cur, changed = cand, True
         for i in range(len(cur.tiers)):
-            lo, hi = 1, cur.tiers[i].blocks  # fails at hi
-            while lo < hi and tries < budget:
-                mid = (lo + hi) // 2
-                if attempt(with_blocks(cur, i, mid)):
-                    hi = mid
-                else:
-                    lo = mid + 1
-            while hi > 1 and tries < budget and attempt(with_blocks(cur, i, hi - 1)):
-                hi -= 1  # failure need not be monotone in the size: one block at a time
+            hi = _smallest(
+                cur.tiers[i].blocks,
+                lambda n: attempt(with_blocks(cur, i, n)),  # noqa: B023 (called at once)
+                lambda: tries < budget,
+            )
             if hi < cur.tiers[i].blocks:
                 cur, changed = with_blocks(cur, i, hi), True
     return cur, tries < budget and not changed
 
 
-def _with_tokens(op: Op, j: int, tokens: int) -> Op:
-    """``op`` with its ``j``-th message (in :func:`_messages` order) resized to ``tokens``."""
-    if isinstance(op, Append):
-        ms = list(op.messages)
-        ms[j] = attrs.evolve(ms[j], tokens=tokens)
-        return attrs.evolve(op, messages=tuple(ms))
-    if isinstance(op, Infer):
-        ms = list(op.output)
-        ms[j] = attrs.evolve(ms[j], tokens=tokens)
-        return attrs.evolve(op, output=tuple(ms))
-    if isinstance(op, Replace):
-        return attrs.evolve(op, message=attrs.evolve(op.message, tokens=tokens))
-    if isinstance(op, Return):
-        return attrs.evolve(op, result=attrs.evolve(op.result, tokens=tokens))
-    raise TypeError(f"{type(op).__name__} carries no message")  # pragma: no cover
-
-
-def _messages(op: Op) -> tuple[Message, ...]:
-    """The messages ``op`` carries, in the order :func:`_with_tokens` numbers them."""
-    if isinstance(op, Append):
-        return op.messages
-    if isinstance(op, Infer):
-        return op.output
-    if isinstance(op, Replace):
-        return (op.message,)
-    if isinstance(op, Return):
-        return (op.result,)
-    return ()
+def shrink_scale(
+    ops: Sequence[Op], config: EngineConfig, fails: Callable[[Sequence[Op], EngineConfig], bool]
+) -> tuple[list[Op], EngineConfig]:
+    """Divide the engine's block size and every message's token count by a common factor, the
+    largest that still fails: a trace drawn at a token scale (``RandomParams.token_scale``) is
+    the same trace block for block at scale 1, so a fault that does not read token counts
+    comes back at the sizes it was drawn at, and one that does comes down as far as it allows.
+    ``fails(ops, config)`` is true on the arguments; returns them unchanged when no factor
+    fails (or there is none)."""
+    g = config.block_size
+    for op in ops:
+        for m in carried_messages(op):
+            g = math.gcd(g, m.tokens)
+    factors = sorted({d for i in range(1, math.isqrt(g) + 1) if g % i == 0 for d in (i, g // i)})
+    for d in reversed(factors[1:]):  # (the largest first; 1 is no change)
+        cand = [
+            with_messages(op, [attrs.evolve(m, tokens=m.tokens // d) for m in ms])
+            if (ms := carried_messages(op))
+            else op
+            for op in ops
+        ]
+        smaller = attrs.evolve(config, block_size=config.block_size // d)
+        if fails(cand, smaller):
+            return cand, smaller
+    return list(ops), config
 
 
 def _simpler(x: float, floor: float) -> list[float]:
@@ -215,13 +232,40 @@ def _simpler(x: float, floor: float) -> list[float]:
     return out
 
 
+def _sized_together(ops: Sequence[Op]) -> list[list[tuple[int, int]]]:
+    """The message positions ``(op, index in carried_messages)`` whose sizes shrink as one, in
+    order of first appearance: every message of one content key when they all have one size
+    (B1: one content key, identical tokens -- a shared system prompt, a message copied into a
+    compaction), else each message on its own."""
+    by_key: dict[str, list[tuple[int, int]]] = {}
+    for i, op in enumerate(ops):
+        for j, m in enumerate(carried_messages(op)):
+            by_key.setdefault(m.content_key, []).append((i, j))
+    out: list[list[tuple[int, int]]] = []
+    for where in by_key.values():
+        sizes = {carried_messages(ops[i])[j].tokens for i, j in where}
+        out += [where] if len(sizes) == 1 else [[p] for p in where]
+    return out
+
+
+def _resized(ops: Sequence[Op], where: Sequence[tuple[int, int]], tokens: int) -> list[Op]:
+    """``ops`` with the messages at ``where`` resized to ``tokens``."""
+    out = list(ops)
+    for i, j in where:
+        ms = list(carried_messages(out[i]))
+        ms[j] = attrs.evolve(ms[j], tokens=tokens)
+        out[i] = with_messages(out[i], ms)
+    return out
+
+
 def shrink_values(
     ops: Sequence[Op], fails: Callable[[Sequence[Op]], bool], *, budget: int = 1000
 ) -> tuple[list[Op], bool]:
-    """Make a failing trace's numbers smaller and rounder while it still fails, op by op:
+    """Make a failing trace's numbers smaller and rounder while it still fails:
 
-    * each message's token count (a binary search down to 1, then one token at a time, since
-      failing need not be monotone in a size);
+    * each message's token count, or together the counts of the messages of one content key
+      (:func:`_sized_together`): a binary search down to 1, then one token at a time, since
+      failing need not be monotone in a size;
     * each op's time: the previous op's time, else the time cut to a whole number, one decimal
       or two, never below the previous op's (time does not go backwards);
     * each inference's duration: 0, else cut the same way; each pin's TTL cut the same way (it
@@ -229,41 +273,41 @@ def shrink_values(
 
     Pass after pass until a pass changes nothing. Returns the ops and whether they are
     **value-minimal**: the last pass changed nothing within the ``budget`` of tries, so no
-    message can lose one token, and no time, duration or TTL can take any of its simpler values,
-    while the trace still fails. Ops are never added, deleted or reordered; ``fails`` must be
-    deterministic and true on ``ops``."""
+    message (or content key) can lose one token, and no time, duration or TTL can take any of
+    its simpler values, while the trace still fails. Ops are never added, deleted or
+    reordered; ``fails`` must be deterministic and true on ``ops``."""
     cur = list(ops)
     tries = 0
 
-    def attempt(i: int, op: Op) -> bool:
-        nonlocal tries
+    def attempt(cand: list[Op]) -> bool:
+        nonlocal cur, tries
         tries += 1
-        cand = [*cur[:i], op, *cur[i + 1 :]]
         if fails(cand):
-            cur[i] = op
+            cur = cand
             return True
         return False
+
+    def at(i: int, op: Op) -> list[Op]:
+        return [*cur[:i], op, *cur[i + 1 :]]
 
     changed = True
     while changed and tries < budget:
         changed = False
+        for where in _sized_together(cur):
+            i, j = where[0]
+            size = carried_messages(cur[i])[j].tokens
+            hi = _smallest(
+                size,
+                lambda n: attempt(_resized(cur, where, n)),  # noqa: B023 (called at once)
+                lambda: tries < budget,
+            )
+            changed |= hi < size
         for i in range(len(cur)):
-            for j, m in enumerate(_messages(cur[i])):
-                lo, hi = 1, m.tokens  # fails at hi
-                while lo < hi and tries < budget:
-                    mid = (lo + hi) // 2
-                    if attempt(i, _with_tokens(cur[i], j, mid)):
-                        hi = mid
-                    else:
-                        lo = mid + 1
-                while hi > 1 and tries < budget and attempt(i, _with_tokens(cur[i], j, hi - 1)):
-                    hi -= 1
-                changed |= hi < m.tokens
             prev = cur[i - 1].t if i else 0.0
             for t in _simpler(cur[i].t, prev):
                 if tries >= budget:
                     break
-                if attempt(i, attrs.evolve(cur[i], t=t)):
+                if attempt(at(i, attrs.evolve(cur[i], t=t))):
                     changed = True
                     break
             op = cur[i]
@@ -275,7 +319,7 @@ def shrink_values(
             for cand in simpler:
                 if tries >= budget:
                     break
-                if attempt(i, cand):
+                if attempt(at(i, cand)):
                     changed = True
                     break
     return cur, tries < budget and not changed

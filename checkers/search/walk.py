@@ -34,6 +34,7 @@ from kvmodel.studies.sweep import executor
 from kvmodel.workloads.random_ops import RandomParams, random_trace
 
 __all__ = [
+    "TOKEN_SCALES",
     "WALK_OPS",
     "WalkFind",
     "WalkOutcome",
@@ -54,7 +55,15 @@ def walk_recipe(
     rng = np.random.default_rng([seed, index])
     cfg = draw_config(rng, scope.tier_cap(index)) if config is None else config
     capacity = cfg.block_size * sum(t.blocks for t in cfg.tiers)
-    return cfg, walk_params(rng, scope.ops, capacity=capacity)
+    params = walk_params(rng, scope.ops, capacity=capacity)
+    # drawn last, so that every earlier draw of a walk is what it was before token scales;
+    # a fixed engine keeps its block size, and so its walks their token counts
+    scale = TOKEN_SCALES[int(rng.integers(0, len(TOKEN_SCALES)))]
+    if config is not None or scale == 1:
+        return cfg, params
+    return attrs.evolve(cfg, block_size=cfg.block_size * scale), attrs.evolve(
+        params, token_scale=scale
+    )
 
 
 #: a walk's context cap, as a multiple of the engine's capacity in tokens; None: no cap
@@ -63,6 +72,9 @@ CONTEXT_CAPS = (None, 0.5, 0.75, 1.0)
 SYSTEM_PROMPTS = (0.0, 0.5, 1.0)
 #: the probability that a walk's op lands exactly on the nearest TTL pin deadline ahead
 DEADLINE_LANDINGS = (0.0, 0.2, 0.5)
+#: a walk's token scale: its token counts and its engine's block size multiplied by it, the
+#: same walk block for block, at the sizes of real prompts (spec/invariants.md, swarm testing)
+TOKEN_SCALES = (1, 16, 256)
 
 
 def walk_params(

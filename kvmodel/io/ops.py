@@ -5,7 +5,7 @@ JSONL is :mod:`kvmodel.io.trace`, which re-exports everything here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias
 
 import attrs
@@ -31,7 +31,9 @@ __all__ = [
     "TraceHeader",
     "TurnEnd",
     "Unpin",
+    "carried_messages",
     "op_name",
+    "with_messages",
 ]
 
 TRACE_VERSION = 1
@@ -175,6 +177,37 @@ OP_NAMES: tuple[str, ...] = tuple(_OP_NAMES.values())
 def op_name(op: Op) -> str:
     """The op's name as written in a trace (``"turn_end"``, ...)."""
     return _OP_NAMES[type(op)]
+
+
+def carried_messages(op: Op) -> tuple[Message, ...]:
+    """The messages ``op`` carries, in order: an append's, an inference's output, a replace's
+    new message, a return's result (none for every other op)."""
+    if isinstance(op, Append):
+        return op.messages
+    if isinstance(op, Infer):
+        return op.output
+    if isinstance(op, Replace):
+        return (op.message,)
+    if isinstance(op, Return):
+        return (op.result,)
+    return ()
+
+
+def with_messages(op: Op, messages: Sequence[Message]) -> Op:
+    """``op`` carrying ``messages`` in place of :func:`carried_messages` (as many, in order)."""
+    if len(messages) != len(carried_messages(op)):
+        raise ValueError(
+            f"{op_name(op)} carries {len(carried_messages(op))} messages, not {len(messages)}"
+        )
+    if isinstance(op, Append):
+        return attrs.evolve(op, messages=tuple(messages))
+    if isinstance(op, Infer):
+        return attrs.evolve(op, output=tuple(messages))
+    if isinstance(op, Replace):
+        return attrs.evolve(op, message=messages[0])
+    if isinstance(op, Return):
+        return attrs.evolve(op, result=messages[0])
+    return op
 
 
 @attrs.frozen(slots=True)

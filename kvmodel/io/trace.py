@@ -35,7 +35,9 @@ from kvmodel.io.ops import (
     TraceHeader,
     TurnEnd,
     Unpin,
+    carried_messages,
     op_name,
+    with_messages,
 )
 from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
 
@@ -61,6 +63,7 @@ __all__ = [
     "TraceHeader",
     "TurnEnd",
     "Unpin",
+    "carried_messages",
     "dump_trace",
     "dumps_op",
     "iter_trace_lines",
@@ -69,6 +72,7 @@ __all__ = [
     "op_to_json",
     "parse_op",
     "parse_trace_lines",
+    "with_messages",
 ]
 
 # --------------------------------------------------------------------------- reading

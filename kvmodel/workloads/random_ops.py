@@ -33,6 +33,8 @@ from kvmodel.io.trace import (
     TraceHeader,
     TurnEnd,
     Unpin,
+    carried_messages,
+    with_messages,
 )
 from kvmodel.messages import AgentKind, Message, MessageKind, Role
 
@@ -92,6 +94,12 @@ class RandomParams:
     #: its deadline is a boundary that times drawn from a continuous clock never meet
     #: (spec/invariants.md, swarm testing). 0: none, no draws
     p_deadline: float = 0.0
+    #: every token count of the trace multiplied by this, after it is drawn: with a block size
+    #: as many times larger, the same trace at the scale of real prompts (thousands of tokens a
+    #: message), its blocks laid out exactly as at 1 (a message boundary falls in the same
+    #: block, a partial block stays partial). ``max_tokens`` and ``max_context_tokens`` are in
+    #: unscaled tokens. 1: no change
+    token_scale: int = 1
 
     def __attrs_post_init__(self) -> None:
         for op, w in self.weights or ():
@@ -106,6 +114,8 @@ class RandomParams:
         cap = self.max_context_tokens
         if cap is not None and not cap >= 2:
             raise ValueError(f"RandomParams.max_context_tokens: {cap!r} (expected at least 2)")
+        if not self.token_scale >= 1:
+            raise ValueError(f"RandomParams.token_scale: {self.token_scale!r} (expected >= 1)")
 
 
 @attrs.define
@@ -349,6 +359,14 @@ def random_trace(params: RandomParams | None = None) -> Trace:
     p = params or RandomParams()
     g = _Gen(p)
     ops = tuple(g.step() for _ in range(p.ops))
+    if p.token_scale != 1:
+        k = p.token_scale
+        ops = tuple(
+            with_messages(op, [attrs.evolve(m, tokens=m.tokens * k) for m in ms])
+            if (ms := carried_messages(op))
+            else op
+            for op in ops
+        )
     meta = attrs.asdict(p)
     if p.weights is None:  # the header of a default-mix trace is what it always was
         del meta["weights"]
@@ -360,4 +378,6 @@ def random_trace(params: RandomParams | None = None) -> Trace:
         del meta["p_system"]
     if not p.p_deadline:
         del meta["p_deadline"]
+    if p.token_scale == 1:
+        del meta["token_scale"]
     return Trace(TraceHeader(1, {"kvtrace": 1, "generator": "random", **meta}), ops)
