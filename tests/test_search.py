@@ -518,7 +518,10 @@ def test_longer_walks_reach_what_the_default_scope_misses() -> None:
     # far, while walks of up to 2,000 ops do (spec/invariants.md, the search's scope)
     mutant = "checkers.search.outside_mutants:HourClockLRU"
     scope = SCOPE_NEEDED[mutant]
-    _, finds = _missed_then_found(mutant, walks=40)
+    short, finds = _missed_then_found(mutant, walks=40)
+    # the coverage says why: no default walk's clock reached an hour
+    assert 0 < short.coverage["latest clock"] < 3600
+    assert f"a clock of up to {short.coverage['latest clock']:,} s" in short.coverage_line()
     assert [f.walk for f in finds] == [39]  # (seed 0)
     assert max(o.t for o in finds[0].ops) > 3600
     # a narrow walk is the same walk in every scope of its length: the default's walk 5 is
@@ -550,6 +553,9 @@ def test_wider_tiers_reach_what_the_default_wide_walks_miss() -> None:
     assert SCOPE_NEEDED[mutant] == WalkScope(tier_blocks=512)
     short, finds = _missed_then_found(mutant, walks=40)
     assert short.coverage["widest choice"] > 256
+    # the coverage says why: no default walk wrote a chain of more than 256 blocks
+    assert 0 < short.coverage["longest chain"] <= 256
+    assert f"chains of up to {short.coverage['longest chain']:,} blocks" in short.coverage_line()
     assert [f.walk for f in finds] == [39]  # (seed 0)
     assert sum(t.blocks for t in finds[0].config.tiers) > 256
 

@@ -57,7 +57,7 @@ _SHORT = {
 TARGETS = ("evictions", "rejections", "spills", "dead resident")
 
 #: counters that runs combine by their maximum, not their sum
-MAXIMA = frozenset({"widest choice", "largest prompt"})
+MAXIMA = frozenset({"widest choice", "largest prompt", "longest chain", "latest clock"})
 
 
 def at_deadlines(ops: Iterable[Op]) -> int:
@@ -88,12 +88,15 @@ def run_coverage(engine: Engine, ops: Sequence[Op], seconds_bound: float = 5.0) 
         elif isinstance(r, AllocObs):
             cov["spills"] += r.tier != first_tier
             cov["temporaries"] += r.state is BlockClass.TEMPORARY
+            if r.depth >= cov["longest chain"]:
+                cov["longest chain"] = r.depth + 1  # (blocks written down to this depth)
         elif isinstance(r, FreeObs) and r.reason == FreeReason.RECLAIM:
             cov["reclaims"] += 1
         elif isinstance(r, InferObs) and r.prompt_tokens > cov["largest prompt"]:
             cov["largest prompt"] = r.prompt_tokens  # (what a policy reading sizes saw)
     st = engine.stats
     seconds = (st.t_last or 0.0) - (st.t_first or 0.0)
+    cov["latest clock"] = int(st.t_last or 0.0)  # (whole seconds: what a clock rule saw)
     for t in engine.memory.tiers:
         years = engine.memory.device_years(t.name, seconds)
         if years is not None and years < seconds_bound:
@@ -184,7 +187,13 @@ class SearchStats:
         parts[0] += f" ({'; '.join(inner)})" if inner else ""
         if self.coverage["widest choice"]:  # (a checked run's, read from its monitor)
             parts[0] += f", the widest choosing among {self.coverage['widest choice']} blocks"
-        parts.append(f"prompts of up to {self.coverage['largest prompt']:,} tokens")
+        # the magnitudes a policy's thresholds read, as far as the runs took them: a rule past
+        # one of these was never put to the test
+        parts.append(
+            f"prompts of up to {self.coverage['largest prompt']:,} tokens, chains of up to "
+            f"{self.coverage['longest chain']:,} blocks, a clock of up to "
+            f"{self.coverage['latest clock']:,} s"
+        )
         parts += [f"forks {self.ops['fork']}", f"pins {self.ops['pin']}"]
         parts[-1] += f" ({self.coverage['at deadlines']} ops at a TTL deadline)"
         parts.append(f"worn tiers {self.coverage['worn tiers']}")
