@@ -334,17 +334,20 @@ def _shrink_one(
     if odd is None and fails_on(ops, cfg):
         small, minimal = shrink(ops, partial(fails_on, c=cfg), budget=s.budget, groups=op_groups)
         while inv in INVARIANTS:
-            # a drawn engine is shrunk too, and the numbers in the ops, then the trace again on
-            # the smaller engine and values, to a fixpoint (a shorter trace may fail on a
-            # smaller engine still): spec/invariants.md, Counterexamples. A finding keeps its
-            # engine and values, whose refusals and crashes smaller ones could trade for others
+            # a drawn engine is shrunk too, then the trace again on the smaller engine, to a
+            # fixpoint (a shorter trace may fail on a smaller engine still); only then the
+            # numbers in the ops, and the trace and engine again if they changed: deleting an
+            # op comes first, for a smaller message can keep an op the fault no longer needs
+            # (spec/invariants.md, Counterexamples). A finding keeps its engine and values,
+            # whose refusals and crashes smaller ones could trade for others
             before = (cfg, small)
             if s.config is None:
                 small, cfg = shrink_scale(small, cfg, fails_on)  # a walk's token scale undone
                 cfg = shrink_engine(cfg, partial(fails_on, small))[0]
-            small = shrink_values(small, partial(fails_on, c=cfg), budget=s.budget)[0]
             if (cfg, small) == before:
-                break
+                small = shrink_values(small, partial(fails_on, c=cfg), budget=s.budget)[0]
+                if small == before[1]:
+                    break
             small, minimal = shrink(
                 small, partial(fails_on, c=cfg), budget=s.budget, groups=op_groups
             )
