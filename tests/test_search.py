@@ -666,7 +666,8 @@ def test_token_scaled_walks_reach_a_size_rule_small_prompts_miss() -> None:
         ops = random_trace(attrs.evolve(params, token_scale=1)).ops
         run = check_ops(ops, mutant, cfg, inv)
         assert run.first(inv[0]) is None
-        assert run.engine.stats.prompt_tokens < 8192 * max(1, run.engine.stats.infers)
+        assert all(o.prompt_tokens + o.output_tokens <= 8192
+                   for o in run.engine.log if isinstance(o, InferObs))  # fmt: skip
     # the counterexample keeps the scale the fault needs, and no more: its numbers shrunk to
     # the threshold, a context of 8,193 tokens (a prompt and its output)
     r = search(mutant, inv, max_examples=1, steps=1, walks=24, hypothesis_shrink=False)

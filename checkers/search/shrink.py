@@ -209,9 +209,7 @@ def shrink_scale(
     factors = sorted({d for i in range(1, math.isqrt(g) + 1) if g % i == 0 for d in (i, g // i)})
     for d in reversed(factors[1:]):  # (the largest first; 1 is no change)
         cand = [
-            with_messages(op, [attrs.evolve(m, tokens=m.tokens // d) for m in ms])
-            if (ms := carried_messages(op))
-            else op
+            with_messages(op, [attrs.evolve(m, tokens=m.tokens // d) for m in carried_messages(op)])
             for op in ops
         ]
         smaller = attrs.evolve(config, block_size=config.block_size // d)

@@ -194,7 +194,8 @@ def carried_messages(op: Op) -> tuple[Message, ...]:
 
 
 def with_messages(op: Op, messages: Sequence[Message]) -> Op:
-    """``op`` carrying ``messages`` in place of :func:`carried_messages` (as many, in order)."""
+    """``op`` carrying ``messages`` in place of :func:`carried_messages` (as many, in order;
+    an op that carries none is returned as it is)."""
     if len(messages) != len(carried_messages(op)):
         raise ValueError(
             f"{op_name(op)} carries {len(carried_messages(op))} messages, not {len(messages)}"

@@ -362,9 +362,7 @@ def random_trace(params: RandomParams | None = None) -> Trace:
     if p.token_scale != 1:
         k = p.token_scale
         ops = tuple(
-            with_messages(op, [attrs.evolve(m, tokens=m.tokens * k) for m in ms])
-            if (ms := carried_messages(op))
-            else op
+            with_messages(op, [attrs.evolve(m, tokens=m.tokens * k) for m in carried_messages(op)])
             for op in ops
         )
     meta = attrs.asdict(p)
