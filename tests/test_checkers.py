@@ -436,7 +436,8 @@ def _tokens(ops: Sequence[Op]) -> list[int]:
 def _simpler_by_one(ops: Sequence[Op]) -> list[list[Op]]:
     """Every trace one step simpler than ``ops``: the messages of one content key one token
     smaller (each message on its own where the key's sizes differ), an op at the previous op's
-    time, an inference with no duration (what value-minimal rules out)."""
+    time or, at a whole time, a second earlier, an inference with no duration (what
+    value-minimal rules out)."""
     where: dict[str, list[tuple[int, int]]] = {}
     for i, op in enumerate(ops):
         for j, m in enumerate(carried_messages(op)):
@@ -458,6 +459,8 @@ def _simpler_by_one(ops: Sequence[Op]) -> list[list[Op]]:
         prev = ops[i - 1].t if i else 0.0
         if op.t > prev:
             out.append([*ops[:i], attrs.evolve(op, t=prev), *ops[i + 1 :]])
+        if op.t == int(op.t) and op.t - 1 > prev:
+            out.append([*ops[:i], attrs.evolve(op, t=op.t - 1), *ops[i + 1 :]])
         if isinstance(op, Infer) and op.duration:
             out.append([*ops[:i], attrs.evolve(op, duration=0.0), *ops[i + 1 :]])
     return out
@@ -500,6 +503,27 @@ def test_shrink_values_makes_sizes_smaller_and_times_rounder() -> None:
     odd = {3, 7, 8}
     only, _ = shrink_values(ops, lambda xs: _tokens(xs)[0] in odd)
     assert _tokens(only)[0] == 7
+    # a whole time, duration or TTL the fault needs goes down to the threshold: an inference a
+    # day after the pin (a walk's clock had it at 129,126 s) at a day and a second, its
+    # duration over an hour at 3,601 s, the TTL over a minute at 61 s
+    infer, pin = ops[3], ops[2]
+    assert isinstance(infer, Infer)
+    assert isinstance(pin, Pin)
+    late = [*ops[:2], attrs.evolve(pin, ttl=100.0), attrs.evolve(infer, t=129_126.0,
+            duration=5_000.0), attrs.evolve(ops[4], t=129_126.0)]  # fmt: skip
+
+    def needs_a_day(xs: Sequence[Op]) -> bool:
+        infer, pin = xs[3], xs[2]
+        assert isinstance(infer, Infer)
+        assert isinstance(pin, Pin)
+        assert pin.ttl is not None
+        return infer.t - pin.t > 86_400 and infer.duration > 3_600 and pin.ttl > 60
+
+    day, minimal = shrink_values(late, needs_a_day)
+    assert minimal
+    assert [op.t for op in day] == [0.0, 0.0, 0.0, 86_401.0, 86_401.0]
+    assert (day[3].duration, day[2].ttl) == (3_601.0, 61.0)  # type: ignore[union-attr]
+    assert not any(needs_a_day(x) for x in _simpler_by_one(day))
     # out of budget: what shrank so far, not called value-minimal
     some, minimal = shrink_values(ops, fails, budget=3)
     assert fails(some)

@@ -28,9 +28,16 @@ from checkers.search.scope import (
     WIDE_TIER_BLOCKS,
     WalkScope,
 )
-from checkers.search.shrink import shrink_scale
+from checkers.search.shrink import shrink_clock, shrink_scale
 from checkers.search.swarm import BLOCK_SIZES, check_config, draw_config, swarm_configs
-from checkers.search.walk import TOKEN_SCALES, WalkFind, explore, run_walk, walk_recipe
+from checkers.search.walk import (
+    CLOCK_SCALES,
+    TOKEN_SCALES,
+    WalkFind,
+    explore,
+    run_walk,
+    walk_recipe,
+)
 from kvmodel.cli import main
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
@@ -49,6 +56,7 @@ from kvmodel.io.trace import (
     dump_trace,
     dumps_op,
     op_name,
+    scaled_clock,
 )
 from kvmodel.lifecycle import BlockClass
 from kvmodel.memory import TierConfig
@@ -513,19 +521,39 @@ def _missed_then_found(
     return short, finds
 
 
-def test_longer_walks_reach_what_the_default_scope_misses() -> None:
-    # an LRU whose recency wraps every hour: no walk of the default length runs its clock that
-    # far, while walks of up to 2,000 ops do (spec/invariants.md, the search's scope)
+def test_clock_scaled_walks_reach_clock_rules_unscaled_walks_miss() -> None:
+    # an LRU whose recency wraps every hour, and KVTether sending KV idle for a day ahead of dead
+    # KV: no walk at clock scale 1 runs its clock past minutes, and none of these 40 catches
+    # either at scale 1; the walks drawn at a clock scale do, and the coverage line says how far
+    # the clock ran (spec/invariants.md, swarm testing)
+    unscaled = [
+        random_trace(attrs.evolve(walk_recipe(0, i)[1], clock_scale=1)).ops for i in range(40)
+    ]
+    assert max(o.t for ops in unscaled for o in ops) < 3600
+    for name, limit in (("HourClockLRU", 3600), ("IdleDayTether", 86_400)):
+        mutant = f"checkers.search.outside_mutants:{name}"
+        inv = [OUTSIDE_MUTANTS[mutant]]
+        finds: list[WalkFind] = []
+        stats = explore(mutant, inv, walks=40, on_find=finds.append)
+        assert finds, name
+        assert all(f.clock_scale == walk_recipe(0, f.walk)[1].clock_scale > 1 for f in finds)
+        assert max(o.t for o in finds[0].ops) > limit
+        assert stats.coverage["latest clock"] > limit
+        assert f"a clock of up to {stats.coverage['latest clock']:,} s" in stats.coverage_line()
+        for i, ops in enumerate(unscaled):  # the same walks at scale 1: none fails
+            assert check_ops(ops, mutant, walk_recipe(0, i)[0], inv).first(inv[0]) is None
+    # the counterexample keeps the clock the fault needs: the hour turns between two uses
     mutant = "checkers.search.outside_mutants:HourClockLRU"
-    scope = SCOPE_NEEDED[mutant]
-    short, finds = _missed_then_found(mutant, walks=40)
-    # the coverage says why: no default walk's clock reached an hour
-    assert 0 < short.coverage["latest clock"] < 3600
-    assert f"a clock of up to {short.coverage['latest clock']:,} s" in short.coverage_line()
-    assert [f.walk for f in finds] == [39]  # (seed 0)
-    assert max(o.t for o in finds[0].ops) > 3600
-    # a narrow walk is the same walk in every scope of its length: the default's walk 5 is
-    # what it was before wide walks and before the options
+    inv = [OUTSIDE_MUTANTS[mutant]]
+    r = search(mutant, inv, max_examples=1, steps=1, walks=40, hypothesis_shrink=False)
+    c = r.found[inv[0]]
+    assert c.found_by == "walk"
+    assert max(o.t for o in c.ops) >= 3600
+
+
+def test_a_narrow_walk_is_the_same_walk_in_every_scope_of_its_length() -> None:
+    # the default's walk 5 is what it was before wide walks and before the options
+    scope = WalkScope(ops=2000, tier_blocks=16)
     assert scope.tier_cap(5) == DEFAULT_SCOPE.tier_cap(5) == TIER_BLOCKS
     assert walk_recipe(0, 5) == walk_recipe(0, 5, None, NARROW)
     assert attrs.evolve(walk_recipe(0, 5, None, scope)[1], ops=0) == attrs.evolve(
@@ -645,6 +673,68 @@ def test_a_token_scaled_walk_is_the_same_walk_block_for_block() -> None:
         assert shape(big_run) == shape(small_run)
         assert big_run.engine.stats.evictions == small_run.engine.stats.evictions
         assert big_run.engine.stats.prompt_tokens == k * small_run.engine.stats.prompt_tokens
+
+
+def test_a_clock_scaled_walk_is_the_same_walk_op_for_op() -> None:
+    # two walks in three are drawn at a clock scale, last: every time multiplied by a power of
+    # two, exactly, so every comparison of times -- deadlines, landings, suspensions -- comes
+    # out as at scale 1 and the engine does the same thing to the same blocks; only what reads
+    # a time's magnitude sees a difference (MORI's 600-second window)
+    scales = Counter(walk_recipe(0, i)[1].clock_scale for i in range(60))
+    assert set(scales) == set(CLOCK_SCALES) == {1, 64, 4096}
+    fixed = walk_recipe(0, 0)[0]  # (a fixed engine's walks are drawn at a clock scale too)
+    assert {walk_recipe(0, i, fixed)[1].clock_scale for i in range(30)} == set(CLOCK_SCALES)
+    mori_differs = 0
+    for i in [i for i in range(24) if walk_recipe(0, i)[1].clock_scale > 1]:
+        cfg, params = walk_recipe(0, i)
+        k = params.clock_scale
+        big_ops = random_trace(params).ops
+        small_ops = random_trace(attrs.evolve(params, clock_scale=1)).ops
+        assert big_ops == tuple(scaled_clock(o, k) for o in small_ops)
+        assert [scaled_clock(o, 1 / k) for o in big_ops] == list(small_ops)  # (exact)
+
+        def shape(run: object) -> list[tuple[object, ...]]:
+            log = run.engine.log  # type: ignore[attr-defined]
+            return [
+                (type(r).__name__, *(getattr(r, f, None) for f in ("block", "depth", "tier")))
+                for r in log
+            ]
+
+        for policy in ("lru", "kvtether"):
+            big_run = check_ops(big_ops, policy, cfg, ())
+            small_run = check_ops(small_ops, policy, cfg, ())
+            assert shape(big_run) == shape(small_run), (i, policy)
+            assert big_run.engine.stats.evictions == small_run.engine.stats.evictions
+            assert at_deadlines(big_ops) == at_deadlines(small_ops)
+        big_mori, small_mori = (check_ops(x, "mori", cfg, ()) for x in (big_ops, small_ops))
+        mori_differs += shape(big_mori) != shape(small_mori)
+    assert mori_differs
+
+
+def test_shrink_clock_undoes_a_clock_scale_as_far_as_the_fault_allows() -> None:
+    c = ContextId("c")
+    m = Message(MessageId("m1"), Role.USER, MessageKind.USER, 4)
+    ops: list[Op] = [
+        Open(0.0, c, SessionId("s"), AgentKind.MAIN),
+        Append(0.5, c, (m,)),
+        Pin(1.25, c, 0, 1, ttl=3.0),
+        Infer(3.75, c, (), duration=0.5),
+    ]
+    scaled = [scaled_clock(o, 64) for o in ops]
+    assert scaled[2] == Pin(80.0, c, 0, 1, ttl=192.0)
+
+    def ordered(xs: Sequence[Op]) -> bool:  # a fault that reads the order of times alone
+        pin = xs[2]
+        assert isinstance(pin, Pin)
+        assert pin.deadline is not None
+        return xs[1].t < pin.t < xs[3].t < pin.deadline
+
+    assert shrink_clock(scaled, 64, ordered) == ops  # back to the clock it was drawn on
+    # a fault that needs a clock past 100 s: the largest division that keeps it (by 2)
+    late = shrink_clock(scaled, 64, lambda xs: max(o.t for o in xs) > 100)
+    assert late == [scaled_clock(o, 32) for o in ops]
+    # none: unchanged
+    assert shrink_clock(scaled, 64, lambda xs: max(o.t for o in xs) > 10**6) == scaled
 
 
 def test_token_scaled_walks_reach_a_size_rule_small_prompts_miss() -> None:

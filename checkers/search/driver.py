@@ -30,6 +30,7 @@ from checkers.search.scope import DEFAULT_SCOPE, WalkScope
 from checkers.search.shrink import (
     op_groups,
     shrink,
+    shrink_clock,
     shrink_engine,
     shrink_scale,
     shrink_values,
@@ -129,6 +130,8 @@ class _First:
     violation: Violation
     config: EngineConfig
     found_by: str
+    #: a walk's clock scale, undone first when shrinking (1: none)
+    clock_scale: int = 1
 
 
 def search(
@@ -182,7 +185,7 @@ def search(
 
     def on_find(f: walk.WalkFind) -> None:
         if f.invariant not in first:
-            first[f.invariant] = _First(list(f.ops), f.violation, f.config, "walk")
+            first[f.invariant] = _First(list(f.ops), f.violation, f.config, "walk", f.clock_scale)
             stats.found_after[f.invariant] = time.monotonic() - t0
 
     if offline:
@@ -333,6 +336,8 @@ def _shrink_one(
     odd = nondeterminism(ops, policy, cfg)
     if odd is None and fails_on(ops, cfg):
         small, minimal = shrink(ops, partial(fails_on, c=cfg), budget=s.budget, groups=op_groups)
+        if f.clock_scale > 1 and inv in INVARIANTS:  # a walk's clock scale undone
+            small = shrink_clock(small, f.clock_scale, partial(fails_on, c=cfg))
         while inv in INVARIANTS:
             # a drawn engine is shrunk too, then the trace again on the smaller engine, to a
             # fixpoint (a shorter trace may fail on a smaller engine still); only then the

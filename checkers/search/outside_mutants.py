@@ -89,10 +89,10 @@ finds), and this one, which is kept:
   stopped mid-op, and a find made on that state did not replay. A stopped run now stays
   stopped (spec/invariants.md, Findings).
 * :class:`HourClockLRU` orders by recency in whole seconds modulo an hour. The ci profile
-  passes it, because no walk of the default length runs its clock past an hour (a 64 s wrap is
-  caught at once). Walks of up to 2,000 ops catch it (``kvmodel check --walk-ops``): the zoo's
-  first mutant outside the default search's scope, kept with the walk length it needs
-  (:data:`SCOPE_NEEDED`; spec/invariants.md, Counterexamples).
+  passed it, because no walk of the default length ran its clock past an hour (a 64 s wrap is
+  caught at once). Walks of up to 2,000 ops caught it (``kvmodel check --walk-ops``): the zoo's
+  first mutant outside the default search's scope, kept with the walk length it needed
+  (:data:`SCOPE_NEEDED`), until walks were drawn at a clock scale (below).
 * :class:`WindowedLRU` bounds its eviction scan, as an engine written for speed might: it sorts
   the first 64 candidates and leaves the rest in the order given. No engine then drawn held
   more than 48 blocks, so the default search could not reach it; walks on tiers of up to 128
@@ -117,6 +117,14 @@ Written 2026-12-05, the bug first, the search run after:
   not say how large prompts grew. Now two walks in three are drawn at a token scale (16 or 256
   tokens for each one drawn, blocks as many times larger: the same walk block for block), the
   coverage line gives the largest prompt, and the default search catches it.
+
+Written 2026-12-06, the bug first, the search run after:
+
+* :class:`IdleDayTether` sends KV suspended for over a day ahead of dead KV. ``kvmodel check``
+  passed it: walk clocks ran for minutes (at most 417 s over the ci profile's walks), the
+  coverage line said so, and no scope option reached a day. Now two walks in three are drawn at
+  a clock scale (64 or 4,096 seconds for each one drawn, a power of two: the same walk op for
+  op), and the default search catches it, and :class:`HourClockLRU` with it.
 """
 
 from __future__ import annotations
@@ -154,6 +162,7 @@ __all__ = [
     "ForkKeepsInvalidTail",
     "ForkKeepsInvalidTailTether",
     "HourClockLRU",
+    "IdleDayTether",
     "LastAccessMRU",
     "LastPinWins",
     "LastPinWinsTether",
@@ -466,9 +475,8 @@ class AgentWeightTable(_CodedTether):
 class HourClockLRU(LRU):
     """LRU as code that orders by recency in whole seconds modulo an hour first (a 12-bit field
     of packed block metadata): a block used just after the hour turns looks older than one
-    used just before it. Outside the default search's scope: no default walk's clock reaches
-    an hour, and the ci profile passes it; walks of up to 2,000 ops find it
-    (:data:`SCOPE_NEEDED`)."""
+    used just before it. It was outside the default search's scope while walk clocks ran for
+    minutes; walks drawn at a clock scale find it (spec/invariants.md, swarm testing)."""
 
     name: ClassVar[str] = "mutant-hour-clock-lru"
 
@@ -528,7 +536,20 @@ class ByteDepthLRU(LRU):
         return [b.id for b in sorted(candidates, key=key)]
 
 
-class BigContextFirstTether(KVTether):
+class _FirstTether(KVTether):
+    """KVTether with the blocks :meth:`first` picks put ahead of its whole order (the shape of
+    the tweaks below: each author meant them first among the live classes)."""
+
+    def first(self, view: ModelView, b: BlockInfo) -> bool:
+        raise NotImplementedError
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        order = list(super().eviction_order(view, candidates))
+        picked = {b.id for b in candidates if self.first(view, b)}
+        return [x for x in order if x in picked] + [x for x in order if x not in picked]
+
+
+class BigContextFirstTether(_FirstTether):
     """KVTether with a size-aware tweak, as an author adds one: a context over
     :attr:`LIMIT` tokens is expensive to keep resident, so its blocks go first -- put ahead of
     the whole order, where it was meant among the live classes, so a live block of a big
@@ -540,12 +561,23 @@ class BigContextFirstTether(KVTether):
     name: ClassVar[str] = "mutant-big-context-first-tether"
     LIMIT: ClassVar[int] = 8192
 
-    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
-        order = list(super().eviction_order(view, candidates))
-        big = {
-            b.id for b in candidates if any(view.context(h).tokens > self.LIMIT for h in b.holders)
-        }
-        return [x for x in order if x in big] + [x for x in order if x not in big]
+    def first(self, view: ModelView, b: BlockInfo) -> bool:
+        return any(view.context(h).tokens > self.LIMIT for h in b.holders)
+
+
+class IdleDayTether(_FirstTether):
+    """KVTether with an idle rule, as an author adds one: KV suspended for over a day belongs to
+    an agent that is not coming back, so it goes first -- put ahead of the whole order, where
+    it was meant among the live classes, so a Suspended block idle for a day goes before a dead
+    block. Only a clock past a day shows it: walks whose clocks ran for minutes never made one,
+    and ``kvmodel check`` passed it; walks drawn at a clock scale find it (spec/invariants.md,
+    swarm testing)."""
+
+    name: ClassVar[str] = "mutant-idle-day-tether"
+    IDLE_S: ClassVar[float] = 86_400.0
+
+    def first(self, view: ModelView, b: BlockInfo) -> bool:
+        return b.suspend_time is not None and view.now - b.suspend_time > self.IDLE_S
 
 
 #: import path -> the invariant it must be caught breaking
@@ -573,6 +605,7 @@ OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.search.outside_mutants:BigContextFirstTether": (
             "no-live-eviction-before-dead-reclaim"
         ),
+        "checkers.search.outside_mutants:IdleDayTether": "no-live-eviction-before-dead-reclaim",
     }
 )
 
@@ -580,7 +613,6 @@ OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
 #: --walk-ops``, ``--tier-blocks``) that bring it in (spec/invariants.md, Counterexamples)
 SCOPE_NEEDED: Mapping[str, WalkScope] = MappingProxyType(
     {
-        "checkers.search.outside_mutants:HourClockLRU": WalkScope(ops=2000, tier_blocks=16),
         "checkers.search.outside_mutants:ByteDepthLRU": WalkScope(tier_blocks=512),
     }
 )

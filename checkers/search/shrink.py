@@ -20,10 +20,18 @@ from kvmodel.io.ops import (
     Open,
     Pin,
     carried_messages,
+    scaled_clock,
     with_messages,
 )
 
-__all__ = ["op_groups", "shrink", "shrink_engine", "shrink_scale", "shrink_values"]
+__all__ = [
+    "op_groups",
+    "shrink",
+    "shrink_clock",
+    "shrink_engine",
+    "shrink_scale",
+    "shrink_values",
+]
 
 T = TypeVar("T")
 
@@ -218,6 +226,21 @@ def shrink_scale(
     return list(ops), config
 
 
+def shrink_clock(ops: Sequence[Op], scale: int, fails: Callable[[Sequence[Op]], bool]) -> list[Op]:
+    """Divide every time of ``ops`` (``scaled_clock``) by the largest power of two up to
+    ``scale``, the clock scale they were drawn at (``RandomParams.clock_scale``), that still
+    fails: the same trace op for op at each, so a fault that reads no time's magnitude comes
+    back on the clock it was drawn on, and one that does comes down as far as it allows.
+    ``fails(ops)`` is true on the argument; returns it unchanged when no division fails."""
+    d = scale
+    while d > 1:
+        cand = [scaled_clock(op, 1 / d) for op in ops]  # (1/d: exact, d a power of two)
+        if fails(cand):
+            return cand
+        d //= 2
+    return list(ops)
+
+
 def _simpler(x: float, floor: float) -> list[float]:
     """Simpler values for a number ``x`` that is at least ``floor``, simplest first: ``floor``
     itself, then ``x`` cut to a whole number and to one and two decimals -- each below ``x``
@@ -256,6 +279,20 @@ def _resized(ops: Sequence[Op], where: Sequence[tuple[int, int]], tokens: int) -
     return out
 
 
+def _at_time(op: Op, t: float) -> Op:
+    return attrs.evolve(op, t=t)
+
+
+def _with_duration(op: Op, v: float) -> Op:
+    assert isinstance(op, Infer)
+    return attrs.evolve(op, duration=v)
+
+
+def _with_ttl(op: Op, v: float) -> Op:
+    assert isinstance(op, Pin)
+    return attrs.evolve(op, ttl=v)
+
+
 def shrink_values(
     ops: Sequence[Op], fails: Callable[[Sequence[Op]], bool], *, budget: int = 1000
 ) -> tuple[list[Op], bool]:
@@ -265,15 +302,18 @@ def shrink_values(
       (:func:`_sized_together`): a binary search down to 1, then one token at a time, since
       failing need not be monotone in a size;
     * each op's time: the previous op's time, else the time cut to a whole number, one decimal
-      or two, never below the previous op's (time does not go backwards);
+      or two, never below the previous op's (time does not go backwards); a whole time none of
+      those fail at goes down to the earliest whole second that still fails (a binary search,
+      then one second at a time): a fault that needs a clock past a day shows a day and a
+      second, not the walk's clock;
     * each inference's duration: 0, else cut the same way; each pin's TTL cut the same way (it
-      stays above 0).
+      stays above 0); a whole one goes down to the smallest whole number that still fails.
 
     Pass after pass until a pass changes nothing. Returns the ops and whether they are
     **value-minimal**: the last pass changed nothing within the ``budget`` of tries, so no
     message (or content key) can lose one token, and no time, duration or TTL can take any of
-    its simpler values, while the trace still fails. Ops are never added, deleted or
-    reordered; ``fails`` must be deterministic and true on ``ops``."""
+    its simpler values or, if whole, lose one, while the trace still fails. Ops are never
+    added, deleted or reordered; ``fails`` must be deterministic and true on ``ops``."""
     cur = list(ops)
     tries = 0
 
@@ -287,6 +327,19 @@ def shrink_values(
 
     def at(i: int, op: Op) -> list[Op]:
         return [*cur[:i], op, *cur[i + 1 :]]
+
+    def whole(i: int, x: float, lo: int, make: Callable[[Op, float], Op]) -> bool:
+        """``x``, a number of op ``i`` (``make(op, v)`` sets it to ``v``), whole and above
+        ``lo``: down to the smallest whole number in ``[lo, x]`` that still fails (a binary
+        search, then one at a time)."""
+        if x != int(x) or x <= lo:
+            return False
+        hi = _smallest(
+            int(x) - lo + 1,
+            lambda n: attempt(at(i, make(cur[i], float(lo + n - 1)))),
+            lambda: tries < budget,
+        )
+        return lo + hi - 1 < x
 
     changed = True
     while changed and tries < budget:
@@ -308,6 +361,8 @@ def shrink_values(
                 if attempt(at(i, attrs.evolve(cur[i], t=t))):
                     changed = True
                     break
+            else:  # a whole time the fault needs: the earliest whole second that still fails
+                changed |= whole(i, cur[i].t, math.ceil(prev), _at_time)
             op = cur[i]
             simpler: list[Op] = []
             if isinstance(op, Infer) and op.duration:
@@ -320,4 +375,9 @@ def shrink_values(
                 if attempt(at(i, cand)):
                     changed = True
                     break
+            else:
+                if isinstance(op, Infer) and op.duration:
+                    changed |= whole(i, op.duration, 1, _with_duration)
+                elif isinstance(op, Pin) and op.ttl is not None:
+                    changed |= whole(i, op.ttl, 1, _with_ttl)
     return cur, tries < budget and not changed

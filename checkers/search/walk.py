@@ -34,6 +34,7 @@ from kvmodel.studies.sweep import executor
 from kvmodel.workloads.random_ops import RandomParams, random_trace
 
 __all__ = [
+    "CLOCK_SCALES",
     "TOKEN_SCALES",
     "WALK_OPS",
     "WalkFind",
@@ -59,11 +60,12 @@ def walk_recipe(
     # drawn last, so that every earlier draw of a walk is what it was before token scales;
     # a fixed engine keeps its block size, and so its walks their token counts
     scale = TOKEN_SCALES[int(rng.integers(0, len(TOKEN_SCALES)))]
-    if config is not None or scale == 1:
-        return cfg, params
-    return attrs.evolve(cfg, block_size=cfg.block_size * scale), attrs.evolve(
-        params, token_scale=scale
-    )
+    if config is None and scale != 1:
+        cfg = attrs.evolve(cfg, block_size=cfg.block_size * scale)
+        params = attrs.evolve(params, token_scale=scale)
+    # and the clock scale after it, for every engine (the clock is not the engine's)
+    clock = CLOCK_SCALES[int(rng.integers(0, len(CLOCK_SCALES)))]
+    return cfg, params if clock == 1 else attrs.evolve(params, clock_scale=clock)
 
 
 #: a walk's context cap, as a multiple of the engine's capacity in tokens; None: no cap
@@ -75,6 +77,11 @@ DEADLINE_LANDINGS = (0.0, 0.2, 0.5)
 #: a walk's token scale: its token counts and its engine's block size multiplied by it, the
 #: same walk block for block, at the sizes of real prompts (spec/invariants.md, swarm testing)
 TOKEN_SCALES = (1, 16, 256)
+#: a walk's clock scale: its times (op times, durations, TTLs) multiplied by it, powers of two so
+#: that it is the same walk op for op, on clocks of hours and days (a default walk's clock
+#: stays within minutes): a policy's constants in seconds come into play
+#: (spec/invariants.md, swarm testing)
+CLOCK_SCALES = (1, 64, 4096)
 
 
 def walk_params(
@@ -127,6 +134,8 @@ class WalkFind:
     violation: Violation
     config: EngineConfig
     walk: int
+    #: the clock scale the walk was drawn at (its shrinking tries to undo it)
+    clock_scale: int = 1
 
 
 @attrs.frozen
@@ -160,7 +169,7 @@ def run_walk(
         seen.add(v.invariant)
         # an offline policy plans over the whole trace: its find keeps the future too
         n = len(ops) if offline or v.op is None else v.op + 1
-        finds.append(WalkFind(v.invariant, tuple(ops[:n]), v, cfg, index))
+        finds.append(WalkFind(v.invariant, tuple(ops[:n]), v, cfg, index, params.clock_scale))
     applied = ops[: run.applied]
     return WalkOutcome(
         index,

@@ -33,6 +33,7 @@ __all__ = [
     "Unpin",
     "carried_messages",
     "op_name",
+    "scaled_clock",
     "with_messages",
 ]
 
@@ -209,6 +210,20 @@ def with_messages(op: Op, messages: Sequence[Message]) -> Op:
     if isinstance(op, Return):
         return attrs.evolve(op, result=messages[0])
     return op
+
+
+def scaled_clock(op: Op, k: float) -> Op:
+    """``op`` with every time it carries multiplied by ``k``: its time, an inference's
+    duration, a pin's TTL. For ``k`` a power of two (a half, 64, ...) the product is exact in
+    binary floating point, and so is every sum and difference of scaled times: each comparison
+    of times, a pin's deadline ``t + ttl`` against an op's time included, comes out as before,
+    and only what reads a time's magnitude sees a difference (spec/invariants.md, swarm
+    testing)."""
+    if isinstance(op, Infer):
+        return attrs.evolve(op, t=op.t * k, duration=op.duration * k)
+    if isinstance(op, Pin) and op.ttl is not None:
+        return attrs.evolve(op, t=op.t * k, ttl=op.ttl * k)
+    return attrs.evolve(op, t=op.t * k)
 
 
 @attrs.frozen(slots=True)

@@ -37,6 +37,7 @@ from kvmodel.io.ops import (
     Unpin,
     carried_messages,
     op_name,
+    scaled_clock,
     with_messages,
 )
 from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
@@ -72,6 +73,7 @@ __all__ = [
     "op_to_json",
     "parse_op",
     "parse_trace_lines",
+    "scaled_clock",
     "with_messages",
 ]
 

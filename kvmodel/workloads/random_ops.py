@@ -34,6 +34,7 @@ from kvmodel.io.trace import (
     TurnEnd,
     Unpin,
     carried_messages,
+    scaled_clock,
     with_messages,
 )
 from kvmodel.messages import AgentKind, Message, MessageKind, Role
@@ -100,6 +101,12 @@ class RandomParams:
     #: block, a partial block stays partial). ``max_tokens`` and ``max_context_tokens`` are in
     #: unscaled tokens. 1: no change
     token_scale: int = 1
+    #: every time of the trace (op times, inference durations, pin TTLs) multiplied by this,
+    #: after it is drawn: a power of two, so the products are exact and every comparison of
+    #: times comes out as at 1 (``scaled_clock``): the same trace on a clock of hours or days,
+    #: where a policy's constants in seconds (a window, a TTL, an idle limit) come into play.
+    #: ``mean_gap`` is in unscaled seconds. 1: no change
+    clock_scale: int = 1
 
     def __attrs_post_init__(self) -> None:
         for op, w in self.weights or ():
@@ -116,6 +123,11 @@ class RandomParams:
             raise ValueError(f"RandomParams.max_context_tokens: {cap!r} (expected at least 2)")
         if not self.token_scale >= 1:
             raise ValueError(f"RandomParams.token_scale: {self.token_scale!r} (expected >= 1)")
+        k = self.clock_scale
+        if not (isinstance(k, int) and k >= 1 and k & (k - 1) == 0):
+            raise ValueError(
+                f"RandomParams.clock_scale: {k!r} (expected a power of two: 1, 2, 4, ...)"
+            )
 
 
 @attrs.define
@@ -365,6 +377,8 @@ def random_trace(params: RandomParams | None = None) -> Trace:
             with_messages(op, [attrs.evolve(m, tokens=m.tokens * k) for m in carried_messages(op)])
             for op in ops
         )
+    if p.clock_scale != 1:
+        ops = tuple(scaled_clock(op, p.clock_scale) for op in ops)
     meta = attrs.asdict(p)
     if p.weights is None:  # the header of a default-mix trace is what it always was
         del meta["weights"]
@@ -378,4 +392,6 @@ def random_trace(params: RandomParams | None = None) -> Trace:
         del meta["p_deadline"]
     if p.token_scale == 1:
         del meta["token_scale"]
+    if p.clock_scale == 1:
+        del meta["clock_scale"]
     return Trace(TraceHeader(1, {"kvtrace": 1, "generator": "random", **meta}), ops)
