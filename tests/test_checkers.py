@@ -26,7 +26,7 @@ from checkers.search.mutants import MUTANTS
 from checkers.search.outside_mutants import SCOPE_NEEDED
 from checkers.search.report import check_policies, expected_verdicts
 from checkers.search.scope import TIER_BLOCKS, WALK_OPS, WIDE_EVERY, WIDE_TIER_BLOCKS, WalkScope
-from checkers.search.shrink import op_groups, shrink, shrink_engine, shrink_values
+from checkers.search.shrink import numbered, op_groups, shrink, shrink_engine, shrink_values
 from checkers.search.stateful import check_config, make_machine
 from checkers.search.strategies import agent_traces
 from kvmodel.cli import main
@@ -202,7 +202,15 @@ def test_every_mutant_is_caught_with_a_replayable_bundle(
         return
     again = check_ops(trace.ops, mutant, config, [invariant], stop_at=invariant).first(invariant)
     assert again == c.violation  # bit for bit: same op, same message
-    if invariant in INVARIANTS:  # and value-minimal (a finding keeps its values)
+    if invariant in INVARIANTS:  # its ids numbered from 1, unless the numbered trace passes
+        named = numbered(trace.ops)
+        assert named == list(trace.ops) or (
+            check_ops(named, mutant, config, [invariant], stop_at=invariant).first(invariant)
+            is None
+        )
+    # the header says whether the numbers were shrunk to the end (a finding keeps its values)
+    assert trace.header.meta["value_minimal"] is c.value_minimal is (invariant in INVARIANTS)
+    if invariant in INVARIANTS:  # and value-minimal means what it says
         for simpler in _simpler_by_one(trace.ops):
             run = check_ops(simpler, mutant, config, [invariant], stop_at=invariant)
             assert run.trace_error is not None or run.first(invariant) is None
@@ -267,6 +275,7 @@ def test_check_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFix
     assert inv["verdict"] == "violated"
     assert inv["claimed"]
     assert inv["one_minimal"]
+    assert inv["value_minimal"]
     assert main(["check", "lru", "--invariants", "no-zombie-kv,accounting"]) == 0
     out = capsys.readouterr().out
     assert "finding: no-zombie-kv" in out
@@ -528,6 +537,39 @@ def test_shrink_values_makes_sizes_smaller_and_times_rounder() -> None:
     some, minimal = shrink_values(ops, fails, budget=3)
     assert fails(some)
     assert not minimal
+
+
+def test_numbered_names_contexts_sessions_and_messages_in_order_of_appearance() -> None:
+    from kvmodel.ids import ContextId, MessageId, SessionId
+    from kvmodel.io.trace import Fork, Open, Return
+    from kvmodel.messages import AgentKind, Message, MessageKind, Role
+
+    def msg(i: str, h: str | None = None) -> Message:
+        return Message(MessageId(i), Role.USER, MessageKind.USER, 3, h)
+
+    a, b, s = ContextId("s1.worker18"), ContextId("c9"), SessionId("s7")
+    ops: list[Op] = [
+        Open(0.0, a, s, AgentKind.MAIN),
+        Append(0.0, a, (msg("m58", "system-2"), msg("m12"))),
+        Fork(0.0, b, a),
+        Return(0.0, b, a, msg("m3", "h4")),
+    ]
+    named = numbered(ops)
+    assert named == [
+        Open(0.0, ContextId("c1"), SessionId("s1"), AgentKind.MAIN),
+        Append(0.0, ContextId("c1"), (msg("m1", "system-2"), msg("m2"))),
+        Fork(0.0, ContextId("c2"), ContextId("c1")),
+        Return(0.0, ContextId("c2"), ContextId("c1"), msg("m3", "h4")),
+    ]  # (content hashes kept: they say what is shared)
+    # the engine decides the same on the numbered trace (B1, B3), and numbering is idempotent
+    cfg = EngineConfig(2, (TierConfig(TierName("hbm"), 4),))
+    assert [type(r) for r in check_ops(named, "lru", cfg, ()).engine.log] == [
+        type(r) for r in check_ops(ops, "lru", cfg, ()).engine.log
+    ]
+    assert numbered(named) == named
+    # a new name that is a content hash would make two messages share KV: no numbering
+    clash = [*ops[:3], Return(0.0, b, a, msg("m3", "m2"))]
+    assert numbered(clash) == clash
 
 
 def test_endurance_budget_and_zombies_are_checked_on_replay() -> None:

@@ -119,7 +119,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
             )
             print(
                 f"  {tag}: {inv}: {len(c.ops)} ops ({shrunk}, "
-                f"{'1-minimal' if c.one_minimal else 'not proven 1-minimal'}; "
+                f"{'1-minimal' if c.one_minimal else 'not proven 1-minimal'}"
+                f"{', value-minimal' if c.value_minimal else ''}; "
                 f"{_engine_brief(c.config)}){where}"
             )
     if failures:

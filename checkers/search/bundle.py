@@ -134,6 +134,7 @@ def write_bundle(
     violation: Violation,
     *,
     one_minimal: bool,
+    value_minimal: bool = False,
     invariants: Iterable[str] = (),
 ) -> Path:
     """Write trace, config, observation log, step listing, the states as ITF
@@ -147,6 +148,7 @@ def write_bundle(
         "violation": violation.message,
         "at_op": violation.op,
         "one_minimal": one_minimal,
+        "value_minimal": value_minimal,
     }
     lines = [json.dumps(meta, separators=(",", ":"))] + [dumps_op(o) for o in ops]
     files = {

@@ -28,6 +28,7 @@ from checkers.search.coverage import TARGETS, SearchStats
 from checkers.search.pool import fixed_constants
 from checkers.search.scope import DEFAULT_SCOPE, WalkScope
 from checkers.search.shrink import (
+    numbered,
     op_groups,
     shrink,
     shrink_clock,
@@ -71,6 +72,9 @@ class Counterexample:
     config: EngineConfig = attrs.field(factory=lambda: check_config())
     #: which search found it first: "machine" (Hypothesis) or "walk" (random walk)
     found_by: str = "machine"
+    #: the value pass ended within its budget: no message can lose a token, no time, duration
+    #: or TTL take a simpler value, and still fail (False: not shrunk, or the budget ran out)
+    value_minimal: bool = False
 
 
 @attrs.frozen
@@ -336,6 +340,7 @@ def _shrink_one(
     odd = nondeterminism(ops, policy, cfg)
     if odd is None and fails_on(ops, cfg):
         small, minimal = shrink(ops, partial(fails_on, c=cfg), budget=s.budget, groups=op_groups)
+        values = False  # (a finding keeps its values)
         if f.clock_scale > 1 and inv in INVARIANTS:  # a walk's clock scale undone
             small = shrink_clock(small, f.clock_scale, partial(fails_on, c=cfg))
         while inv in INVARIANTS:
@@ -350,15 +355,22 @@ def _shrink_one(
                 small, cfg = shrink_scale(small, cfg, fails_on)  # a walk's token scale undone
                 cfg = shrink_engine(cfg, partial(fails_on, small))[0]
             if (cfg, small) == before:
-                small = shrink_values(small, partial(fails_on, c=cfg), budget=s.budget)[0]
+                small, values = shrink_values(small, partial(fails_on, c=cfg), budget=s.budget)
                 if small == before[1]:
                     break
             small, minimal = shrink(
                 small, partial(fails_on, c=cfg), budget=s.budget, groups=op_groups
             )
+        if inv in INVARIANTS:
+            # ids numbered from 1 in order of appearance, kept only if the trace still fails
+            named = numbered(small)
+            if named != small and fails_on(named, cfg):
+                small = named
         final = check_ops(small, policy, cfg, monitored, stop_at=inv).first(inv)
         if final is not None:
-            return Counterexample(inv, tuple(small), final, h_len, minimal, cfg, f.found_by), True
+            return Counterexample(
+                inv, tuple(small), final, h_len, minimal, cfg, f.found_by, values
+            ), True
     v = odd or Violation(
         "nondeterministic",
         f"the {inv} violation seen in the search does not replay from its trace "

@@ -20,10 +20,9 @@ from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.ids import ContextId, MessageId
 from kvmodel.io.observations import InferObs, observation_to_json
-from kvmodel.io.ops import carried_messages, with_messages
+from kvmodel.io.ops import named_ids, renamed
 from kvmodel.io.trace import Append, Close, Fork, Infer, Op, Open, Pin, Remove, Replace, Unpin
 from kvmodel.logical import Sequences
-from kvmodel.messages import Message
 from kvmodel.policy import Policy
 
 __all__ = [
@@ -88,9 +87,9 @@ def renaming(ops: Sequence[Op], run: Run, seed: int = 0) -> str | None:
     names = sorted(_names(ops))
     perm = np.random.default_rng(seed).permutation(len(names))
     new = {n: f"n{perm[i]}" for i, n in enumerate(names)}
-    renamed = [_rename(op, new) for op in ops]
+    partner = [renamed(op, new) for op in ops]
     a = _records(run(ops), drop=frozenset({"ctx", "key"}))
-    b = _records(run(renamed), drop=frozenset({"ctx", "key"}))
+    b = _records(run(partner), drop=frozenset({"ctx", "key"}))
     return None if a == b else f"renaming ids changes the log: {_first_difference(a, b)}"
 
 
@@ -177,7 +176,7 @@ def interleaving(ops: Sequence[Op], other: Sequence[Op], run: Run, seed: int = 0
     ``ops`` has the figures it has alone (P3-P7: a context's KV depends only on its own ops and
     content). Times become the merged position, in both runs."""
     names = _names(other)
-    apart = [_rename(op, {n: f"other.{n}" for n in names}) for op in other]
+    apart = [renamed(op, {n: f"other.{n}" for n in names}) for op in other]
     rng = np.random.default_rng(seed)
     order = rng.permutation([0] * len(ops) + [1] * len(apart))
     merged: list[Op] = []
@@ -270,29 +269,4 @@ def _plain_contexts(ops: Sequence[Op]) -> set[str]:
 
 
 def _names(ops: Sequence[Op]) -> set[str]:
-    out: set[str] = set()
-    for op in ops:
-        for f in ("ctx", "src", "into", "parent", "session"):
-            v = getattr(op, f, None)
-            if isinstance(v, str):
-                out.add(v)
-        for m in carried_messages(op):
-            out.add(m.id)
-            if m.hash is not None:
-                out.add(m.hash)
-    return out
-
-
-def _rename(op: Op, new: dict[str, str]) -> Op:
-    def m(x: Message) -> Message:
-        return attrs.evolve(
-            x, id=MessageId(new[x.id]), hash=None if x.hash is None else new[x.hash]
-        )
-
-    changes: dict[str, Any] = {}
-    for f in ("ctx", "src", "into", "parent", "session"):
-        v = getattr(op, f, None)
-        if isinstance(v, str):
-            changes[f] = new[v]
-    op = with_messages(op, [m(x) for x in carried_messages(op)])
-    return attrs.evolve(op, **changes)
+    return {name for op in ops for _, name in named_ids(op)}

@@ -61,6 +61,7 @@ class PolicyReport:
                 "length": len(c.ops) if c else None,
                 "hypothesis_length": c.hypothesis_ops if c else None,
                 "one_minimal": c.one_minimal if c else None,
+                "value_minimal": c.value_minimal if c else None,
                 "violation": c.violation.message if c else None,
                 "bundle": str(self.bundles[name]) if name in self.bundles else None,
             }
@@ -163,7 +164,14 @@ def check_policies(
             for inv, c in r.found.items():
                 d = out / p.replace(":", "_").replace("/", "_") / inv
                 bundles[inv] = write_bundle(
-                    d, c.ops, p, c.config, inv, c.violation, one_minimal=c.one_minimal
+                    d,
+                    c.ops,
+                    p,
+                    c.config,
+                    inv,
+                    c.violation,
+                    one_minimal=c.one_minimal,
+                    value_minimal=c.value_minimal,
                 )
         reports.append(PolicyReport(p, claims, r, bundles))
         if notify is not None:

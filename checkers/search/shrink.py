@@ -20,11 +20,14 @@ from kvmodel.io.ops import (
     Open,
     Pin,
     carried_messages,
+    named_ids,
+    renamed,
     scaled_clock,
     with_messages,
 )
 
 __all__ = [
+    "numbered",
     "op_groups",
     "shrink",
     "shrink_clock",
@@ -239,6 +242,32 @@ def shrink_clock(ops: Sequence[Op], scale: int, fails: Callable[[Sequence[Op]], 
             return cand
         d //= 2
     return list(ops)
+
+
+#: the names :func:`numbered` gives, by kind of id
+_NUMBERED = {"context": "c", "session": "s", "message": "m"}
+
+
+def numbered(ops: Sequence[Op]) -> list[Op]:
+    """``ops`` with their contexts, sessions and messages renamed ``c1, c2, ...``, ``s1, ...``,
+    ``m1, ...`` in order of first appearance, so that a counterexample reads from the start and
+    its names say nothing of the search that drew them. Content hashes are kept (they say which
+    messages share KV); ``ops`` comes back unchanged if a new name is one of them. Renaming
+    changes no decision of the engine (B1, B3: the metamorphic ``renaming`` relation), but a
+    policy may read names: the caller keeps the result only if it still fails."""
+    new: dict[str, str] = {}
+    count = dict.fromkeys(_NUMBERED, 0)
+    hashes: set[str] = set()
+    for op in ops:
+        for kind, name in named_ids(op):
+            if kind == "hash":
+                hashes.add(name)
+            elif name not in new:
+                count[kind] += 1
+                new[name] = f"{_NUMBERED[kind]}{count[kind]}"
+    if hashes & set(new.values()):
+        return list(ops)
+    return [renamed(op, new) for op in ops]
 
 
 def _simpler(x: float, floor: float) -> list[float]:

@@ -5,12 +5,12 @@ JSONL is :mod:`kvmodel.io.trace`, which re-exports everything here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import attrs
 
-from kvmodel.ids import ContextId, SessionId
+from kvmodel.ids import ContextId, MessageId, SessionId
 from kvmodel.messages import AgentKind, Message, SpawnRecord
 
 __all__ = [
@@ -32,7 +32,9 @@ __all__ = [
     "TurnEnd",
     "Unpin",
     "carried_messages",
+    "named_ids",
     "op_name",
+    "renamed",
     "scaled_clock",
     "with_messages",
 ]
@@ -210,6 +212,46 @@ def with_messages(op: Op, messages: Sequence[Message]) -> Op:
     if isinstance(op, Return):
         return attrs.evolve(op, result=messages[0])
     return op
+
+
+#: the fields of an op that name a context
+_CONTEXT_FIELDS = ("ctx", "src", "into", "parent")
+
+
+def named_ids(op: Op) -> Iterator[tuple[str, str]]:
+    """The ids ``op`` names, in order, each with its kind: ``"context"`` (its context, a fork's
+    source, a return's target, an open's parent), ``"session"``, ``"message"`` (the messages
+    it carries) and ``"hash"`` (their content hashes)."""
+    for f in _CONTEXT_FIELDS:
+        v = getattr(op, f, None)
+        if isinstance(v, str):
+            yield "context", v
+    session = getattr(op, "session", None)
+    if isinstance(session, str):
+        yield "session", session
+    for m in carried_messages(op):
+        yield "message", m.id
+        if m.hash is not None:
+            yield "hash", m.hash
+
+
+def renamed(op: Op, names: Mapping[str, str]) -> Op:
+    """``op`` with every id :func:`named_ids` lists replaced by ``names[id]`` (an id not in
+    ``names`` is kept)."""
+    ms = [
+        attrs.evolve(
+            m,
+            id=MessageId(names.get(m.id, m.id)),
+            hash=None if m.hash is None else names.get(m.hash, m.hash),
+        )
+        for m in carried_messages(op)
+    ]
+    changes: dict[str, Any] = {
+        f: names.get(v, v)
+        for f in (*_CONTEXT_FIELDS, "session")
+        if isinstance(v := getattr(op, f, None), str)
+    }
+    return attrs.evolve(with_messages(op, ms), **changes)
 
 
 def scaled_clock(op: Op, k: float) -> Op:

@@ -36,7 +36,9 @@ from kvmodel.io.ops import (
     TurnEnd,
     Unpin,
     carried_messages,
+    named_ids,
     op_name,
+    renamed,
     scaled_clock,
     with_messages,
 )
@@ -69,10 +71,12 @@ __all__ = [
     "dumps_op",
     "iter_trace_lines",
     "load_trace",
+    "named_ids",
     "op_name",
     "op_to_json",
     "parse_op",
     "parse_trace_lines",
+    "renamed",
     "scaled_clock",
     "with_messages",
 ]
