@@ -293,6 +293,28 @@ def test_walks_put_pressure_on_every_trigger() -> None:
     assert not [n for n in st.never_fired() if n.startswith("op:")]
 
 
+def test_the_coverage_counts_the_most_contexts_open_at_once() -> None:
+    # a magnitude a policy's table reads (a slot per agent in flight): the most contexts open
+    # at once in any run, counted by the monitor after each open and fork; here recounted by
+    # replaying each walk op by op. Walks open at most 6 contexts at once (RandomParams.max_open
+    # is drawn from 1-6), and the coverage line says so
+    most = []
+    for i in range(12):
+        cfg, params = walk_recipe(0, i)
+        ops = random_trace(params).ops
+        engine = Engine(cfg, resolve_policy("lru"))
+        n = 0
+        for op in ops:
+            engine.apply(op)
+            n = max(n, sum(1 for c in engine.contexts.values() if c.is_open))
+        most.append(n)
+        assert run_walk("lru", (), 0, i, None).coverage["most open"] == n
+    assert 1 < max(most) <= 6
+    st = explore("lru", (), walks=12)
+    assert st.coverage["most open"] == max(most)  # (a maximum over the runs, not a sum)
+    assert f"up to {max(most)} contexts open at once" in st.coverage_line()
+
+
 def test_a_swarm_find_carries_the_engine_it_fails_on() -> None:
     mutant = "checkers.search.mutants:FreesSharedAtReturn"
     r = search(

@@ -45,7 +45,7 @@ from kvmodel.io.observations import (
     InferObs,
     Observation,
 )
-from kvmodel.io.trace import Close, EndSession, Infer, Op, Return
+from kvmodel.io.trace import Close, EndSession, Fork, Infer, Op, Open, Return
 from kvmodel.lifecycle import BlockClass, MsgState
 from kvmodel.policy import Placement, declared_rank, key_function
 from kvmodel.view import Featured, NewBlock
@@ -180,6 +180,8 @@ class Monitor:
         #: the most evictable blocks any eviction of the run chose among (in the contract
         #: model's view): how large a choice the run put the eviction order to
         self.widest_choice = 0
+        #: the most contexts open at once in the run: how many agents the run had in flight
+        self.most_open = 0
         engine.probe = self
 
     # -- plumbing
@@ -366,6 +368,9 @@ class Monitor:
 
     def after_op(self, op: Op) -> None:
         e = self.engine
+        if isinstance(op, (Open, Fork)):  # (only an open or a fork adds an open context)
+            n = sum(1 for c in e.contexts.values() if c.is_open)
+            self.most_open = max(self.most_open, n)
         records = e.log.since(self._seen)
         self._seen = len(e.log)
         a = self.active

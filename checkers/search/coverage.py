@@ -57,7 +57,9 @@ _SHORT = {
 TARGETS = ("evictions", "rejections", "spills", "dead resident")
 
 #: counters that runs combine by their maximum, not their sum
-MAXIMA = frozenset({"widest choice", "largest prompt", "longest chain", "latest clock"})
+MAXIMA = frozenset(
+    {"widest choice", "largest prompt", "longest chain", "latest clock", "most open"}
+)
 
 
 def at_deadlines(ops: Iterable[Op]) -> int:
@@ -107,6 +109,7 @@ def run_coverage(engine: Engine, ops: Sequence[Op], seconds_bound: float = 5.0) 
         for name, n in engine.probe.contested.items():
             cov[f"contested:{name}"] += n
         cov["widest choice"] = engine.probe.widest_choice
+        cov["most open"] = engine.probe.most_open
     return cov
 
 
@@ -194,6 +197,8 @@ class SearchStats:
             f"{self.coverage['longest chain']:,} blocks, a clock of up to "
             f"{self.coverage['latest clock']:,} s"
         )
+        if self.coverage["most open"]:  # (a checked run's, read from its monitor)
+            parts[-1] += f", up to {self.coverage['most open']} contexts open at once"
         parts += [f"forks {self.ops['fork']}", f"pins {self.ops['pin']}"]
         parts[-1] += f" ({self.coverage['at deadlines']} ops at a TTL deadline)"
         parts.append(f"worn tiers {self.coverage['worn tiers']}")
