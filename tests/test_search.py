@@ -32,6 +32,7 @@ from checkers.search.shrink import shrink_clock, shrink_scale
 from checkers.search.swarm import BLOCK_SIZES, check_config, draw_config, swarm_configs
 from checkers.search.walk import (
     CLOCK_SCALES,
+    CROWDS,
     TOKEN_SCALES,
     WalkFind,
     explore,
@@ -243,6 +244,7 @@ def test_capped_walks_trade_rejections_for_evictions() -> None:
         rejected = infers = evicting = 0
         for i in range(60):
             cfg, p = walk_recipe(0, i, None, NARROW)
+            p = attrs.evolve(p, crowd=0)  # (the walk's own contexts: a crowd is not capped)
             if not capped:
                 p = attrs.evolve(p, max_context_tokens=None)
             stats = check_ops(random_trace(p).ops, "kvtether", cfg, ()).engine.stats
@@ -298,7 +300,8 @@ def test_the_coverage_counts_the_most_contexts_open_at_once() -> None:
     # at once in any run, counted by the monitor after each open and fork; here recounted by
     # replaying each walk op by op. Walks open at most 6 contexts at once (RandomParams.max_open
     # is drawn from 1-6), and the coverage line says so
-    most = []
+    most: list[int] = []
+    crowded: list[int] = []
     for i in range(12):
         cfg, params = walk_recipe(0, i)
         ops = random_trace(params).ops
@@ -307,12 +310,35 @@ def test_the_coverage_counts_the_most_contexts_open_at_once() -> None:
         for op in ops:
             engine.apply(op)
             n = max(n, sum(1 for c in engine.contexts.values() if c.is_open))
-        most.append(n)
+        (crowded if params.crowd else most).append(n)
         assert run_walk("lru", (), 0, i, None).coverage["most open"] == n
-    assert 1 < max(most) <= 6
+    assert 1 < max(most) <= 6 < 40 < min(crowded)  # (a crowd's agents stay open to the end)
     st = explore("lru", (), walks=12)
-    assert st.coverage["most open"] == max(most)  # (a maximum over the runs, not a sum)
-    assert f"up to {max(most)} contexts open at once" in st.coverage_line()
+    assert st.coverage["most open"] == max(crowded)  # (a maximum over the runs, not a sum)
+    assert f"up to {max(crowded)} contexts open at once" in st.coverage_line()
+
+
+def test_crowded_walks_reach_a_slot_table_the_walks_own_contexts_miss() -> None:
+    # KVTether keeping suspension times in a table of 32 slots, one per agent in flight: a
+    # walk's own contexts number at most 6, the machine's examples 26, and none catches it;
+    # one walk in eight draws a crowd of 40 background agents (last: the walk's own ops are
+    # what they were) and those catch it (spec/invariants.md, swarm testing)
+    assert {walk_recipe(0, i)[1].crowd for i in range(40)} == set(CROWDS) == {0, 40}
+    mutant = "checkers.search.outside_mutants:SlotTableTether"
+    inv = [OUTSIDE_MUTANTS[mutant]]
+    finds: list[WalkFind] = []
+    stats = explore(mutant, inv, walks=40, on_find=finds.append)
+    assert finds
+    assert all(walk_recipe(0, f.walk)[1].crowd for f in finds)
+    assert stats.coverage["most open"] > 32
+    for i in range(40):  # the same walks without their crowd: none fails, their own ops stand
+        cfg, params = walk_recipe(0, i)
+        alone = random_trace(attrs.evolve(params, crowd=0)).ops
+        assert random_trace(params).ops[3 * params.crowd :] == alone
+        run = check_ops(alone, mutant, cfg, inv)
+        assert run.first(inv[0]) is None
+    # the find has more agents open than the table has slots (the zoo's test shrinks it)
+    assert sum(isinstance(o, Open) for o in finds[0].ops) > 32
 
 
 def test_a_swarm_find_carries_the_engine_it_fails_on() -> None:
@@ -585,13 +611,14 @@ def test_a_narrow_walk_is_the_same_walk_in_every_scope_of_its_length() -> None:
 
 def test_the_wide_walks_reach_a_bounded_scan_the_narrow_ones_miss() -> None:
     # KVTether with its order over the first 32 candidates: narrow engines hold up to 48
-    # blocks, but no eviction of narrow walks chooses among more than 32 (the coverage's widest
-    # choice: 24 over these 40 walks), so none reaches past the window; the default search's
-    # wide walks, one in four, do (spec/invariants.md, the scope)
+    # blocks, but no eviction of narrow walks chooses among more than 33 (the coverage's widest
+    # choice over these 40 walks: 24 before crowds, 33 in the crowded walk 11), and none
+    # reaches past the window; the default search's wide walks, one in four, do
+    # (spec/invariants.md, the scope)
     mutant = "checkers.search.outside_mutants:WindowedTether"
     short, finds = _missed_then_found(mutant, walks=40, missing=NARROW, finding=DEFAULT_SCOPE)
-    assert short.coverage["widest choice"] <= 32
-    assert [f.walk for f in finds] == [15, 19, 23, 31, 39]  # (seed 0)
+    assert short.coverage["widest choice"] <= 33
+    assert [f.walk for f in finds] == [11, 15, 19, 23, 31, 39]  # (seed 0; 11 crowded too)
     assert all(DEFAULT_SCOPE.tier_cap(f.walk) == WIDE_TIER_BLOCKS for f in finds)
 
 

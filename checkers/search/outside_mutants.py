@@ -125,6 +125,10 @@ Written 2026-12-06, the bug first, the search run after:
   coverage line said so, and no scope option reached a day. Now two walks in three are drawn at
   a clock scale (64 or 4,096 seconds for each one drawn, a power of two: the same walk op for
   op), and the default search catches it, and :class:`HourClockLRU` with it.
+* :class:`SlotTableTether` keeps each agent's suspension time in a table of 32 slots. It passed:
+  walks opened at most 6 contexts at once and the machine 26, and the coverage line did not
+  say so. Now the line gives the most contexts open at once, one walk in eight draws a crowd of
+  40 background agents waiting on their tools, and the default search catches it.
 """
 
 from __future__ import annotations
@@ -135,10 +139,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+import attrs
+
 from checkers.search.scope import WalkScope
 from kvmodel.engine import Engine
 from kvmodel.errors import TraceError
-from kvmodel.ids import BlockId, TierName
+from kvmodel.ids import BlockId, ContextId, TierName
 from kvmodel.io.trace import Fork, Infer, Op, Pin
 from kvmodel.lifecycle import BlockClass, MsgState
 from kvmodel.memory import Memory
@@ -174,6 +180,7 @@ __all__ = [
     "ReclaimAtInfer",
     "RefusesEmptyPin",
     "RefusesEmptyPinTether",
+    "SlotTableTether",
     "SpillsToLastTier",
     "SpillsToLastTierTether",
     "SuspendAtStart",
@@ -580,6 +587,35 @@ class IdleDayTether(_FirstTether):
         return b.suspend_time is not None and view.now - b.suspend_time > self.IDLE_S
 
 
+class SlotTableTether(KVTether):
+    """KVTether with each agent's suspension time kept in a table of :attr:`SLOTS` slots, as an
+    engine with a fixed number of sequence slots keeps per-sequence state: the open agents take
+    the slots in the order they opened, and past the table's size an agent's slot is shared
+    (its number modulo the size), the later agent's time written over the earlier's. Up to
+    32 agents in flight it is KVTether; beyond, two agents that share a slot share a suspension
+    time, and the later suspension's KV no longer goes first. Walks opened at most 6 contexts
+    at once and the machine 26: ``kvmodel check`` passed it; walks with a crowd of background
+    agents find it (spec/invariants.md, swarm testing)."""
+
+    name: ClassVar[str] = "mutant-slot-table-tether"
+    SLOTS: ClassVar[int] = 32
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        agents = sorted(view.open_contexts(), key=lambda c: (view.context(c).opened_at, c))
+        table: list[float | None] = [None] * self.SLOTS
+        slot: dict[ContextId, int] = {}
+        for n, c in enumerate(agents):
+            slot[c] = n % self.SLOTS
+            table[slot[c]] = view.context(c).suspended_at
+        seen = []
+        for b in candidates:
+            h = b.holders[0] if len(b.holders) == 1 else None
+            if b.suspend_time is not None and h is not None and h in slot:
+                b = attrs.evolve(b, suspend_time=table[slot[h]])
+            seen.append(b)
+        return super().eviction_order(view, seen)
+
+
 #: import path -> the invariant it must be caught breaking
 OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
     {
@@ -606,6 +642,7 @@ OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
             "no-live-eviction-before-dead-reclaim"
         ),
         "checkers.search.outside_mutants:IdleDayTether": "no-live-eviction-before-dead-reclaim",
+        "checkers.search.outside_mutants:SlotTableTether": "suspended-mru",
     }
 )
 

@@ -35,6 +35,7 @@ from kvmodel.workloads.random_ops import RandomParams, random_trace
 
 __all__ = [
     "CLOCK_SCALES",
+    "CROWDS",
     "TOKEN_SCALES",
     "WALK_OPS",
     "WalkFind",
@@ -65,7 +66,11 @@ def walk_recipe(
         params = attrs.evolve(params, token_scale=scale)
     # and the clock scale after it, for every engine (the clock is not the engine's)
     clock = CLOCK_SCALES[int(rng.integers(0, len(CLOCK_SCALES)))]
-    return cfg, params if clock == 1 else attrs.evolve(params, clock_scale=clock)
+    if clock != 1:
+        params = attrs.evolve(params, clock_scale=clock)
+    # last, a crowd of background agents (a walk that draws none is the walk it was)
+    crowd = CROWDS[int(rng.integers(0, len(CROWDS)))]
+    return cfg, params if not crowd else attrs.evolve(params, crowd=crowd)
 
 
 #: a walk's context cap, as a multiple of the engine's capacity in tokens; None: no cap
@@ -82,6 +87,10 @@ TOKEN_SCALES = (1, 16, 256)
 #: stays within minutes): a policy's constants in seconds come into play
 #: (spec/invariants.md, swarm testing)
 CLOCK_SCALES = (1, 64, 4096)
+#: a walk's crowd: background agents opened before its first op, suspended to the end, so that
+#: dozens of agents are in flight at once where a walk's own contexts number at most 6
+#: (spec/invariants.md, swarm testing)
+CROWDS = (0, 0, 0, 0, 0, 0, 0, 40)
 
 
 def walk_params(

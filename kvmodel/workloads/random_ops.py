@@ -107,6 +107,12 @@ class RandomParams:
     #: where a policy's constants in seconds (a window, a TTL, an idle limit) come into play.
     #: ``mean_gap`` is in unscaled seconds. 1: no change
     clock_scale: int = 1
+    #: background agents opened before the trace's first op, each in its own session: a shared
+    #: system prompt and an instruction, one inference ending in a tool call, then suspended to
+    #: the end, waiting on its tool (the crowd of agents in flight a serving engine holds, where
+    #: the trace's own contexts number at most ``max_open``). Drawn from their own generator,
+    #: so the trace's own ops are what they were. 0: none, no draws
+    crowd: int = 0
 
     def __attrs_post_init__(self) -> None:
         for op, w in self.weights or ():
@@ -123,6 +129,8 @@ class RandomParams:
             raise ValueError(f"RandomParams.max_context_tokens: {cap!r} (expected at least 2)")
         if not self.token_scale >= 1:
             raise ValueError(f"RandomParams.token_scale: {self.token_scale!r} (expected >= 1)")
+        if not self.crowd >= 0:
+            raise ValueError(f"RandomParams.crowd: {self.crowd!r} (expected >= 0)")
         k = self.clock_scale
         if not (isinstance(k, int) and k >= 1 and k & (k - 1) == 0):
             raise ValueError(
@@ -367,10 +375,36 @@ class _Gen:
         return EndSession(t, sess)
 
 
+def _crowd(p: RandomParams) -> tuple[Op, ...]:
+    """The background agents of ``p.crowd`` (see :attr:`RandomParams.crowd`), all at t=0: each
+    opens, reads the shared prompt and its instruction, and infers a tool call that lasts a
+    drawn while (so each is suspended at its own time)."""
+    rng = np.random.default_rng([p.seed, 1])  # (not the trace's generator: its draws stand)
+    top = max(1, min(p.max_tokens, (p.max_context_tokens or p.max_tokens) // 4))
+    system = Message(MessageId("crowd.m0"), Role.SYSTEM, MessageKind.SYSTEM,
+                     int(rng.integers(1, top + 1)), "crowd-system")  # fmt: skip
+    ops: list[Op] = []
+    for i in range(1, p.crowd + 1):
+        cid = ContextId(f"crowd{i}")
+        ask = Message(MessageId(f"crowd{i}.m1"), Role.USER, MessageKind.INSTRUCTION,
+                      int(rng.integers(1, top + 1)))  # fmt: skip
+        call = Message(MessageId(f"crowd{i}.m2"), Role.ASSISTANT, MessageKind.TOOL_CALL,
+                       int(rng.integers(1, top + 1)))  # fmt: skip
+        wait = round(float(rng.exponential(p.mean_gap)), 3)
+        ops += [
+            Open(0.0, cid, SessionId(f"crowd{i}"), AgentKind.WORKER),
+            Append(0.0, cid, (attrs.evolve(system, id=MessageId(f"crowd{i}.m0")), ask)),
+            Infer(0.0, cid, (call,), duration=wait),
+        ]
+    return tuple(ops)
+
+
 def random_trace(params: RandomParams | None = None) -> Trace:
     p = params or RandomParams()
     g = _Gen(p)
     ops = tuple(g.step() for _ in range(p.ops))
+    if p.crowd:
+        ops = _crowd(p) + ops
     if p.token_scale != 1:
         k = p.token_scale
         ops = tuple(
@@ -394,4 +428,6 @@ def random_trace(params: RandomParams | None = None) -> Trace:
         del meta["token_scale"]
     if p.clock_scale == 1:
         del meta["clock_scale"]
+    if not p.crowd:
+        del meta["crowd"]
     return Trace(TraceHeader(1, {"kvtrace": 1, "generator": "random", **meta}), ops)
