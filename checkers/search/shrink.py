@@ -361,14 +361,14 @@ def shrink_values(
         """``x``, a number of op ``i`` (``make(op, v)`` sets it to ``v``), whole and above
         ``lo``: down to the smallest whole number in ``[lo, x]`` that still fails (a binary
         search, then one at a time)."""
-        if x != int(x) or x <= lo:
-            return False
-        hi = _smallest(
-            int(x) - lo + 1,
+        if x != int(x) or x <= lo or not attempt(at(i, make(cur[i], x - 1))):
+            return False  # (one less passes: already the smallest, a pass's one try)
+        _smallest(  # (from one less, which fails: cur holds it now)
+            int(x) - lo,
             lambda n: attempt(at(i, make(cur[i], float(lo + n - 1)))),
             lambda: tries < budget,
         )
-        return lo + hi - 1 < x
+        return True
 
     changed = True
     while changed and tries < budget:

@@ -148,6 +148,12 @@ class _Ctx:
         return sum(m[3] for m in self.msgs)
 
 
+def _largest_message(p: RandomParams) -> int:
+    """A message's largest size: under a context cap, a quarter of the cap at most."""
+    cap = p.max_context_tokens
+    return p.max_tokens if cap is None else max(1, min(p.max_tokens, cap // 4))
+
+
 class _Gen:
     def __init__(self, p: RandomParams) -> None:
         self.p = p
@@ -159,9 +165,7 @@ class _Gen:
         self.open: dict[ContextId, _Ctx] = {}
         self.sessions: dict[SessionId, bool] = {}  # session -> ended
         self.weights = {**OP_WEIGHTS, **dict(p.weights)} if p.weights is not None else None
-        #: a message's largest size: under a context cap, a quarter of it at most
-        cap = p.max_context_tokens
-        self.max_tokens = p.max_tokens if cap is None else max(1, min(p.max_tokens, cap // 4))
+        self.max_tokens = _largest_message(p)
         self.hash_tokens = [
             int(self.rng.integers(1, self.max_tokens + 1)) for _ in range(p.shared_hashes)
         ]
@@ -380,7 +384,7 @@ def _crowd(p: RandomParams) -> tuple[Op, ...]:
     opens, reads the shared prompt and its instruction, and infers a tool call that lasts a
     drawn while (so each is suspended at its own time)."""
     rng = np.random.default_rng([p.seed, 1])  # (not the trace's generator: its draws stand)
-    top = max(1, min(p.max_tokens, (p.max_context_tokens or p.max_tokens) // 4))
+    top = _largest_message(p)
     system = Message(MessageId("crowd.m0"), Role.SYSTEM, MessageKind.SYSTEM,
                      int(rng.integers(1, top + 1)), "crowd-system")  # fmt: skip
     ops: list[Op] = []
