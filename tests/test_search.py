@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 
 from checkers.invariants import INVARIANTS, Monitor
-from checkers.invariants.predicates import contested
+from checkers.invariants.predicates import ORDER, _ordered, contested
 from checkers.invariants.replay import check_ops, engine_for
 from checkers.search.coverage import SearchStats, at_deadlines
 from checkers.search.driver import search
@@ -445,6 +445,35 @@ def test_an_eviction_constrains_an_order_only_between_blocks_it_orders() -> None
     assert not contested(dead_first, active, [s1])
     assert contested(dead_first, active, [dead])
     assert contested(dead_first, dead, [active])
+
+
+def test_contested_reads_one_pair_of_each_class_and_agrees_with_every_pair() -> None:
+    # contested evaluates ORDER on one representative pair per (state, state, how the
+    # suspension times compare), not on every pair of distinct terms: the same answer on 3,000
+    # random evictions (seeded), among them crowds of distinct suspension times
+    @attrs.frozen
+    class B:
+        id: BlockId
+        state: BlockClass
+        suspend_time: float | None = None
+
+    rng = np.random.default_rng(7)
+    classes = list(BlockClass)
+    seen = Counter[bool]()
+    for _ in range(3000):
+        n = int(rng.integers(1, 9))
+        spread = int(rng.choice([1, 2, 3, 50]))
+        blocks = []
+        for i in range(n):
+            state = classes[int(rng.integers(0, len(classes)))]
+            t = None if rng.random() < 0.3 else float(rng.integers(0, spread))
+            blocks.append(B(BlockId(i), state, t))
+        terms = {(b.state, b.suspend_time) for b in blocks}
+        for name in ORDER:
+            every = any(_ordered(name, a, b) for a in terms for b in terms if a != b)
+            assert contested(name, blocks[0], blocks[1:]) == every, (name, terms)
+            seen[every] += 1
+    assert min(seen.values()) > 1000  # both answers, many times
 
 
 def test_an_order_no_eviction_constrained_is_reported_unexercised() -> None:

@@ -6,7 +6,7 @@ Monitor and (as solver terms, through :class:`Logic`) by the rank proofs and the
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -211,18 +211,63 @@ def _passed_over(
     return next((c for c in cands if _ordered(name, (c.state, c.suspend_time), mine)), None)
 
 
+#: a suspension time's stand-ins: :func:`contested` evaluates :data:`ORDER` on them, not on the
+#: blocks' own times, so that :func:`_ordered`'s cache holds a few pairs, not one per time
+_EARLY, _LATE = 0.0, 1.0
+
+_Term = tuple[BlockClass, "float | None"]
+
+
+def _representatives(terms: Iterable[_Term]) -> Iterator[tuple[_Term, _Term]]:
+    """One pair ``(a, b)`` of distinct ``terms`` for each class of pairs they hold: a's state,
+    b's state, and how their suspension times compare (either missing; a's before, equal to or
+    after b's), with the times replaced by stand-ins that compare the same way.
+
+    :data:`ORDER` reads a suspension time only through ``Logic.later`` (is it there, and after
+    the other), so it gives every pair of one class the same value: it orders some pair of
+    ``terms`` iff it orders some representative. At most 6 x 6 states and 5 comparisons, where
+    the pairs themselves number the distinct times squared (a crowd of agents each suspended
+    at its own time has hundreds)."""
+    none: set[BlockClass] = set()
+    times: dict[BlockClass, set[float]] = {}
+    for state, t in terms:
+        if t is None:
+            none.add(state)
+        else:
+            times.setdefault(state, set()).add(t)
+    bounds = {s: (min(ts), max(ts)) for s, ts in times.items()}
+    states = sorted(none | times.keys(), key=lambda s: s.value)
+    for sa in states:
+        for sb in states:
+            if sa in none and sb in none and sa is not sb:
+                yield (sa, None), (sb, None)
+            if sa in none and sb in times:
+                yield (sa, None), (sb, _EARLY)
+            if sa in times and sb in none:
+                yield (sa, _EARLY), (sb, None)
+            if sa in times and sb in times:
+                (lo_a, hi_a), (lo_b, hi_b) = bounds[sa], bounds[sb]
+                if hi_a > lo_b:  # a's after b's (of one state: its two extreme times)
+                    yield (sa, _LATE), (sb, _EARLY)
+                if lo_a < hi_b:
+                    yield (sa, _EARLY), (sb, _LATE)
+                if sa is not sb and not times[sa].isdisjoint(times[sb]):
+                    yield (sa, _EARLY), (sb, _EARLY)
+
+
 def contested(name: str, victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> bool:
     """Whether the eviction-order invariant ``name`` constrained this eviction: some two of the
     blocks that could go (the victim among them) are a pair it orders, so a policy could have
     broken it here. What a search reports as the invariant's exercise -- an eviction among
     blocks of one class and one suspension time puts no order to the test. Read from
-    :data:`ORDER` itself over the blocks' distinct (state, suspend_time) terms, the only terms
-    it reads."""
+    :data:`ORDER` itself, on one pair of each class the blocks' terms hold
+    (:func:`_representatives`): work proportional to the candidates, not to their distinct
+    suspension times squared."""
     terms = {(c.state, c.suspend_time) for c in cands}
     terms.add((victim.state, victim.suspend_time))
     if len(terms) < 2:
         return False
-    return any(_ordered(name, a, b) for a in terms for b in terms if a != b)
+    return any(_ordered(name, a, b) for a, b in _representatives(terms))
 
 
 def evict_live_before_dead(victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> str | None:
