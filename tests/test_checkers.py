@@ -379,20 +379,25 @@ def test_shrink_deletes_a_context_whole_first() -> None:
 
     groups = op_groups(ops)
     # a context with its children (a's has d); each session here is one context's tree, so it
-    # has no group of its own (two contexts in one session do: their group, then the session's)
-    assert len(groups) == 4
+    # has no group of its own (two contexts in one session do: their group, then the session's);
+    # then each context's ops but its opening
+    assert len(groups) == 4 + 4
     assert sum(groups[0](op) for op in ops) == 6 + 1 + 2 + 1  # a's: open, appends, infer; d's
+    assert [op for op in ops if groups[4](op)] == [o for o in ops[3:] if o.ctx == a]  # type: ignore[union-attr]
+    assert [op for op in ops if groups[7](op)] == [ops[-3]]  # d's inference, not its fork
     two = [Open(0.0, x, SessionId("s"), AgentKind.MAIN) for x in (a, b)]
     assert [[g(op) for op in two] for g in op_groups(two)] == [
         [True, False],
         [False, True],
         [True, True],
+        [False, False],
+        [False, False],
     ]
     small, minimal = shrink(ops, fails, groups=op_groups)
     assert (small, minimal) == ([ops[1], ops[-2]], True)
     grouped, tries[0] = tries[0], 0
     assert shrink(ops, fails) == (small, True)
-    assert grouped < tries[0]  # (19 tries against 45)
+    assert grouped < tries[0]  # (17 tries against 32; 19 and 45 when ddmin started over)
 
 
 def _engine(*blocks: int) -> EngineConfig:

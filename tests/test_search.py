@@ -22,6 +22,7 @@ from checkers.search.coverage import SearchStats, at_deadlines
 from checkers.search.driver import search
 from checkers.search.outside_mutants import OUTSIDE_MUTANTS, SCOPE_NEEDED
 from checkers.search.scope import (
+    CROWD,
     DEFAULT_SCOPE,
     TIER_BLOCKS,
     WIDE_EVERY,
@@ -32,7 +33,6 @@ from checkers.search.shrink import shrink_clock, shrink_scale
 from checkers.search.swarm import BLOCK_SIZES, check_config, draw_config, swarm_configs
 from checkers.search.walk import (
     CLOCK_SCALES,
-    CROWDS,
     TOKEN_SCALES,
     WalkFind,
     explore,
@@ -42,6 +42,7 @@ from checkers.search.walk import (
 from kvmodel.cli import main
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
+from kvmodel.errors import ConfigError
 from kvmodel.ids import BlockId, ContextId, MessageId, SessionId, TierName
 from kvmodel.io.observations import InferObs
 from kvmodel.io.trace import (
@@ -323,7 +324,7 @@ def test_crowded_walks_reach_a_slot_table_the_walks_own_contexts_miss() -> None:
     # walk's own contexts number at most 6, the machine's examples 26, and none catches it;
     # one walk in eight draws a crowd of 40 background agents (last: the walk's own ops are
     # what they were) and those catch it (spec/invariants.md, swarm testing)
-    assert {walk_recipe(0, i)[1].crowd for i in range(40)} == set(CROWDS) == {0, 40}
+    assert {walk_recipe(0, i)[1].crowd for i in range(40)} == {0, CROWD} == {0, 40}
     mutant = "checkers.search.outside_mutants:SlotTableTether"
     inv = [OUTSIDE_MUTANTS[mutant]]
     finds: list[WalkFind] = []
@@ -339,6 +340,26 @@ def test_crowded_walks_reach_a_slot_table_the_walks_own_contexts_miss() -> None:
         assert run.first(inv[0]) is None
     # the find has more agents open than the table has slots (the zoo's test shrinks it)
     assert sum(isinstance(o, Open) for o in finds[0].ops) > 32
+
+
+def test_a_larger_crowd_reaches_a_table_the_default_crowd_misses() -> None:
+    # the same slot table with 128 slots: the default crowd of 40 (45 contexts open at most)
+    # misses it, a crowd of 160 (kvmodel check --crowd 160, the scope it is kept with) finds
+    # it; a walk differs between crowd sizes by its crowd alone, and --crowd 0 draws none
+    mutant = "checkers.search.outside_mutants:WideSlotTableTether"
+    assert SCOPE_NEEDED[mutant] == WalkScope(crowd=160)
+    short, finds = _missed_then_found(mutant, walks=16)
+    assert 40 < short.coverage["most open"] <= 128
+    assert [f.walk for f in finds] == [11]  # (seed 0: the one crowded walk of the 16)
+    assert sum(isinstance(o, Open) for o in finds[0].ops) > 128
+    for i in range(16):
+        cfg, params = walk_recipe(0, i)
+        wide_cfg, wide = walk_recipe(0, i, scope=SCOPE_NEEDED[mutant])
+        assert wide_cfg == cfg
+        assert wide == (attrs.evolve(params, crowd=160) if params.crowd else params)
+        assert not walk_recipe(0, i, scope=WalkScope(crowd=0))[1].crowd
+    with pytest.raises(ConfigError, match="crowd"):
+        WalkScope(crowd=-1)
 
 
 def test_a_swarm_find_carries_the_engine_it_fails_on() -> None:
@@ -377,13 +398,19 @@ def test_check_cli_budget_walks_and_jobs(
     assert main([*base, *walks]) == 0
     out = capsys.readouterr().out
     for text in (
-        "16 random walks (up to 300 ops, tiers of up to 16 blocks, up to 64 in one walk in 4)",
+        "16 random walks (up to 300 ops, tiers of up to 16 blocks, up to 64 in one walk in 4, "
+        "a crowd of 40 agents in one walk in 8)",
         "coverage: evictions",
         "ops applied:",
     ):
         assert text in out
     assert main([*base, "--steps", "5", "--walks", "0", "--budget", "1s"]) == 0
     assert f"random walks ({WalkScope().describe()})" in capsys.readouterr().out
+    assert main([*base, "--steps", "5", "--walks", "2", "--crowd", "0"]) == 0
+    assert (
+        "2 random walks (up to 120 ops, tiers of up to 16 blocks, up to 128 in one walk in 4, "
+        "no crowds)" in capsys.readouterr().out
+    )
     (tmp_path / "c.toml").write_text(config_to_toml(check_config()))
     config = ["--config", str(tmp_path / "c.toml")]
     for bad in (
@@ -392,6 +419,8 @@ def test_check_cli_budget_walks_and_jobs(
         ["-j", "0"],
         ["--walk-ops", "0"],
         ["--tier-blocks", "1"],
+        ["--crowd=-1"],
+        ["--crowd", "1025"],
         ["--tier-blocks", "32", *config],  # the walks draw their engines, or --config fixes one
     ):
         assert main([*base, *bad]) == 2

@@ -13,7 +13,16 @@ from checkers.invariants.contract import contract_violation
 from checkers.invariants.registry import invariant_names
 from checkers.invariants.replay import check_ops, nondeterminism
 from checkers.invariants.structural import Violation
-from checkers.search.scope import TIER_BLOCKS, WALK_OPS, WIDE_EVERY, WIDE_TIER_BLOCKS, WalkScope
+from checkers.search.scope import (
+    CROWD,
+    CROWD_EVERY,
+    MAX_CROWD,
+    TIER_BLOCKS,
+    WALK_OPS,
+    WIDE_EVERY,
+    WIDE_TIER_BLOCKS,
+    WalkScope,
+)
 from kvmodel.cli.common import Subparsers, atomic_write, engine_config, int_at_least
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
@@ -46,7 +55,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             "give --tier-blocks (the walks draw their engines' tiers up to it) or --config "
             "(one engine for every example and walk), not both"
         )
-    scope = WalkScope(args.walk_ops, args.tier_blocks or WIDE_TIER_BLOCKS)
+    scope = WalkScope(args.walk_ops, args.tier_blocks or WIDE_TIER_BLOCKS, args.crowd)
     with (
         local_cluster(args.workers) as address,
         bar(len(policies), "check", on=wanted(args.quiet)) as done,
@@ -81,6 +90,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
                     "tier_blocks": None if args.config else scope.tier_blocks,
                     "narrow_tier_blocks": None if args.config else scope.tier_cap(0),
                     "wide_every": None if args.config else WIDE_EVERY,
+                    # background agents in flight in one walk in crowd_every (0: none)
+                    "crowd": scope.crowd,
+                    "crowd_every": CROWD_EVERY,
                     "shrink": shrinker,
                     "reports": [r.to_json() for r in reports],
                     "failures": failures,
@@ -96,7 +108,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         never = ", ".join(st.never_fired()) or "none"
         print(
             f"{r.policy}: {st.examples} examples, {st.steps} steps, {st.walks} random walks "
-            f"({f'up to {scope.ops} ops' if args.config else scope.describe()}), "
+            f"({scope.describe(tiers=not args.config)}), "
             f"{st.contract_traces} contract traces; never fired: {never}"
         )
         fired = ", ".join(f"{k} {n}" for k, n in sorted(st.rules.items()) if n)
@@ -230,6 +242,15 @@ def add_check(sub: Subparsers) -> None:
         f"{TIER_BLOCKS} blocks): larger tiers reach bugs that need more blocks than the default "
         f"engines hold; {TIER_BLOCKS} makes every walk narrow (not with --config; the stateful "
         "machine keeps its small engines)",
+    )
+    ck.add_argument(
+        "--crowd",
+        type=int_at_least(0, MAX_CROWD),
+        default=CROWD,
+        help=f"background agents in flight in one random walk in {CROWD_EVERY} (default "
+        f"{CROWD}; 0: none): each opens before the walk's first op and stays suspended to "
+        "the end, so a walk has that many agents in flight beside its own few; a larger crowd "
+        "reaches per-agent tables sized for hundreds (~1 ms an op with 256 under the Monitor)",
     )
     ck.add_argument(
         "--budget",

@@ -129,6 +129,9 @@ Written 2026-12-06, the bug first, the search run after:
   walks opened at most 6 contexts at once and the machine 26, and the coverage line did not
   say so. Now the line gives the most contexts open at once, one walk in eight draws a crowd of
   40 background agents waiting on their tools, and the default search catches it.
+* :class:`WideSlotTableTether` is the same table with 128 slots, sized for a serving engine's
+  batch. A crowd of 40 cannot reach it; the crowd's size is a scope option (``kvmodel check
+  --crowd 160`` catches it), and it is kept for the scope it needs.
 """
 
 from __future__ import annotations
@@ -185,6 +188,7 @@ __all__ = [
     "SpillsToLastTierTether",
     "SuspendAtStart",
     "SuspendAtStartTether",
+    "WideSlotTableTether",
     "WindowedLRU",
     "WindowedTether",
     "WriterMRU",
@@ -616,6 +620,18 @@ class SlotTableTether(KVTether):
         return super().eviction_order(view, seen)
 
 
+class WideSlotTableTether(SlotTableTether):
+    """:class:`SlotTableTether` with a table of 128 slots: its author, told of the 32-slot bug,
+    sized the table for a serving engine's batch of sequences (vLLM's ``max_num_seqs`` is 256 by
+    default, 128 on smaller deployments) rather than doing without one. The bug is the same and
+    needs more than 128 agents in flight; the default walks' crowd of 40 (at most 45 contexts
+    open at once) misses it, and ``kvmodel check --crowd 160`` catches it (spec/invariants.md,
+    swarm testing)."""
+
+    name: ClassVar[str] = "mutant-wide-slot-table-tether"
+    SLOTS: ClassVar[int] = 128
+
+
 #: import path -> the invariant it must be caught breaking
 OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
     {
@@ -643,13 +659,16 @@ OUTSIDE_MUTANTS: Mapping[str, str] = MappingProxyType(
         ),
         "checkers.search.outside_mutants:IdleDayTether": "no-live-eviction-before-dead-reclaim",
         "checkers.search.outside_mutants:SlotTableTether": "suspended-mru",
+        "checkers.search.outside_mutants:WideSlotTableTether": "suspended-mru",
     }
 )
 
 #: mutants whose bug lies outside the default search's scope, and the walks (``kvmodel check
-#: --walk-ops``, ``--tier-blocks``) that bring it in (spec/invariants.md, Counterexamples)
+#: --walk-ops``, ``--tier-blocks``, ``--crowd``) that bring it in (spec/invariants.md,
+#: Counterexamples)
 SCOPE_NEEDED: Mapping[str, WalkScope] = MappingProxyType(
     {
         "checkers.search.outside_mutants:ByteDepthLRU": WalkScope(tier_blocks=512),
+        "checkers.search.outside_mutants:WideSlotTableTether": WalkScope(crowd=160),
     }
 )

@@ -49,7 +49,8 @@ def shrink(
     budget: int = 2000,
     groups: Groups[T] | None = None,
 ) -> tuple[list[T], bool]:
-    """Delta debugging (ddmin) over ops, then single-op deletion to a fixpoint.
+    """Delta debugging over ops: deleting chunks of halving size (ddmin's complements, the scan
+    going on after a deletion rather than starting over), down to single ops, to a fixpoint.
 
     Returns the shortened ops and whether they are **1-minimal** (no single op can be deleted
     and still fail). ``fails`` must be deterministic; ``budget`` bounds the number of tries.
@@ -70,31 +71,30 @@ def shrink(
             tries += 1
             if fails(cand):
                 cur, progress = cand, True
-    n = 2
-    while len(cur) >= 2 and tries < budget:
-        chunk = math.ceil(len(cur) / n)
-        for i in range(0, len(cur), chunk):
+    # complements of chunks, halving the chunk size pass by pass; after a deletion the next
+    # chunk is tried where the deleted one was (the scan goes on, it does not start over: a
+    # trace whose fault needs many ops spread through it -- a crowd of agents, each needing
+    # only its opening -- cost ddmin's restarts a number of tries quadratic in its length).
+    # Single ops last, pass after pass until one deletes nothing: 1-minimal
+    chunk = max(1, math.ceil(len(cur) / 2))
+    one_minimal = False
+    while tries < budget:
+        deleted = False
+        i = 0
+        while i < len(cur) and tries < budget:
             cand = cur[:i] + cur[i + chunk :]
             tries += 1
             if fails(cand):
-                cur = cand
-                n = max(n - 1, 2)
-                break
-        else:
-            if chunk == 1:
-                break
-            n = min(len(cur), n * 2)
-    changed = True
-    while changed and tries < budget:
-        changed = False
-        for i in range(len(cur)):
-            cand = cur[:i] + cur[i + 1 :]
-            tries += 1
-            if fails(cand):
-                cur = cand
-                changed = True
-                break
-    one_minimal = tries < budget and not changed
+                cur, deleted = cand, True
+            else:
+                i += chunk
+        if i < len(cur):
+            break  # the budget ran out within the pass
+        if chunk == 1 and not deleted:
+            one_minimal = True
+            break
+        if chunk > 1:
+            chunk = math.ceil(chunk / 2)
     return cur, one_minimal
 
 
@@ -144,6 +144,17 @@ def op_groups(ops: Sequence[Op]) -> list[Callable[[Op], bool]]:
     ]
     covered = {of[c] for c in order if c in of and whole[of[c]] == trees[c]}
     groups += [member(ctxs, s) for s, ctxs in whole.items() if s not in covered]
+
+    def after_opening(ctx: str) -> Callable[[Op], bool]:
+        def pick(op: Op) -> bool:
+            return not isinstance(op, (Open, Fork, EndSession)) and op.ctx == ctx
+
+        return pick
+
+    # then what each context did once open, its opening kept: a fault that needs many agents
+    # in flight needs their openings alone (each one group, where ddmin's chunks of a crowd
+    # each hold an opening the fault needs)
+    groups += [after_opening(c) for c in order]
     return groups
 
 

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from checkers.invariants.replay import check_ops
 from checkers.invariants.structural import Violation
 from checkers.search.coverage import SearchStats, run_coverage
-from checkers.search.scope import DEFAULT_SCOPE, WALK_OPS, WalkScope
+from checkers.search.scope import CROWD_EVERY, DEFAULT_SCOPE, WALK_OPS, WalkScope
 from checkers.search.swarm import draw_config, draw_weights
 from kvmodel.config import EngineConfig
 from kvmodel.io.trace import Op, Trace, op_name
@@ -35,7 +35,6 @@ from kvmodel.workloads.random_ops import RandomParams, random_trace
 
 __all__ = [
     "CLOCK_SCALES",
-    "CROWDS",
     "TOKEN_SCALES",
     "WALK_OPS",
     "WalkFind",
@@ -69,7 +68,7 @@ def walk_recipe(
     if clock != 1:
         params = attrs.evolve(params, clock_scale=clock)
     # last, a crowd of background agents (a walk that draws none is the walk it was)
-    crowd = CROWDS[int(rng.integers(0, len(CROWDS)))]
+    crowd = scope.crowd_of(int(rng.integers(0, CROWD_EVERY)) == CROWD_EVERY - 1)
     return cfg, params if not crowd else attrs.evolve(params, crowd=crowd)
 
 
@@ -87,10 +86,6 @@ TOKEN_SCALES = (1, 16, 256)
 #: stays within minutes): a policy's constants in seconds come into play
 #: (spec/invariants.md, swarm testing)
 CLOCK_SCALES = (1, 64, 4096)
-#: a walk's crowd: background agents opened before its first op, suspended to the end, so that
-#: dozens of agents are in flight at once where a walk's own contexts number at most 6
-#: (spec/invariants.md, swarm testing)
-CROWDS = (0, 0, 0, 0, 0, 0, 0, 40)
 
 
 def walk_params(
