@@ -454,16 +454,25 @@ def test_generate_reaches_every_op_kind(tmp_path: Path) -> None:
     assert main(["generate", "--random-ops", "0"]) == 2
 
 
-def test_an_eviction_constrains_an_order_only_between_blocks_it_orders() -> None:
-    @attrs.frozen
-    class B:
-        id: BlockId
-        state: BlockClass
-        suspend_time: float | None = None
+@attrs.frozen
+class _Candidate:
+    """The terms an eviction-order predicate reads of one candidate block."""
 
-    s1, s2 = B(BlockId(1), BlockClass.SUSPENDED, 1.0), B(BlockId(2), BlockClass.SUSPENDED, 2.0)
-    same = B(BlockId(3), BlockClass.SUSPENDED, 1.0)
-    dead, active = B(BlockId(4), BlockClass.DEAD), B(BlockId(5), BlockClass.ACTIVE)
+    id: BlockId
+    state: BlockClass
+    suspend_time: float | None = None
+
+
+def test_an_eviction_constrains_an_order_only_between_blocks_it_orders() -> None:
+    s1, s2 = (
+        _Candidate(BlockId(1), BlockClass.SUSPENDED, 1.0),
+        _Candidate(BlockId(2), BlockClass.SUSPENDED, 2.0),
+    )
+    same = _Candidate(BlockId(3), BlockClass.SUSPENDED, 1.0)
+    dead, active = (
+        _Candidate(BlockId(4), BlockClass.DEAD),
+        _Candidate(BlockId(5), BlockClass.ACTIVE),
+    )
     mru, prio = "suspended-mru", "state-priority-eviction"
     dead_first = "no-live-eviction-before-dead-reclaim"
     assert not contested(mru, s1, [s1, same])  # one suspension time: no MRU decision
@@ -480,12 +489,6 @@ def test_contested_reads_one_pair_of_each_class_and_agrees_with_every_pair() -> 
     # contested evaluates ORDER on one representative pair per (state, state, how the
     # suspension times compare), not on every pair of distinct terms: the same answer on 3,000
     # random evictions (seeded), among them crowds of distinct suspension times
-    @attrs.frozen
-    class B:
-        id: BlockId
-        state: BlockClass
-        suspend_time: float | None = None
-
     rng = np.random.default_rng(7)
     classes = list(BlockClass)
     seen = Counter[bool]()
@@ -496,7 +499,7 @@ def test_contested_reads_one_pair_of_each_class_and_agrees_with_every_pair() -> 
         for i in range(n):
             state = classes[int(rng.integers(0, len(classes)))]
             t = None if rng.random() < 0.3 else float(rng.integers(0, spread))
-            blocks.append(B(BlockId(i), state, t))
+            blocks.append(_Candidate(BlockId(i), state, t))
         terms = {(b.state, b.suspend_time) for b in blocks}
         for name in ORDER:
             every = any(_ordered(name, a, b) for a in terms for b in terms if a != b)
