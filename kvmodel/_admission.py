@@ -207,8 +207,18 @@ def infer(e: AdmissionHost, op: Infer) -> None:
         reject(e, c, "", 0, 0)
         ok = False
         needed = 0
+    elif (
+        not e.observing
+        and e.probe is None
+        and (len(misses) <= free or len(misses) <= free + e.victims.evictable())
+    ):
+        # it fits without counting: the blocks it needs and the orphans it recomputes are
+        # distinct misses, so ``needed <= available`` below holds whenever the misses are no
+        # more than what is free and evictable; only a record would carry the count (P7.7)
+        ok = True
+        needed = -1  # (not counted: write_misses counts it if a rejection needs it)
     else:
-        needed = sum(1 for s in misses if res.hit(s.key) is None)
+        needed = count_needed(res, misses)
         ok = True
     if ok and needed > free:
         # orphans among the misses are recomputed in place: evictable now, in flight soon
@@ -244,6 +254,13 @@ def infer(e: AdmissionHost, op: Infer) -> None:
         e.close(c)
 
 
+def count_needed(res: Residency, misses: Sequence[BlockSpec]) -> int:
+    """How many new blocks the misses take: those with no resident block of their key (an
+    orphan, resident and indexed, is recomputed in place)."""
+    index = res.index  # (res.hit, inlined: per miss)
+    return sum(1 for s in misses if s.key is None or s.key not in index)
+
+
 def write_misses(
     e: AdmissionHost,
     c: Context,
@@ -252,12 +269,16 @@ def write_misses(
     needed: int,
     prompt_full: int,
 ) -> bool:
+    """Write the misses in order; False if one found no slot (the request is rejected and what
+    it wrote is freed). ``needed``: the count for the rejection's record, -1 if the caller did
+    not count it (it makes no record then)."""
     res = e.residency
     index, blocks = res.index, res.blocks
     reasoning_block = c.first_reasoning_block()
     turn_start_block = min(c.turn_start, c.total_tokens) // e.block_size
     probe, observing, mem, now, op_index = e.probe, e.observing, e.memory, e.now, e.op_index
     fixed = e.fixed_placement if probe is None else None
+    tier_of = mem.tier_of
     # no message with a stored state: every block's covered class is the phase's (L5.1,
     # Context.covered_class); the writes change neither, so it is read once
     uniform = c.covered_class(()) if not c.stored else None
@@ -322,7 +343,7 @@ def write_misses(
                 mem.total_free(),
             )
             return False
-        b = ResidentBlock(bid, s, mem.tier_of(bid), now, c.id, c.agent, state)
+        b = ResidentBlock(bid, s, tier_of(bid), now, c.id, c.agent, state)
         b.touch_op = op_index
         res.add(b)
         if observing:
@@ -358,7 +379,8 @@ def write_misses(
                 )
         elif s.key is not None:
             res.index_block(b)
-        placed.append(Placed(s, b, bypass, True))  # (bypass, fresh)
+        # (bypass, fresh); tuple.__new__ as the NamedTuple's own __new__, without its call
+        placed.append(tuple.__new__(Placed, (s, b, bypass, True)))
     return True
 
 

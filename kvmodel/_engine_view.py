@@ -164,7 +164,8 @@ class EngineView:
             state = c.block_class(b.depth)
             if c.last_infer is not None and c.last_infer > last:
                 last = c.last_infer
-            last_op = max(last_op, c.last_infer_op)
+            if c.last_infer_op > last_op:
+                last_op = c.last_infer_op
             if state is BlockClass.SUSPENDED:
                 suspend = c.suspended_at
         else:

@@ -243,12 +243,14 @@ class RankIndex:
                     if s.key is not None:
                         self.dirty_blocks.add(e.index[s.key])
             self.dirty_ctxs.clear()
-        flying = e.residency.flying
+        flying = e.residency.flying_blocks()
         features = self.features
         grouped, lazy = self.grouped, self.lazy
         blocks, entry, pinned, key = e.blocks, self.entry, self.pinned, self.key
         stamp_of = e.residency.stamp
         pushed: list[tuple[Any, ...]] = []
+        pinned_class = BlockClass.PINNED
+        keyed = 0
         for bid in self.dirty_blocks:
             b = blocks.get(bid)
             if b is None:
@@ -257,14 +259,14 @@ class RankIndex:
                 entry.pop(bid, None)
                 pinned.discard(bid)
                 continue
-            if flying(bid):
+            if bid in flying:
                 # written or hit by the inference being admitted: not a candidate until it ends,
                 # and its end marks each such block dirty again (or its drop forgets it): key it
                 # once, then, not at every look in between. A stale entry popped meanwhile is
                 # forgotten by next_victim (a group's head: the next member heads).
                 continue
             info = features(b)
-            self.keyed += 1
+            keyed += 1
             if grouped:
                 m = self.member.get(bid)
                 if m is not None and m[0] in b.holders and self._plain(b, info):
@@ -275,7 +277,7 @@ class RankIndex:
                         self.unheaded.add((m[0], m[1]))
                     continue
                 self._unregister(bid)
-            if info.state is BlockClass.PINNED:
+            if info.state is pinned_class:
                 pinned.add(bid)
                 entry.pop(bid, None)
                 if grouped:  # a change to any holder may unpin it
@@ -294,6 +296,7 @@ class RankIndex:
             self.seq = seq = self.seq + 1
             pushed.append((*key(info), bid, seq, stamp_of(b) if lazy else 0))
             entry[bid] = seq
+        self.keyed += keyed
         self.queue.push_sorted(pushed)
         self.dirty_blocks.clear()
         for cid, tier in self.unheaded:
@@ -482,12 +485,13 @@ class RankIndex:
         return True
 
     def next_victim(self, tiers: Sequence[TierName]) -> ResidentBlock | None:
-        self.refresh()
+        if self.dirty_blocks or self.dirty_ctxs or self.unheaded:  # (refresh's own test: a call
+            self.refresh()  # fewer per eviction)
         e = self.e
         stash: list[tuple[Any, ...]] = []
         found: ResidentBlock | None = None
         queue, entry, blocks, in_flight = self.queue, self.entry, e.blocks, e.residency.in_flight
-        while queue:
+        while queue.heap or queue.run:  # (len(queue), without the call)
             item = queue.pop()
             bid: BlockId = item[-3]
             if entry.get(bid) != item[-2]:

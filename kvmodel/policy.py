@@ -117,15 +117,29 @@ class Policy(Protocol):
     def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]: ...
 
 
+#: Numeric block features a rank term may name, each as the Python expression that reads it from
+#: a block ``b`` (a :class:`~kvmodel.view.Featured`). The one definition of each: :data:`FEATURES`
+#: and the compiled rank keys (:func:`key_function`) are both made from these texts.
+FEATURE_EXPRESSIONS: Mapping[str, str] = {
+    "last_access": "b.last_access",
+    "last_op": "float(b.last_op)",
+    "suspend_time": "b.suspend_time",
+    "alloc_time": "b.alloc_time",
+    "depth": "float(b.depth)",
+    "tier": "float(b.tier_index)",
+    "holders": "float(len(b.holders))",
+}
+
+
+def _lambda(body: str, names: Mapping[str, object] | None = None) -> Any:
+    """``lambda b: <body>``, compiled (``names``: what the body may call besides builtins). The
+    body is made here from :data:`FEATURE_EXPRESSIONS` and term indices, never from input."""
+    return eval(f"lambda b: {body}", dict(names or {}))
+
+
 #: Numeric block features a rank term may name. ``None`` sorts as -inf.
 FEATURES: Mapping[str, Callable[[Featured], float | None]] = {
-    "last_access": lambda b: b.last_access,
-    "last_op": lambda b: float(b.last_op),
-    "suspend_time": lambda b: b.suspend_time,
-    "alloc_time": lambda b: b.alloc_time,
-    "depth": lambda b: float(b.depth),
-    "tier": lambda b: float(b.tier_index),
-    "holders": lambda b: float(len(b.holders)),
+    name: _lambda(expr) for name, expr in FEATURE_EXPRESSIONS.items()
 }
 
 #: The features that may be None (:class:`~kvmodel.view.Featured`: a block not Suspended has no
@@ -259,20 +273,25 @@ def rank_key(terms: Sequence[RankTerm], b: Featured) -> tuple[float, ...]:
 def key_function(terms: Sequence[RankTerm]) -> Callable[[Featured], tuple[float, ...]]:
     """``rank_key(terms, ·)`` as one function, for a caller that keys many blocks by one rank
     (the engine's rank index)."""
-    fns = tuple(term_function(t) for t in terms)
-    if len(fns) == 1:
-        (f0,) = fns
-        return lambda b: (f0(b), float(b.id))
-    if len(fns) == 2:
-        f0, f1 = fns
-        return lambda b: (f0(b), f1(b), float(b.id))
-    if len(fns) == 3:
-        f0, f1, f2 = fns
-        return lambda b: (f0(b), f1(b), f2(b), float(b.id))
-    if len(fns) == 4:
-        f0, f1, f2, f3 = fns
-        return lambda b: (f0(b), f1(b), f2(b), f3(b), float(b.id))
-    return lambda b: (*[f(b) for f in fns], float(b.id))
+    return _compile_key(terms)
+
+
+def _compile_key(terms: Sequence[RankTerm]) -> Callable[[Featured], tuple[float, ...]]:
+    """The terms' values, then the block id, as one compiled ``lambda``: a plain numeric term is
+    its feature's expression inlined (negated if descending), any other term a call of its
+    :func:`term_function` -- the same values, without a call per term (a key is built for every
+    block the rank index keys)."""
+    parts: list[str] = []
+    names: dict[str, object] = {}
+    for i, t in enumerate(terms):
+        if t.feature != "state" and t.only is None and t.feature not in MAY_BE_NONE:
+            expr = FEATURE_EXPRESSIONS[t.feature]
+            parts.append(f"-{expr}" if t.descending else expr)
+        else:
+            names[f"_t{i}"] = term_function(t)
+            parts.append(f"_t{i}(b)")
+    parts.append("float(b.id)")
+    return cast(Callable[[Featured], tuple[float, ...]], _lambda(f"({', '.join(parts)},)", names))
 
 
 def separable_by_contexts(terms: Sequence[RankTerm]) -> bool:
@@ -290,8 +309,7 @@ def fixed_key_function(terms: Sequence[RankTerm]) -> Callable[[Featured], tuple[
     terms on :data:`FIXED_BY_CONTEXTS` features, in rank order, then the block id. Between two
     blocks whose context-set features are equal, and under a rank that is
     :func:`separable_by_contexts`, it orders them as the whole key does."""
-    fns = tuple(term_function(terms[i]) for i in fixed_positions(terms)[:-1])
-    return lambda b: (*[f(b) for f in fns], float(b.id))
+    return _compile_key([terms[i] for i in fixed_positions(terms)[:-1]])
 
 
 def fixed_positions(terms: Sequence[RankTerm]) -> tuple[int, ...]:

@@ -13,7 +13,8 @@ side of that relation (``ResidentBlock.holders``) and the dead set consistent wi
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Protocol, cast
+from collections.abc import Set as AbstractSet
+from typing import Protocol
 
 from kvmodel._resident import ResidentBlock
 from kvmodel.blocks import BlockSpec
@@ -156,8 +157,9 @@ class Residency:
     def drop(self, b: ResidentBlock, *, keep_slot: bool = False) -> None:
         """Remove a block from memory; every chain holding it is cut there (spec M4.3).
         ``keep_slot``: its slot stays taken, for :meth:`Memory.reuse` at once."""
-        if b.indexed:  # (only a full block, which has a key, is indexed)
-            del self.index[cast(BlockKey, b.spec.key)]
+        key = b.spec.key
+        if b.indexed and key is not None:  # (only a full block, which has a key, is indexed)
+            del self.index[key]
         holders = b.holders
         if holders:
             d = b.depth
@@ -201,11 +203,19 @@ class Residency:
         """The inference is over: what it used is classed by its holders again."""
         flying = self._flying
         self._flight_ctx, self._flight_valid, self._flying = None, 0, set()
-        for bid in sorted(flying):  # (bump marks each: it is no longer flying)
-            b = self.blocks.get(bid)
+        blocks, dead, mark = self.blocks, self.dead, self.marks.mark_block
+        for bid in sorted(flying):
+            b = blocks.get(bid)
             if b is not None:
-                self.bump_block(b)
-                self.refresh_dead(b)
+                # bump_block and refresh_dead, inlined (per block the request used): nothing
+                # is in flight now, so the bump marks it and it is Dead iff it has no holder
+                self._tick += 1
+                b.version = self._tick
+                mark(bid)
+                if b.holders:
+                    dead.discard(bid)
+                else:
+                    dead.add(bid)
 
     def flight_context(self) -> ContextId | None:
         """The context whose inference is being admitted (None between inferences)."""
@@ -215,6 +225,11 @@ class Residency:
     def flying(self, bid: BlockId) -> bool:
         """Written or hit by the request in flight (its kept prefix aside)."""
         return bid in self._flying
+
+    def flying_blocks(self) -> AbstractSet[BlockId]:
+        """The blocks :meth:`flying` is true of, for a caller that asks of many at once: a live
+        view until the flight begins or ends (a new set then), read-only to the caller."""
+        return self._flying
 
     def in_flight(self, b: ResidentBlock) -> bool:
         """Used by the inference being admitted: its kept prefix, hits and writes (M4.2)."""
