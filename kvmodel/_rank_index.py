@@ -113,8 +113,8 @@ class _Held:
 
 
 class RankIndex:
-    """A persistent min-queue (:class:`_Queue`) of ``(*rank key, block id, entry seq, stamp)``
-    with lazy deletion.
+    """A persistent min-queue (:class:`_Queue`) of ``(*rank key, block id, entry seq, clock)``
+    with lazy deletion (``clock``: :meth:`Residency.clock` when the key was computed).
 
     An entry is live iff ``entry[block] == seq``. Re-keying pushes a new entry; removal forgets
     the seq. Pinned blocks have no entry. A block popped while in flight is forgotten until
@@ -127,11 +127,11 @@ class RankIndex:
 
     * **lazy** -- a rank such changes can only raise (:func:`~kvmodel.policy.raised_by_contexts`:
       recency and fixed features, e.g. ``lru``, ``vllm-prefix``): a stale entry's key is a lower
-      bound of the block's key, so a popped entry whose block's stamp moved since it was keyed
-      is re-keyed then, and pushed back if its key grew; the smallest entry whose key is current
-      is the smallest key. Only pinning must stay exact (``evictable()`` counts it), and a
-      context can change it only at or above its pin depth, so that part of the chain is
-      re-keyed at once.
+      bound of the block's key, so a popped entry whose block's stamp is newer than the entry's
+      clock (a version drawn since it was keyed) is re-keyed then, and pushed back if its key
+      grew; the smallest entry whose key is current is the smallest key. Only pinning must stay
+      exact (``evictable()`` counts it), and a context can change it only at or above its pin
+      depth, so that part of the chain is re-keyed at once.
     * **grouped** -- a rank in which blocks sharing a context's part of the features are ordered
       by their fixed features alone (:func:`~kvmodel.policy.separable_by_contexts`, e.g.
       ``kvtether``, ``lachesis``): a context's *plain* blocks (it is their only holder, they
@@ -166,8 +166,10 @@ class RankIndex:
         #: (lazy) per context, the deepest block found Pinned while it held it since its chain
         #: was last looked at: a change to the context can unpin no deeper block
         self.pin_depths: dict[ContextId, int] = {}
-        #: entries ``(*rank key, block id, seq, stamp)``, flat so that the queue compares floats,
-        #: not tuples (the seq is unique: the stamp, the block's stamp when keyed, never decides)
+        #: entries ``(*rank key, block id, seq, clock)``, flat so that the queue compares floats,
+        #: not tuples (the seq is unique: the clock, the residency's clock when the entry was
+        #: keyed, never decides; only a lazy index reads it, one clock read for a whole refresh
+        #: instead of a stamp per block)
         self.queue = _Queue()
         self.entry: dict[BlockId, int] = {}
         self.pinned: set[BlockId] = set()
@@ -247,7 +249,7 @@ class RankIndex:
         features = self.features
         grouped, lazy = self.grouped, self.lazy
         blocks, entry, pinned, key = e.blocks, self.entry, self.pinned, self.key
-        stamp_of = e.residency.stamp
+        clock = e.residency.clock() if lazy else 0
         pushed: list[tuple[Any, ...]] = []
         pinned_class = BlockClass.PINNED
         keyed = 0
@@ -294,7 +296,7 @@ class RankIndex:
                     continue
                 self._loosen(bid, b)
             self.seq = seq = self.seq + 1
-            pushed.append((*key(info), bid, seq, stamp_of(b) if lazy else 0))
+            pushed.append((*key(info), bid, seq, clock))
             entry[bid] = seq
         self.keyed += keyed
         self.queue.push_sorted(pushed)
@@ -466,13 +468,15 @@ class RankIndex:
             self.deferred = None
 
     def _rekeyed(self, b: ResidentBlock, item: tuple[Any, ...]) -> bool:
-        """(lazy) Push ``b`` again if its key grew since ``item``, its popped entry, was made."""
-        stamp = self.e.residency.stamp(b)
-        if stamp == item[-1]:
+        """(lazy) Push ``b`` again if its key grew since ``item``, its popped entry, was made:
+        if no version of ``b`` or a holder was drawn since (its stamp is no newer than the
+        entry's clock), its features, and so its key, are those it was keyed with."""
+        res = self.e.residency
+        if res.stamp(b) <= item[-1]:
             return False
         info = self.features(b)
         if info.state is BlockClass.PINNED:
-            if self.e.residency.in_flight(b):
+            if res.in_flight(b):
                 return False  # held, and keyed (into the pinned set) when the inference ends
             raise InternalError(f"block {b.id} became Pinned without being re-keyed")
         self.keyed += 1
@@ -480,7 +484,7 @@ class RankIndex:
         if key == item[:-3]:
             return False
         self.seq += 1
-        self.queue.push((*key, b.id, self.seq, stamp))
+        self.queue.push((*key, b.id, self.seq, res.clock()))
         self.entry[b.id] = self.seq
         return True
 

@@ -94,6 +94,11 @@ class Residency:
         if b.id not in self._flying:
             self.marks.mark_block(b.id)
 
+    def clock(self) -> int:
+        """The newest version drawn so far: every version drawn from now on is newer, so
+        features computed now are current while the block's :meth:`stamp` is no newer."""
+        return self._tick
+
     def stamp(self, b: ResidentBlock) -> int:
         """The newest version among ``b`` and its holders. Every change to ``b``'s features
         draws a newer one from the shared counter (a holder joining or leaving bumps ``b``
