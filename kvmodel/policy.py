@@ -20,6 +20,7 @@ so one definition is both run and proved. Ties are broken by ascending block id,
 from __future__ import annotations
 
 import enum
+import functools
 import heapq
 import importlib
 import math
@@ -273,14 +274,16 @@ def rank_key(terms: Sequence[RankTerm], b: Featured) -> tuple[float, ...]:
 def key_function(terms: Sequence[RankTerm]) -> Callable[[Featured], tuple[float, ...]]:
     """``rank_key(terms, ·)`` as one function, for a caller that keys many blocks by one rank
     (the engine's rank index)."""
-    return _compile_key(terms)
+    return _compile_key(tuple(terms))
 
 
-def _compile_key(terms: Sequence[RankTerm]) -> Callable[[Featured], tuple[float, ...]]:
+@functools.lru_cache(maxsize=256)
+def _compile_key(terms: tuple[RankTerm, ...]) -> Callable[[Featured], tuple[float, ...]]:
     """The terms' values, then the block id, as one compiled ``lambda``: a plain numeric term is
     its feature's expression inlined (negated if descending), any other term a call of its
     :func:`term_function` -- the same values, without a call per term (a key is built for every
-    block the rank index keys)."""
+    block the rank index keys). Cached by the terms (frozen, so hashable): the search builds an
+    engine, and so a rank index, per example, and compiling costs more than many keys."""
     parts: list[str] = []
     names: dict[str, object] = {}
     for i, t in enumerate(terms):
@@ -309,7 +312,7 @@ def fixed_key_function(terms: Sequence[RankTerm]) -> Callable[[Featured], tuple[
     terms on :data:`FIXED_BY_CONTEXTS` features, in rank order, then the block id. Between two
     blocks whose context-set features are equal, and under a rank that is
     :func:`separable_by_contexts`, it orders them as the whole key does."""
-    return _compile_key([terms[i] for i in fixed_positions(terms)[:-1]])
+    return _compile_key(tuple(terms[i] for i in fixed_positions(terms)[:-1]))
 
 
 def fixed_positions(terms: Sequence[RankTerm]) -> tuple[int, ...]:
