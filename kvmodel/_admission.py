@@ -6,6 +6,7 @@ these functions mutate the engine they are given and nothing else.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -195,48 +196,8 @@ def infer(e: AdmissionHost, op: Infer) -> None:
 
     free = e.memory.total_free()
     placed: list[Placed] = []
-    if (
-        not e.observing
-        and e.probe is None
-        and len(misses) - len(res.index) > free + len(res.blocks)
-    ):
-        # more blocks than memory has, even if every indexed block were among the misses: a
-        # rejection whatever is evictable, decided without a pass over the prompt. Only the
-        # decision is needed here (no record to carry the exact count), and a prompt too big for
-        # memory would otherwise cost a pass over its whole chain at every inference (spec P7.7)
-        reject(e, c, "", 0, 0)
-        ok = False
-        needed = 0
-    elif (
-        not e.observing
-        and e.probe is None
-        and (len(misses) <= free or len(misses) <= free + e.victims.evictable())
-    ):
-        # it fits without counting: the blocks it needs and the orphans it recomputes are
-        # distinct misses, so ``needed <= available`` below holds whenever the misses are no
-        # more than what is free and evictable; only a record would carry the count (P7.7)
-        ok = True
-        needed = -1  # (not counted: write_misses counts it if a rejection needs it)
-    else:
-        needed = count_needed(res, misses)
-        ok = True
-    if ok and needed > free:
-        # orphans among the misses are recomputed in place: evictable now, in flight soon
-        orphans = sum(
-            1 for s in misses if (b := res.hit(s.key)) is not None and res.evictable(b, e.view)
-        )
-        available = free + e.victims.evictable() - orphans
-        if needed > available:
-            reject(
-                e,
-                c,
-                f"needs {needed} blocks; {free} free and {available - free} evictable",
-                needed,
-                available,
-            )
-            ok = False
-    if ok:
-        ok = write_misses(e, c, misses, placed, needed, prompt_full)
+    needed = admission(e, c, misses, free)
+    ok = needed is not None and write_misses(e, c, misses, placed, needed, prompt_full)
     if ok:
         commit(e, c, v, hits, specs[: len(hits)], placed, cut)
         st = e.stats
@@ -254,11 +215,61 @@ def infer(e: AdmissionHost, op: Infer) -> None:
         e.close(c)
 
 
-def count_needed(res: Residency, misses: Sequence[BlockSpec]) -> int:
+def admission(e: AdmissionHost, c: Context, misses: Sequence[BlockSpec], free: int) -> int | None:
+    """The admission pre-check (spec M4.4, P7.4): None if the request is rejected (recorded),
+    else how many new blocks it needs -- or -1 in a run that keeps no record and has no probe,
+    where only the decision is needed and the count is skipped when the decision does not
+    need it (P7.7). With the log or without, the victim source is asked for its evictable count
+    exactly when the blocks to write exceed the free slots: a source may keep what it answered
+    (the general path keeps its candidates for the first ranking), and a replay must not depend
+    on whether the log is kept."""
+    res = e.residency
+    blind = not e.observing and e.probe is None
+    if blind and len(misses) - len(res.index) > free + len(res.blocks):
+        # more blocks than memory has, even if every indexed block were among the misses: a
+        # rejection whatever is evictable, decided without a pass over the prompt. Only the
+        # decision is needed here (no record to carry the exact count), and a prompt too big for
+        # memory would otherwise cost a pass over its whole chain at every inference (spec P7.7)
+        reject(e, c, "", 0, 0)
+        return None
+    if blind:
+        if count_needed(res, misses, over=free) <= free:
+            return -1  # it fits in the free slots
+        evictable = e.victims.evictable()
+        if len(misses) <= free + evictable:
+            # the blocks it needs and the orphans it recomputes are distinct misses, so
+            # ``needed <= free + evictable - orphans``: it fits
+            return -1
+        needed = count_needed(res, misses)
+    else:
+        needed = count_needed(res, misses)
+        if needed <= free:
+            return needed
+        evictable = e.victims.evictable()
+    # orphans among the misses are recomputed in place: evictable now, in flight soon
+    orphans = sum(
+        1 for s in misses if (b := res.hit(s.key)) is not None and res.evictable(b, e.view)
+    )
+    available = free + evictable - orphans
+    if needed > available:
+        reject(
+            e,
+            c,
+            f"needs {needed} blocks; {free} free and {available - free} evictable",
+            needed,
+            available,
+        )
+        return None
+    return needed
+
+
+def count_needed(res: Residency, misses: Sequence[BlockSpec], *, over: int | None = None) -> int:
     """How many new blocks the misses take: those with no resident block of their key (an
-    orphan, resident and indexed, is recomputed in place)."""
+    orphan, resident and indexed, is recomputed in place). ``over``: count no further than
+    ``over + 1``, enough to tell whether the count exceeds ``over``."""
     index = res.index  # (res.hit, inlined: per miss)
-    return sum(1 for s in misses if s.key is None or s.key not in index)
+    new = (s for s in misses if s.key is None or s.key not in index)
+    return sum(1 for _ in (new if over is None else itertools.islice(new, over + 1)))
 
 
 def write_misses(
@@ -452,11 +463,13 @@ def commit(
     res = e.residency
     for b in hits:
         res.attach(c, b)
+    kept = 0  # the placed blocks that join the chain: up to the first partial or bypassed one
     for p in placed:
         if p.spec.key is None or p.bypass:
             break
         tail.append(p.spec)
         res.attach(c, p.block)
+        kept += 1
     c.materialized.extend(tail)
     if cut is not None and len(c.materialized) > cut:
         # a temporary leaves after this inference: what follows it is not kept (spec P8)
@@ -468,7 +481,7 @@ def commit(
         b.touch = e.now
         b.touch_op = e.op_index
         res.bump_block(b)
-    for p in placed:
+    for p in placed[kept:]:
         if p.spec.key is None:
             e.free(p.block, FreeReason.PARTIAL)
         elif p.bypass:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -196,3 +197,86 @@ def test_a_prompt_bigger_than_memory_is_rejected_alike_with_and_without_the_log(
             assert blind.summary == seen.summary
             big += sum(isinstance(o, RejectObs) and o.needed > 10 for o in seen.engine.log)
     assert big > 0
+
+
+def test_every_policy_replays_alike_with_and_without_the_log() -> None:
+    """Keeping the log must not change a replay (issue 18 item 3 takes shortcuts only when no
+    record is kept): every registered policy, the general path's among them, on seeded random
+    traces over one, two and three tiers small enough that inferences evict, spill, reject and
+    recompute orphans. Same summary, and the same blocks left in the same slots."""
+    from kvmodel import EngineConfig, TierConfig
+    from kvmodel.ids import TierName
+    from kvmodel.io.observations import AllocObs
+    from kvmodel.policy import registered_policies
+    from kvmodel.replay import replay
+    from kvmodel.workloads import RandomParams, random_trace
+
+    configs = [
+        EngineConfig(4, (TierConfig(TierName("hbm"), 10),)),
+        EngineConfig(4, (TierConfig(TierName("hbm"), 4), TierConfig(TierName("hbf"), 6))),
+        EngineConfig(
+            2,
+            (
+                TierConfig(TierName("hbm"), 4),
+                TierConfig(TierName("hbf"), 6),
+                TierConfig(TierName("ssd"), 8),
+            ),
+        ),
+    ]
+    evictions = rewrites = 0
+    for seed in range(3):
+        tr = random_trace(RandomParams(seed=seed, ops=200, max_context_tokens=32, p_system=0.3))
+        for cfg in configs:
+            for policy in registered_policies():
+                seen, blind = replay(tr, policy, cfg), replay(tr, policy, cfg, observe=False)
+                assert blind.summary == seen.summary, (seed, cfg, policy)
+                resident = sorted(
+                    (b.id, b.tier, b.spec.key) for b in seen.engine.residency.blocks.values()
+                )
+                assert resident == sorted(
+                    (b.id, b.tier, b.spec.key) for b in blind.engine.residency.blocks.values()
+                ), (seed, cfg, policy)
+                evictions += sum(seen.engine.stats.evictions.values())
+                rewrites += sum(isinstance(o, AllocObs) and o.rewrite for o in seen.engine.log)
+    # memory small enough that the order matters, and orphans recomputed in place
+    assert evictions > 5000
+    assert rewrites > 0
+
+
+def test_the_log_changes_no_question_the_engine_asks_its_victim_source(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A victim source may keep what it was asked (``PolicyOrder.evictable()`` keeps its
+    candidates for the first ranking), so a replay without the log must ask it the same
+    questions at the same ops as one with it, not only end alike: a shortcut taken only when no
+    record is kept (a request admitted without counting its new blocks) must not ask for the
+    evictable count where the counting path would not."""
+    from kvmodel import EngineConfig, TierConfig
+    from kvmodel._eviction import PolicyOrder
+    from kvmodel._rank_index import RankIndex
+    from kvmodel.ids import TierName
+    from kvmodel.replay import replay
+    from kvmodel.workloads import RandomParams, random_trace
+
+    asked: list[tuple[str, int]] = []
+    for cls in (PolicyOrder, RankIndex):
+        original = cls.evictable
+
+        def counted(self: Any, _original: Any = original) -> int:
+            asked.append(("evictable", self.e.op_index))
+            return int(_original(self))
+
+        monkeypatch.setattr(cls, "evictable", counted)
+    cfg = EngineConfig(4, (TierConfig(TierName("hbm"), 4), TierConfig(TierName("hbf"), 6)))
+    total = 0
+    for seed in range(3):
+        tr = random_trace(RandomParams(seed=seed, ops=200, max_context_tokens=32, p_system=0.3))
+        for policy in ("lru", "kvtether", "ttl", "mori"):
+            asked.clear()
+            replay(tr, policy, cfg)
+            seen = list(asked)
+            asked.clear()
+            replay(tr, policy, cfg, observe=False)
+            assert asked == seen, (seed, policy)
+            total += len(seen)
+    assert total > 100
