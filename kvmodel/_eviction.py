@@ -78,7 +78,8 @@ class PolicyOrder:
         """Evictable blocks: resident, not in flight, not Pinned (spec M4.1)."""
         e = self.e
         res, view = e.residency, e.view
-        return [view.block(b.id) for b in e.blocks.values() if res.evictable(b, view)]
+        look = res.evictable_info
+        return [info for b in e.blocks.values() if (info := look(b, view)) is not None]
 
     def evictable(self) -> int:
         self._cands = self.candidates()  # reused by the first ranking: nothing moved yet

@@ -23,7 +23,7 @@ from kvmodel.errors import InternalError
 from kvmodel.ids import BlockId, BlockKey, ContextId
 from kvmodel.lifecycle import BlockClass, aggregate_across_contexts
 from kvmodel.memory import Memory
-from kvmodel.view import ModelView
+from kvmodel.view import BlockInfo, ModelView
 
 __all__ = ["Marks", "Residency"]
 
@@ -248,10 +248,19 @@ class Residency:
         return len(self._flying) + self._flight_valid
 
     def evictable(self, b: ResidentBlock, view: ModelView) -> bool:
-        """Spec M4.1, the one definition: a resident block is evictable unless the request in
-        flight uses it or it is Pinned (its class, L5.2, as ``view`` has it; read only for a
-        block not in flight)."""
-        return not self.in_flight(b) and view.block(b.id).state is not BlockClass.PINNED
+        """Spec M4.1: a resident block is evictable unless the request in flight uses it or it
+        is Pinned (the one definition is :meth:`evictable_info`)."""
+        return self.evictable_info(b, view) is not None
+
+    def evictable_info(self, b: ResidentBlock, view: ModelView) -> BlockInfo | None:
+        """Spec M4.1, the one definition: ``b``'s snapshot in ``view`` if it is evictable --
+        the request in flight does not use it and it is not Pinned (its class, L5.2, as
+        ``view`` has it; read only for a block not in flight) -- else None. The snapshot is
+        returned for a caller that needs both (the general path's candidates: one look each)."""
+        if self.in_flight(b):
+            return None
+        info = view.block(b.id)
+        return None if info.state is BlockClass.PINNED else info
 
     # ------------------------------------------------------------------ classes
 

@@ -37,6 +37,8 @@ class WaitTracker:
         self.agent: dict[ContextId, AgentKind] = {}
         #: completed waits: (agent kind, seconds)
         self.completed: list[tuple[AgentKind, float]] = []
+        #: the same waits' seconds by agent kind, in the same order
+        self.waited: dict[AgentKind, list[float]] = {}
         #: per context, (window start, index of its first wait that ends after it): waits that
         #: ended before a window contribute nothing to it, nor to any later one
         self._first: dict[ContextId, tuple[float, int]] = {}
@@ -64,7 +66,9 @@ class WaitTracker:
         if w and w[-1][1] is None:
             start = w[-1][0]
             w[-1] = (start, max(start, t))
-            self.completed.append((self.agent.get(ctx, AgentKind.MAIN), max(0.0, t - start)))
+            agent, seconds = self.agent.get(ctx, AgentKind.MAIN), max(0.0, t - start)
+            self.completed.append((agent, seconds))
+            self.waited.setdefault(agent, []).append(seconds)
 
     def open_wait_start(self, ctx: ContextId) -> float | None:
         w = self.waits.get(ctx)
@@ -137,8 +141,11 @@ class MORI(_Tracking):
             return s
 
         def idle(b: BlockInfo) -> float:
-            if b.holders:
-                return min(share(c) for c in b.holders)
+            holders = b.holders
+            if len(holders) == 1:  # (most blocks: no generator for the min of one)
+                return share(holders[0])
+            if holders:
+                return min(share(c) for c in holders)
             # held by no open context: its writer's program's, unless that program has ended
             return self.ENDED if self.session[b.writer] in self.ended else share(b.writer)
 
@@ -158,12 +165,21 @@ class TTL(_Tracking):
     quantile: ClassVar[float] = 0.9
     default_ttl_s: ClassVar[float] = 30.0
 
+    def __init__(self) -> None:
+        super().__init__()
+        #: per agent kind, (waits it was computed over, the TTL): an ordering asks for every open
+        #: context's TTL, and a quantile over the whole history each time was most of a replay
+        self._ttl: dict[AgentKind, tuple[int, float]] = {}
+
     def ttl_for(self, agent: AgentKind) -> float:
         """The tool class is the agent kind: traces name no tools (see spec §ttl)."""
-        xs = [s for a, s in self.tracker.completed if a is agent]
+        xs = self.tracker.waited.get(agent)
         if not xs:
             return self.default_ttl_s
-        return float(np.quantile(np.array(xs), self.quantile))
+        hit = self._ttl.get(agent)
+        if hit is None or hit[0] != len(xs):  # (waits are only ever added)
+            hit = self._ttl[agent] = (len(xs), float(np.quantile(np.array(xs), self.quantile)))
+        return hit[1]
 
     def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
         now = view.now
@@ -173,10 +189,14 @@ class TTL(_Tracking):
             if start is not None:
                 expiry[cid] = start + self.ttl_for(view.context(cid).agent)
 
+        #: per holder set, (protected?, latest expiry): one per context, not per block
+        guards: dict[tuple[ContextId, ...], tuple[int, float]] = {}
+
         def key(b: BlockInfo) -> tuple[int, float, float, int, int]:
-            protected = [expiry[c] for c in b.holders if c in expiry and expiry[c] > now]
-            if protected:
-                return (1, max(protected), b.last_access, -b.depth, b.id)
-            return (0, 0.0, b.last_access, -b.depth, b.id)
+            guard = guards.get(b.holders)
+            if guard is None:
+                protected = [expiry[c] for c in b.holders if c in expiry and expiry[c] > now]
+                guard = guards[b.holders] = (1, max(protected)) if protected else (0, 0.0)
+            return (*guard, b.last_access, -b.depth, b.id)
 
         return [b.id for b in sorted(candidates, key=key)]

@@ -533,6 +533,37 @@ def test_mori_idle_share_skips_only_what_adds_nothing(
 CID = ContextId("c")
 
 
+def test_ttl_is_the_quantile_of_its_agents_waits_so_far() -> None:
+    """TTL.ttl_for keeps each agent kind's TTL until a wait of that kind completes: at every
+    op of an agentic trace, for every kind, it is bit for bit the quantile over the waits of
+    that kind completed so far (the default before any), as computed from the whole history."""
+    import types
+
+    import numpy as np
+
+    from kvmodel.messages import AgentKind
+    from kvmodel.view import ModelView
+    from policies.prediction import TTL
+
+    tr = generate_agentic(AgenticParams(seed=3, sessions=4))
+    ttl = TTL()
+
+    class Forks:  # what observe reads of the view: a fork's source's agent kind
+        def context(self, cid: ContextId) -> types.SimpleNamespace:
+            return types.SimpleNamespace(agent=ttl.tracker.agent.get(cid, AgentKind.MAIN))
+
+    view = typing.cast(ModelView, Forks())
+    asked = 0
+    for op in tr.ops:
+        ttl.tracker.observe(view, op)
+        for agent in AgentKind:
+            xs = [s for a, s in ttl.tracker.completed if a is agent]
+            want = float(np.quantile(np.array(xs), ttl.quantile)) if xs else ttl.default_ttl_s
+            assert ttl.ttl_for(agent) == want
+            asked += bool(xs)
+    assert asked > 100
+
+
 def test_every_compiled_rank_term_has_the_terms_value() -> None:
     """spec/policies.md, performance note: whatever form a term compiles to, its value is the
     feature's (None as -inf), negated when descending, 0 for a class outside ``only``; and
