@@ -5,8 +5,9 @@ evictable (``evictable``), which block to evict next from a set of tiers (``next
 "the classes of some blocks changed under you" (``invalidate``). They must give identical
 answers for a rank policy; a differential test replays random traces through both.
 
-* :class:`PolicyOrder` -- any policy: snapshot the candidates (O(resident blocks)), ask the
-  policy for an order once per inference, consume it lazily.
+* :class:`PolicyOrder` -- any policy: list the candidates (O(resident blocks), from snapshots
+  kept current by the marks: only blocks that changed are looked at again), ask the policy for
+  an order once per inference, consume it lazily.
 * :class:`~kvmodel._rank_index.RankIndex` -- a :class:`~kvmodel.policy.BasePolicy` whose order is
   its declarative ``rank``: a persistent heap of rank keys with lazy deletion, in its own module.
   Only blocks whose features may have changed since the last look are keyed again, so an
@@ -59,6 +60,13 @@ class PolicyOrder:
 
     def __init__(self, engine: EvictionHost) -> None:
         self.e = engine
+        #: every resident block's snapshot (``view.block``), kept current from the marks: a block
+        #: or a context whose features may have changed is looked at again at the next listing
+        #: (a context's whole chain, as the rank index's eager mode does). None until the first
+        #: listing, so an engine that never evicts keeps none.
+        self._snap: dict[BlockId, BlockInfo] | None = None
+        self._dirty: set[BlockId] = set()
+        self._dirty_ctxs: set[ContextId] = set()
         self._cands: list[BlockInfo] | None = None
         self._iter: Iterator[BlockId] | None = None
         self._buf: list[BlockId] = []
@@ -66,20 +74,53 @@ class PolicyOrder:
         self._ids: set[BlockId] = set()
 
     def mark_block(self, bid: BlockId) -> None:
-        """Nothing to do: the snapshot is retaken every inference."""
+        if self._snap is not None:
+            self._dirty.add(bid)
 
     def mark_ctx(self, cid: ContextId) -> None:
-        """Nothing to do: the snapshot is retaken every inference."""
+        if self._snap is not None:
+            self._dirty_ctxs.add(cid)
 
     def forget(self, bid: BlockId) -> None:
-        """Nothing to do: the snapshot is retaken every inference."""
+        if self._snap is not None:
+            self._snap.pop(bid, None)
+            self._dirty.discard(bid)
+
+    def _snapshots(self) -> dict[BlockId, BlockInfo]:
+        """Every resident block's current snapshot: those marked since the last listing (and
+        every block of a marked context's chain) are looked up again. A block written or hit by
+        the request in flight is marked when the request ends; until then it is no candidate."""
+        e = self.e
+        snap, dirty = self._snap, self._dirty
+        if snap is None:
+            snap = self._snap = {}
+            dirty.update(e.blocks)
+            self._dirty_ctxs.clear()
+        for cid in self._dirty_ctxs:
+            c = e.contexts.get(cid)
+            if c is not None:
+                dirty.update(e.index[s.key] for s in c.materialized if s.key is not None)
+        self._dirty_ctxs.clear()
+        blocks, view = e.blocks, e.view
+        for bid in dirty:
+            if bid in blocks:
+                snap[bid] = view.block(bid)
+            else:
+                snap.pop(bid, None)
+        dirty.clear()
+        return snap
 
     def candidates(self) -> list[BlockInfo]:
-        """Evictable blocks: resident, not in flight, not Pinned (spec M4.1)."""
+        """Evictable blocks: resident, not in flight, not Pinned (spec M4.1), in the order of
+        the engine's blocks."""
         e = self.e
-        res, view = e.residency, e.view
-        look = res.evictable_info
-        return [info for b in e.blocks.values() if (info := look(b, view)) is not None]
+        snap = self._snapshots()
+        look, view = e.residency.evictable_info, e.view
+        return [
+            info
+            for bid, b in e.blocks.items()
+            if (info := look(b, view, snap.get(bid))) is not None
+        ]
 
     def evictable(self) -> int:
         self._cands = self.candidates()  # reused by the first ranking: nothing moved yet

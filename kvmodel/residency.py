@@ -252,14 +252,18 @@ class Residency:
         is Pinned (the one definition is :meth:`evictable_info`)."""
         return self.evictable_info(b, view) is not None
 
-    def evictable_info(self, b: ResidentBlock, view: ModelView) -> BlockInfo | None:
+    def evictable_info(
+        self, b: ResidentBlock, view: ModelView, info: BlockInfo | None = None
+    ) -> BlockInfo | None:
         """Spec M4.1, the one definition: ``b``'s snapshot in ``view`` if it is evictable --
         the request in flight does not use it and it is not Pinned (its class, L5.2, as
         ``view`` has it; read only for a block not in flight) -- else None. The snapshot is
-        returned for a caller that needs both (the general path's candidates: one look each)."""
+        returned for a caller that needs both (the general path's candidates); ``info``: ``b``'s
+        current snapshot, if the caller keeps one (``view`` is not asked then)."""
         if self.in_flight(b):
             return None
-        info = view.block(b.id)
+        if info is None:
+            info = view.block(b.id)
         return None if info.state is BlockClass.PINNED else info
 
     # ------------------------------------------------------------------ classes

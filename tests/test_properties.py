@@ -18,6 +18,7 @@ from kvmodel.lifecycle import BlockClass, MsgState
 from kvmodel.memory import TierConfig
 from kvmodel.policy import RankTerm, declared_rank, raised_by_contexts, resolve_policy
 from kvmodel.replay import replay
+from kvmodel.view import BlockInfo
 from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, random_trace
 
 POLICIES = ["lru", "kvtether", "hbm-first"]
@@ -161,6 +162,69 @@ def test_rank_index_agrees_on_an_agentic_workload_under_pressure() -> None:
         fast = _replay_log(tr, cfg, policy, fast=True)
         assert '"kind":"evict"' in fast
         assert fast == _replay_log(tr, cfg, policy, fast=False)
+
+
+def _listings_checked(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make every general-path listing also look at every block afresh and require the same
+    candidates, in the same order; returns a one-item list counting the listings."""
+    from kvmodel._eviction import PolicyOrder
+
+    listed = [0]
+    original = PolicyOrder.candidates
+
+    def checked(self: PolicyOrder) -> list[BlockInfo]:
+        got = original(self)
+        e = self.e
+        look = e.residency.evictable_info
+        want = [i for b in e.blocks.values() if (i := look(b, e.view)) is not None]
+        assert got == want, f"listing {listed[0]}"
+        listed[0] += 1
+        return got
+
+    monkeypatch.setattr(PolicyOrder, "candidates", checked)
+    return listed
+
+
+def _list_under_pressure() -> None:
+    small = EngineConfig(4, (TierConfig(TierName("hbm"), 4), TierConfig(TierName("hbf"), 6)))
+    runs = [
+        (random_trace(RandomParams(seed=s, ops=200, max_context_tokens=32, p_system=0.3)), small)
+        for s in range(8)
+    ]
+    runs.append(
+        (
+            generate_agentic(AgenticParams(seed=11, sessions=3, turns=2)),
+            EngineConfig(16, (TierConfig(TierName("hbm"), 96), TierConfig(TierName("hbf"), 160))),
+        )
+    )
+    for tr, cfg in runs:
+        for policy in ("ttl", "mori", "lru", "kvtether", "lachesis"):
+            _replay_log(tr, cfg, policy, fast=False)  # (ttl and mori take it whatever ``fast``)
+
+
+def test_the_general_paths_kept_snapshots_are_what_a_fresh_look_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The general path keeps every resident block's snapshot current from the marks the
+    residency sends (a changed block; a changed context's whole chain) instead of looking at
+    every block at every inference: at every listing, under Python-ordered policies and ranks
+    sent down the general path, the candidates are exactly those a fresh look at every block
+    gives, in the engine's order."""
+    listed = _listings_checked(monkeypatch)
+    _list_under_pressure()
+    assert listed[0] > 1000
+
+
+def test_kept_snapshots_that_miss_a_context_change_are_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the check above can fail: snapshots not looked at again when a holder changes go stale
+    from kvmodel._eviction import PolicyOrder
+
+    _listings_checked(monkeypatch)
+    monkeypatch.setattr(PolicyOrder, "mark_ctx", lambda self, cid: None)
+    with pytest.raises(AssertionError, match="listing"):
+        _list_under_pressure()
 
 
 def test_which_ranks_the_index_keys_lazily() -> None:
