@@ -23,6 +23,7 @@ for reviewers, have room for; the others go HBF-first.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from pathlib import Path
 from typing import ClassVar
@@ -82,6 +83,13 @@ def classify(block: NewBlock) -> tuple[SegmentClass, str, str]:
             return SegmentClass.SHORT, f"{block.ctx}/turn{block.turn}", "turn_end"
 
 
+@functools.lru_cache(maxsize=64)
+def _placement(tiers: tuple[TierName, ...]) -> Placement:
+    """The placement in ``tiers``, one object per tier order (frozen, so shared): a placement is
+    returned for every block written."""
+    return Placement(tiers)
+
+
 class LachesisDet(BasePolicy):
     name: ClassVar[str] = "lachesis-det"
     rank: ClassVar[tuple[RankTerm, ...]] = _LIFECYCLE_RANK
@@ -114,11 +122,11 @@ class LachesisDet(BasePolicy):
 
     def place(self, view: ModelView, block: NewBlock) -> Placement:
         cls = self.segment_class(view, block)
-        _, seg, closes = classify(block)
-        if block.key is not None:
+        if block.key is not None:  # (a partial block joins no segment)
+            _, seg, closes = classify(block)
             self._segment_of[block.key] = seg
             self._segments[seg] = (cls, closes)
-        return Placement(self.tiers_for(view, cls))
+        return _placement(self.tiers_for(view, cls))
 
     #: segments are freed at their boundary: every Dead block after every op
     reclaim: ClassVar[Reclaim | None] = Reclaim.DEAD
