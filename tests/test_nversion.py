@@ -29,7 +29,7 @@ from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, BlockKey, ContextId, MessageId, SessionId, TierName
 from kvmodel.io.observations import InferObs, Observation
 from kvmodel.io.trace import Append, Fork, Infer, Op, Open, Pin, Remove, Return, TurnEnd
-from kvmodel.lifecycle import BlockClass
+from kvmodel.lifecycle import BlockClass, MsgState
 from kvmodel.messages import AgentKind, Message, MessageKind, Role
 from kvmodel.policy import Placement, registered_policies, resolve_policy
 from kvmodel.replay import replay
@@ -135,6 +135,31 @@ def test_reference_engine_agrees_when_followed_under_pressure(policy: str) -> No
         rejections += e.stats.rejected
     assert evictions  # the comparison ran under pressure
     assert rejections
+
+
+def test_a_contexts_deadlines_are_exactly_its_pinned_messages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ShadowContext.pin_depth and Shadow._end_pins read a context with no deadline as having no
+    # Pinned message: after every op, in both modes, the deadlines' keys are the Pinned ones
+    apply = Shadow.apply
+    pinned_ops = 0
+
+    def checked(self: Shadow, op: Op, *args: object, **kwargs: object) -> None:
+        nonlocal pinned_ops
+        apply(self, op, *args, **kwargs)  # type: ignore[arg-type]
+        for c in self.ctxs.values():
+            pinned = {u for u, st in c.state.items() if st is MsgState.PINNED}
+            assert set(c.deadline) == pinned, (op, c.id)
+            pinned_ops += bool(pinned)
+
+    monkeypatch.setattr(Shadow, "apply", checked)
+    for seed in range(12):
+        trace = random_trace(RandomParams(seed=seed, ops=60))
+        assert diverge(trace.ops, LRU, KEEP) is None
+        config = draw_config(np.random.default_rng([seed, 7]))
+        assert diverge(trace.ops, KVTether, None, config=config) is None
+    assert pinned_ops > 100, pinned_ops  # pins were held, and ended, along the way
 
 
 def test_an_inferences_eviction_terms_are_those_computed_afresh(

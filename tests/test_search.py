@@ -475,14 +475,19 @@ def test_an_eviction_constrains_an_order_only_between_blocks_it_orders() -> None
     )
     mru, prio = "suspended-mru", "state-priority-eviction"
     dead_first = "no-live-eviction-before-dead-reclaim"
-    assert not contested(mru, s1, [s1, same])  # one suspension time: no MRU decision
-    assert contested(mru, s1, [s2])  # either way round: a decision it orders
-    assert contested(mru, s2, [s1])
-    assert not contested(prio, s1, [s2, same])
-    assert contested(prio, active, [s1])
-    assert not contested(dead_first, active, [s1])
-    assert contested(dead_first, active, [dead])
-    assert contested(dead_first, dead, [active])
+    assert not contested([mru], s1, [s1, same])  # one suspension time: no MRU decision
+    assert contested([mru], s1, [s2]) == [mru]  # either way round: a decision it orders
+    assert contested([mru], s2, [s1]) == [mru]
+    assert not contested([prio], s1, [s2, same])
+    assert contested([prio], active, [s1]) == [prio]
+    assert not contested([dead_first], active, [s1])
+    assert contested([dead_first], active, [dead]) == [dead_first]
+    assert contested([dead_first], dead, [active]) == [dead_first]
+    # several at once, in the order asked: each as it is alone
+    every = [dead_first, prio, mru]
+    assert contested(every, s1, [s2]) == [mru]  # one class: the priority puts no order to it
+    assert contested(every, active, [dead, s1]) == [dead_first, prio]
+    assert contested(every[::-1], active, [dead, s1]) == [prio, dead_first]
 
 
 def test_contested_reads_one_pair_of_each_class_and_agrees_with_every_pair() -> None:
@@ -501,9 +506,12 @@ def test_contested_reads_one_pair_of_each_class_and_agrees_with_every_pair() -> 
             t = None if rng.random() < 0.3 else float(rng.integers(0, spread))
             blocks.append(_Candidate(BlockId(i), state, t))
         terms = {(b.state, b.suspend_time) for b in blocks}
-        for name in ORDER:
+        names = list(ORDER)
+        asked = contested(names, blocks[0], blocks[1:])
+        for name in names:
             every = any(_ordered(name, a, b) for a in terms for b in terms if a != b)
-            assert contested(name, blocks[0], blocks[1:]) == every, (name, terms)
+            assert (name in asked) == every, (name, terms)
+            assert (contested([name], blocks[0], blocks[1:]) == [name]) == every
             seen[every] += 1
     assert min(seen.values()) > 1000  # both answers, many times
 

@@ -223,18 +223,17 @@ class Monitor:
             return
         # (compiled here, not kept: a closure on the Monitor would not pickle with its engine)
         keyed = self._rank_keys(key_function(self._rank)) if self._rank is not None else None
+        order = [(name, check) for name, check in _EVICTION_ORDER if name in self.active]
+        names = [name for name, _ in order]
         for ev in self._shadow.evictions:
             victim = ev.victim.id
             self.widest_choice = max(self.widest_choice, len(ev.candidates))
             if ev.in_flight:
                 self._add("no-eviction-in-flight", f"evicted in-flight block {victim}", victim)
-            for name, check in _EVICTION_ORDER:
-                if name not in self.active:
-                    continue
+            for name, check in order:
                 if (msg := check(ev.victim, ev.candidates)) is not None:
                     self._add(name, msg, victim)
-                if contested(name, ev.victim, ev.candidates):
-                    self.contested[name] += 1
+            self.contested.update(contested(names, ev.victim, ev.candidates))
             if (
                 self._rank is not None
                 and not self._diverged

@@ -248,7 +248,7 @@ class Shadow(ShadowState):
 
     def _end_pins(self, t: float) -> None:
         for c in self.ctxs.values():
-            if c.open:
+            if c.deadline:  # (a context with no pin: nothing to end; a closed one has none)
                 for uid, end in list(c.deadline.items()):
                     if end is not None and end <= t:
                         c.unpin(uid)
@@ -519,7 +519,7 @@ class Shadow(ShadowState):
         resident blocks' tiers and ``loose``, the inference's unindexed writes."""
         if self.capacity is None:
             return {}
-        used = Counter(self.tier.get(k) for k in self.resident)
+        used = Counter(map(self.tier.get, self.resident))
         return {t: n - used[t] - loose[t] for t, n in self.capacity.items()}
 
     def _admission(

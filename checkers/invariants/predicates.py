@@ -255,19 +255,22 @@ def _representatives(terms: Iterable[_Term]) -> Iterator[tuple[_Term, _Term]]:
                     yield (sa, _EARLY), (sb, _EARLY)
 
 
-def contested(name: str, victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> bool:
-    """Whether the eviction-order invariant ``name`` constrained this eviction: some two of the
-    blocks that could go (the victim among them) are a pair it orders, so a policy could have
-    broken it here. What a search reports as the invariant's exercise -- an eviction among
-    blocks of one class and one suspension time puts no order to the test. Read from
+def contested(
+    names: Sequence[str], victim: EvictionTerms, cands: Iterable[EvictionTerms]
+) -> list[str]:
+    """The eviction-order invariants of ``names`` that constrained this eviction: some two of
+    the blocks that could go (the victim among them) are a pair the invariant orders, so a policy
+    could have broken it here. What a search reports as each invariant's exercise -- an eviction
+    among blocks of one class and one suspension time puts no order to the test. Read from
     :data:`ORDER` itself, on one pair of each class the blocks' terms hold
-    (:func:`_representatives`): work proportional to the candidates, not to their distinct
-    suspension times squared."""
+    (:func:`_representatives`, found once for all of ``names``): work proportional to the
+    candidates, not to their distinct suspension times squared."""
     terms = {(c.state, c.suspend_time) for c in cands}
     terms.add((victim.state, victim.suspend_time))
     if len(terms) < 2:
-        return False
-    return any(_ordered(name, a, b) for a, b in _representatives(terms))
+        return []
+    pairs = list(_representatives(terms))
+    return [n for n in names if any(_ordered(n, a, b) for a, b in pairs)]
 
 
 def evict_live_before_dead(victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> str | None:

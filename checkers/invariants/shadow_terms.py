@@ -128,7 +128,9 @@ class ShadowContext:
     runnable: bool = True  # L4: runnable from creation and every run until infer_end
     seq: list[ShadowMessage] = attrs.Factory(list)
     state: dict[int, MsgState] = attrs.Factory(dict)  # every instance ever admitted
-    deadline: dict[int, float | None] = attrs.Factory(dict)  # pinned instances: when the pin ends
+    #: exactly the Pinned instances, each with when its pin ends (None: no TTL): a pin sets the
+    #: entry, and whatever ends the pin (unpin, expiry, an edit or strip, close) drops it
+    deadline: dict[int, float | None] = attrs.Factory(dict)
     chain: list[tuple[BlockKey, tuple[int, ...]]] = attrs.Factory(list)  # (key, covered uids)
     valid: int = 0
     next_uid: int = 0
@@ -200,7 +202,7 @@ class ShadowContext:
 
     def pin_depth(self, block_size: int) -> int:
         """The deepest block covering a Pinned message (-1: none)."""
-        if MsgState.PINNED not in self.state.values():  # (most contexts: no pin to look for)
+        if not self.deadline:  # (its keys are the Pinned instances: most contexts have none)
             return -1
         starts = self.starts()
         return max(
