@@ -17,6 +17,7 @@ from checkers.invariants import INVARIANTS
 from checkers.invariants.replay import check_ops
 from kvmodel import EngineConfig, TierConfig
 from kvmodel._engine_view import Features
+from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, ContextId, TierName
 from kvmodel.lifecycle import BlockClass
 from kvmodel.policy import (
@@ -31,6 +32,7 @@ from kvmodel.policy import (
 )
 from kvmodel.replay import replay
 from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, random_trace
+from policies import lachesis
 from policies.lachesis import DEFAULT_WEIGHTS, Lachesis, LachesisDet, SegmentClass
 from policies.offline import max_k_intervals
 from policies.spawn_predictor import DEFAULT_TRAINING, SpawnPredictor, fit_default
@@ -295,6 +297,31 @@ def test_lachesis_segment_table_while_running() -> None:
         "lead/lead": (SegmentClass.LONG, "close", (64, 65, 66)),
         "w/worker": (SegmentClass.SHORT, "return", (0, 1, 2)),
     }
+
+
+def test_lachesis_det_forgets_the_segments_of_keys_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the segment table is swept of keys no longer resident (a policy hears of no eviction);
+    # with a small slack and growth the sweeps are many, and the policy still lists the same
+    # segments at every op and writes the same log as one that never sweeps, with a table that
+    # follows what is resident
+    monkeypatch.setattr(lachesis, "_FORGET_SLACK", 16)
+    monkeypatch.setattr(lachesis, "_FORGET_GROWTH", 2)
+    swept, kept = LachesisDet(), LachesisDet()
+    kept._forget_at = 1 << 62
+    cfg = EngineConfig(16, (TierConfig(TierName("hbm"), 192), TierConfig(TierName("hbf"), 192)))
+    engines = [Engine(cfg, swept), Engine(cfg, kept)]
+    trace = generate_agentic(AgenticParams(seed=4, sessions=3, turns=3))
+    largest = most_resident = 0
+    for op in trace.ops:
+        for e in engines:
+            e.apply(op)
+        assert swept.segment_table(engines[0].view) == kept.segment_table(engines[1].view)
+        largest = max(largest, len(swept._segment_of))
+        most_resident = max(most_resident, len(engines[0].blocks))
+    assert list(engines[0].log) == list(engines[1].log)
+    assert sum(engines[0].stats.evictions.values()) > 2000  # under pressure: keys come and go
+    assert largest <= 2 * most_resident + 16 + 1, (largest, most_resident)
+    assert len(kept._segment_of) > 4 * len(swept._segment_of)  # what it kept instead
 
 
 def test_default_weights_are_reproducible_and_load() -> None:

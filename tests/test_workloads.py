@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 
 from kvmodel import EngineConfig, TierConfig
-from kvmodel.ids import TierName
+from kvmodel.ids import BlockKey, TierName
 from kvmodel.io.trace import EndSession, Infer, Open, TurnEnd, iter_trace_lines
 from kvmodel.logical import Sequences
 from kvmodel.messages import AgentKind
+from kvmodel.policy import Placement
 from kvmodel.replay import replay
+from kvmodel.view import ModelView, NewBlock
 from kvmodel.workloads import PRESETS, generate_agentic
 from kvmodel.workloads.stats import workload_stats
 from policies.lachesis import LachesisDet, SegmentClass
@@ -30,14 +32,22 @@ def test_single_agent_reasoning_laden_share_is_66_to_83_percent(seed: int) -> No
     """Lachesis's deterministic segments are the instrument: of the KV blocks a session's main
     context writes, the short-lived (reasoning-laden) share, median over sessions."""
     pol = LachesisDet()
+    cls_of: dict[BlockKey, SegmentClass] = {}  # each key's class as its last writer placed it
+    place = pol.place
+
+    def placing(view: ModelView, block: NewBlock) -> Placement:
+        if block.key is not None:
+            cls_of[block.key] = pol.segment_class(view, block)
+        return place(view, block)
+
+    pol.place = placing  # type: ignore[method-assign]
     r = replay(generate_agentic(attrs.evolve(PRESETS["single-agent"], seed=seed)), pol, ROOMY)
     short: Counter[str] = Counter()
     total: Counter[str] = Counter()
     for o in r.engine.log:
         if o.kind == "alloc" and o.key is not None and o.ctx.endswith(".main"):
             total[o.ctx] += 1
-            seg = pol._segment_of[o.key]
-            short[o.ctx] += pol._segments[seg][0] is SegmentClass.SHORT
+            short[o.ctx] += cls_of[o.key] is SegmentClass.SHORT
     shares = [short[c] / total[c] for c in total]
     assert len(shares) == 24
     assert 0.66 <= statistics.median(shares) <= 0.83
