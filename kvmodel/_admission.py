@@ -461,15 +461,14 @@ def commit(
     """
     tail: list[BlockSpec] = list(hit_specs)
     res = e.residency
-    for b in hits:
-        res.attach(c, b)
+    res.attach_all(c, hits)
     kept = 0  # the placed blocks that join the chain: up to the first partial or bypassed one
     for p in placed:
         if p.spec.key is None or p.bypass:
             break
         tail.append(p.spec)
-        res.attach(c, p.block)
         kept += 1
+    res.attach_all(c, [p.block for p in placed[:kept]])
     c.materialized.extend(tail)
     if cut is not None and len(c.materialized) > cut:
         # a temporary leaves after this inference: what follows it is not kept (spec P8)

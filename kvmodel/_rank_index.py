@@ -495,6 +495,7 @@ class RankIndex:
         stash: list[tuple[Any, ...]] = []
         found: ResidentBlock | None = None
         queue, entry, blocks, in_flight = self.queue, self.entry, e.blocks, e.residency.in_flight
+        stamp = e.residency.stamp if self.lazy else None
         while queue.heap or queue.run:  # (len(queue), without the call)
             item = queue.pop()
             bid: BlockId = item[-3]
@@ -523,7 +524,8 @@ class RankIndex:
             if b.tier not in tiers:
                 stash.append(item)
                 continue
-            if self.lazy and self._rekeyed(b, item):
+            # (_rekeyed's own first test, made here: most victims' entries are current)
+            if stamp is not None and stamp(b) > item[-1] and self._rekeyed(b, item):
                 continue  # its key had grown: back in its place
             del entry[bid]
             found = b

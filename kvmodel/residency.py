@@ -127,9 +127,18 @@ class Residency:
 
     def attach(self, c: Context, b: ResidentBlock) -> None:
         """``c``'s chain now holds ``b`` (the caller appends its spec to the chain)."""
-        b.holders.add(c.id)
-        self.bump_block(b)
-        self.dead.discard(b.id)
+        self.attach_all(c, (b,))
+
+    def attach_all(self, c: Context, bs: Iterable[ResidentBlock]) -> None:
+        """:meth:`attach` of each of ``bs`` in turn (an inference's new chain tail: one call)."""
+        cid, dead, flying, mark = c.id, self.dead, self._flying, self.marks.mark_block
+        for b in bs:
+            b.holders.add(cid)
+            self._tick += 1  # (bump_block, inlined: per block attached)
+            b.version = self._tick
+            if b.id not in flying:
+                mark(b.id)
+            dead.discard(b.id)
 
     def detach(self, c: Context, spec: BlockSpec) -> None:
         """``c``'s chain no longer holds the block ``spec`` names (its recency folded in)."""
@@ -150,7 +159,9 @@ class Residency:
     def add(self, b: ResidentBlock) -> None:
         """A block just written for the request in flight."""
         self._flying.add(b.id)
-        self.bump_block(b)
+        # bump_block, inlined (per block written): the block is flying, so nothing is marked
+        self._tick += 1
+        b.version = self._tick
         self.blocks[b.id] = b
 
     def index_block(self, b: ResidentBlock) -> None:
