@@ -318,7 +318,7 @@ def write_misses(
                         rewrite=True,
                     )
                 )
-            placed.append(Placed(s, b, False, False))  # (bypass, fresh)
+            placed.append((s, b, False, False))  # (spec, block, bypass, fresh)
             continue
         state = uniform if uniform is not None else c.covered_class(s.uids)
         if fixed is not None:
@@ -390,8 +390,7 @@ def write_misses(
                 )
         elif s.key is not None:
             res.index_block(b)
-        # (bypass, fresh); tuple.__new__ as the NamedTuple's own __new__, without its call
-        placed.append(tuple.__new__(Placed, (s, b, bypass, True)))
+        placed.append((s, b, bypass, True))  # (spec, block, bypass, fresh)
     return True
 
 
@@ -433,9 +432,9 @@ def check_placement(e: AdmissionHost, pl: Placement) -> None:
 
 def rollback(e: AdmissionHost, placed: list[Placed]) -> None:
     """Free what a request wrote before it was rejected mid-allocation (spec M4.4)."""
-    for p in reversed(placed):
-        if p.fresh and p.block.id in e.residency.blocks:
-            e.free(p.block, FreeReason.REJECT)
+    for _, b, _, fresh in reversed(placed):
+        if fresh and b.id in e.residency.blocks:
+            e.free(b, FreeReason.REJECT)
 
 
 def reject(e: AdmissionHost, c: Context, reason: str, needed: int, available: int) -> None:
@@ -462,13 +461,14 @@ def commit(
     tail: list[BlockSpec] = list(hit_specs)
     res = e.residency
     res.attach_all(c, hits)
-    kept = 0  # the placed blocks that join the chain: up to the first partial or bypassed one
-    for p in placed:
-        if p.spec.key is None or p.bypass:
+    joined: list[ResidentBlock] = []  # the placed blocks that join the chain: up to the first
+    for spec, b, bypass, _ in placed:  # partial or bypassed one
+        if spec.key is None or bypass:
             break
-        tail.append(p.spec)
-        kept += 1
-    res.attach_all(c, [p.block for p in placed[:kept]])
+        tail.append(spec)
+        joined.append(b)
+    res.attach_all(c, joined)
+    kept = len(joined)
     c.materialized.extend(tail)
     if cut is not None and len(c.materialized) > cut:
         # a temporary leaves after this inference: what follows it is not kept (spec P8)
@@ -480,8 +480,8 @@ def commit(
         b.touch = e.now
         b.touch_op = e.op_index
         res.bump_block(b)
-    for p in placed[kept:]:
-        if p.spec.key is None:
-            e.free(p.block, FreeReason.PARTIAL)
-        elif p.bypass:
-            e.free(p.block, FreeReason.BYPASS)
+    for spec, b, bypass, _ in placed[kept:]:
+        if spec.key is None:
+            e.free(b, FreeReason.PARTIAL)
+        elif bypass:
+            e.free(b, FreeReason.BYPASS)

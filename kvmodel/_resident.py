@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from kvmodel.blocks import BlockSpec
 from kvmodel.ids import BlockId, ContextId, TierName
 from kvmodel.lifecycle import BlockClass
@@ -61,10 +59,8 @@ class ResidentBlock:
         self.version = 0
 
 
-class Placed(NamedTuple):
-    """A block an inference wrote (or rewrote in place); a tuple: one is built per block."""
-
-    spec: BlockSpec
-    block: ResidentBlock
-    bypass: bool
-    fresh: bool  # newly allocated (False: an orphan rewritten in place)
+#: A block an inference wrote (or rewrote in place): ``(spec, block, bypass, fresh)`` -- the
+#: context's packed spec, the resident block, whether it bypassed the index, and whether it was
+#: newly allocated (False: an orphan rewritten in place). A plain tuple, unpacked where read:
+#: one is built for every block written, and a NamedTuple's construction cost 3.5x as much
+Placed = tuple[BlockSpec, ResidentBlock, bool, bool]
