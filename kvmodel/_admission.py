@@ -461,8 +461,9 @@ def commit(
     tail: list[BlockSpec] = list(hit_specs)
     res = e.residency
     res.attach_all(c, hits)
-    joined: list[ResidentBlock] = []  # the placed blocks that join the chain: up to the first
-    for spec, b, bypass, _ in placed:  # partial or bypassed one
+    # the placed blocks that join the chain: up to the first partial or bypassed one
+    joined: list[ResidentBlock] = []
+    for spec, b, bypass, _ in placed:
         if spec.key is None or bypass:
             break
         tail.append(spec)
