@@ -6,6 +6,7 @@ must agree after every op, on every field (spec/invariants.md §Self-checks of t
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -18,7 +19,14 @@ from checkers.invariants.contract import contract_violation, diverge
 from checkers.invariants.monitor import COMPARE_EVERY, FULL_COMPARE_OPS, READS_CONTRACT, Monitor
 from checkers.invariants.nversion import Shadow, _Terms
 from checkers.invariants.replay import check_ops, engine_for
-from checkers.invariants.shadow_terms import KEEP, TETHER, Eviction, ShadowContext
+from checkers.invariants.shadow_state import ShadowState
+from checkers.invariants.shadow_terms import (
+    KEEP,
+    TETHER,
+    BlockFigures,
+    Eviction,
+    ShadowContext,
+)
 from checkers.search.engine_check import SELF_CHECK_BLOCK_SIZES, engine_self_check
 from checkers.search.engine_mutants import ENGINE_MUTANTS
 from checkers.search.swarm import draw_config
@@ -27,8 +35,8 @@ from kvmodel._engine_view import EngineView, Features
 from kvmodel._resident import ResidentBlock
 from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, BlockKey, ContextId, MessageId, SessionId, TierName
-from kvmodel.io.observations import InferObs, Observation
-from kvmodel.io.trace import Append, Fork, Infer, Op, Open, Pin, Remove, Return, TurnEnd
+from kvmodel.io.observations import FreeObs, InferObs, Observation
+from kvmodel.io.trace import Append, Close, Fork, Infer, Op, Open, Pin, Remove, Return, TurnEnd
 from kvmodel.lifecycle import BlockClass, MsgState
 from kvmodel.messages import AgentKind, Message, MessageKind, Role
 from kvmodel.policy import Placement, registered_policies, resolve_policy
@@ -162,6 +170,97 @@ def test_a_contexts_deadlines_are_exactly_its_pinned_messages(
     assert pinned_ops > 100, pinned_ops  # pins were held, and ended, along the way
 
 
+def _follow_under_pressure(policies: Sequence[str], seeds: int) -> None:
+    """Check random traces under each policy on swarm engines of 1-3 tiers, where they evict,
+    spill, bypass, reject and reclaim; the reference engine agrees with the contract model."""
+    for policy in policies:
+        for seed in range(seeds):
+            trace = random_trace(RandomParams(seed=seed, ops=60))
+            config = draw_config(np.random.default_rng([seed, 7]))
+            run = check_ops(trace.ops, policy, config, INVARIANTS)
+            if ":" not in policy:  # (a mutant's findings are its own)
+                assert not [v for v in run.violations if v.invariant == "engine-contract"], seed
+
+
+def test_the_contract_models_kept_figures_are_those_computed_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the model keeps each tier's resident count as blocks are indexed and leave (its free-slot
+    # checks read it at every eviction and new block), and judges an op's reclaims from holders
+    # found once and again only after a drop cut a chain: after every op and at every look, the
+    # count is what counting the resident blocks by tier gives, and every block's figures read
+    # from kept holders are those computed afresh -- including reclaims of live blocks, whose
+    # drops cut chains (DropsForkPrefix frees a prefix a fork still holds)
+    apply, free_slots, figures, drop = (
+        Shadow.apply,
+        Shadow._free_slots,
+        ShadowState.figures,
+        Shadow._drop,
+    )
+    looks = kept = cuts = 0
+
+    def counted(self: Shadow) -> Counter[str]:
+        return Counter(t for k in self.resident if (t := self.tier.get(k)) is not None)
+
+    def checked(self: Shadow, op: Op, *args: object, **kwargs: object) -> None:
+        apply(self, op, *args, **kwargs)  # type: ignore[arg-type]
+        assert +self._used == counted(self), op
+
+    def looked(self: Shadow, loose: Counter[str]) -> dict[str, int]:
+        nonlocal looks
+        assert +self._used == counted(self)
+        looks += 1
+        return free_slots(self, loose)
+
+    def fresh(self: ShadowState, key: BlockKey, *memo: object) -> BlockFigures:
+        nonlocal kept
+        got = figures(self, key, *memo)  # type: ignore[arg-type]
+        if memo:
+            kept += 1
+            assert got == figures(self, key), key
+        return got
+
+    def dropped(self: Shadow, key: BlockKey) -> list[tuple[BlockKey, ShadowContext]]:
+        nonlocal cuts
+        cut = drop(self, key)
+        cuts += bool(cut)
+        return cut
+
+    monkeypatch.setattr(Shadow, "apply", checked)
+    monkeypatch.setattr(Shadow, "_free_slots", looked)
+    monkeypatch.setattr(ShadowState, "figures", fresh)
+    monkeypatch.setattr(Shadow, "_drop", dropped)
+    _follow_under_pressure(
+        ("lru", "kvtether", "hbm-first", "lachesis-det", "checkers.search.mutants:DropsForkPrefix"),
+        10,
+    )
+    assert looks > 500, looks
+    assert kept > 1000, kept
+    assert cuts > 10, cuts
+
+
+def test_a_reclaim_that_cuts_a_chain_is_followed_by_classes_computed_again() -> None:
+    # a policy frees a prefix a fork still holds (DropsForkPrefix, at the source's close): the
+    # first reclaim drops a live block and cuts the fork's chain there, so the blocks below
+    # it are Dead when they are reclaimed next, in the same op. The model judges an op's
+    # reclaims from holders kept across them, found again after a cut: kept past it, they
+    # named the fork as a holder and made a false finding (reclaim of block 1 logged as
+    # dead; it is expired)
+    c, f = ContextId("c"), ContextId("f")
+    ops: list[Op] = [
+        Open(0.0, c, SessionId("s"), AgentKind.MAIN),
+        Append(0.0, c, (msg("m", 13),)),
+        Infer(1.0, c, (), 0.5),
+        Fork(2.0, f, c, None),
+        Close(3.0, c),
+    ]
+    cfg = EngineConfig(4, (TierConfig(TierName("hbm"), 16),))
+    run = check_ops(ops, "checkers.search.mutants:DropsForkPrefix", cfg, INVARIANTS)
+    frees = [o.state for o in run.engine.log if isinstance(o, FreeObs)]
+    assert frees == [BlockClass.ACTIVE] * 2 + [BlockClass.DEAD] * 2
+    assert [v.invariant for v in run.violations] == ["reclaim-dead-only"]
+
+
 def test_an_inferences_eviction_terms_are_those_computed_afresh(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -190,12 +289,7 @@ def test_an_inferences_eviction_terms_are_those_computed_afresh(
     monkeypatch.setattr(Shadow, "_eviction", both)
     monkeypatch.setattr(_Terms, "cut", counted)
     # (hbm-first's evictions cut chains below other candidates; these seeds' lru's do not)
-    for policy in ("lru", "kvtether", "hbm-first", "hbm-first-static"):
-        for seed in range(12):
-            trace = random_trace(RandomParams(seed=seed, ops=60))
-            config = draw_config(np.random.default_rng([seed, 7]))
-            run = check_ops(trace.ops, policy, config, INVARIANTS)
-            assert not [v for v in run.violations if v.invariant == "engine-contract"], seed
+    _follow_under_pressure(("lru", "kvtether", "hbm-first", "hbm-first-static"), 12)
     # the memo was read, and a candidate's holders were cut under it (its terms recomputed)
     assert evictions > 200, evictions
     assert reused > 50, reused

@@ -127,6 +127,10 @@ class Shadow(ShadowState):
         self.problems: list[str] = []
         #: following: the op's evictions, with the candidates and classes the contract gives
         self.evictions: list[Eviction] = []
+        #: following: each tier's resident blocks, by their records' tiers (kept as blocks are
+        #: indexed and leave: counted afresh at every eviction, it made an inference's work
+        #: quadratic in its evictions)
+        self._used: Counter[str] = Counter()
 
     # -------------------------------------------------------------- ops
 
@@ -351,7 +355,10 @@ class Shadow(ShadowState):
 
     def _leave(self, key: BlockKey) -> None:
         """``key`` is no longer resident: what a resident block has, it has no more."""
-        self.resident.discard(key)
+        if key in self.resident:
+            self.resident.discard(key)
+            if (tier := self.tier.get(key)) is not None:
+                self._used[tier] -= 1
         self.born.pop(key, None)
         self.touch_op.pop(key, None)
 
@@ -480,6 +487,7 @@ class Shadow(ShadowState):
                     if not rewrite:
                         self._index(key, op.t)
                         self.tier[key], self.slot[key] = r.tier, r.block
+                        self._used[r.tier] += 1
                     self._use(key)
                 placed.append((key, uids, key is not None))
             elif isinstance(r, BypassObs):
@@ -519,7 +527,7 @@ class Shadow(ShadowState):
         resident blocks' tiers and ``loose``, the inference's unindexed writes."""
         if self.capacity is None:
             return {}
-        used = Counter(map(self.tier.get, self.resident))
+        used = self._used
         return {t: n - used[t] - loose[t] for t, n in self.capacity.items()}
 
     def _admission(
@@ -550,14 +558,22 @@ class Shadow(ShadowState):
         return Admission(needed, free, len(evictable), orphans)
 
     def _follow_reclaims(self, todo: list[Observation]) -> None:
+        # every block's holders and every context's pin depth, found once for the op's
+        # reclaims and again only after a drop cut a chain (a Dead block's drop cuts none; a
+        # live one's, the error being looked for, changes its holders' chains): once per
+        # reclaim, they made the op's work quadratic in its reclaims
+        memo: tuple[dict[BlockKey, list[ShadowContext]], dict[ContextId, int]] | None = None
         for r in todo:
             if not (isinstance(r, FreeObs) and r.reason == FreeReason.RECLAIM):
                 self.problems.append(f"unexpected record after the op: {r.kind}")
             elif r.key is None or r.key not in self.resident:
                 self.problems.append(f"reclaimed block {r.block}, which is not resident")
             else:
-                if (cls := self.class_of(r.key)) is not r.state:
+                if memo is None:
+                    memo = self._holders()
+                if (cls := self.figures(r.key, *memo).state) is not r.state:
                     self.problems.append(
                         f"reclaim of block {r.block} logged as {r.state.value}; it is {cls.value}"
                     )
-                self._drop(r.key)
+                if self._drop(r.key):
+                    memo = None

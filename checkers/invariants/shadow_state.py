@@ -40,10 +40,6 @@ class ShadowState:
         self.tier: dict[BlockKey, str] = {}
         self.slot: dict[BlockKey, BlockId] = {}
 
-    def class_of(self, key: BlockKey) -> BlockClass:
-        """L5.2 over the open contexts holding ``key`` now; Dead if none."""
-        return self.figures(key).state
-
     def held(self) -> set[BlockKey]:
         return {k for c in self.ctxs.values() if c.open for k, _ in c.chain}
 
