@@ -183,22 +183,11 @@ class TTL(_Tracking):
     quantile: ClassVar[float] = 0.9
     default_ttl_s: ClassVar[float] = 30.0
 
-    def __init__(self) -> None:
-        super().__init__()
-        #: per agent kind, (waits it was computed over, the TTL): an ordering asks for every open
-        #: context's TTL, and a quantile over the whole history each time was most of a replay
-        #: (now O(1) on the sorted waits, but still a lookup per open context per ordering)
-        self._ttl: dict[AgentKind, tuple[int, float]] = {}
-
     def ttl_for(self, agent: AgentKind) -> float:
-        """The tool class is the agent kind: traces name no tools (see spec §ttl)."""
+        """The tool class is the agent kind: traces name no tools (see spec §ttl). Read from
+        the kind's waits kept sorted, in O(1): an ordering asks it for every open context."""
         xs = self.tracker.waited.get(agent)
-        if not xs:
-            return self.default_ttl_s
-        hit = self._ttl.get(agent)
-        if hit is None or hit[0] != len(xs):  # (waits are only ever added)
-            hit = self._ttl[agent] = (len(xs), linear_quantile(xs, self.quantile))
-        return hit[1]
+        return linear_quantile(xs, self.quantile) if xs else self.default_ttl_s
 
     def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
         now = view.now

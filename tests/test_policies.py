@@ -561,9 +561,9 @@ CID = ContextId("c")
 
 
 def test_ttl_is_the_quantile_of_its_agents_waits_so_far() -> None:
-    """TTL.ttl_for keeps each agent kind's TTL until a wait of that kind completes: at every
-    op of an agentic trace, for every kind, it is bit for bit the quantile over the waits of
-    that kind completed so far (the default before any), as computed from the whole history."""
+    """TTL.ttl_for, read from the waits kept sorted: at every op of an agentic trace, for every
+    kind, it is bit for bit numpy's quantile over the waits of that kind completed so far (the
+    default before any), as computed from the whole history."""
     import types
 
     import numpy as np
