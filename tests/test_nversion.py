@@ -15,8 +15,16 @@ import numpy as np
 import pytest
 
 from checkers.invariants import INVARIANTS
-from checkers.invariants.contract import contract_violation, diverge
-from checkers.invariants.monitor import COMPARE_EVERY, FULL_COMPARE_OPS, READS_CONTRACT, Monitor
+from checkers.invariants.contract import (
+    COMPARE_BUDGET,
+    COMPARE_EVERY,
+    FULL_COMPARE_OPS,
+    ContractCoverage,
+    contract_violation,
+    diverge,
+    whole_state_due,
+)
+from checkers.invariants.monitor import READS_CONTRACT, Monitor
 from checkers.invariants.nversion import Shadow, _Terms
 from checkers.invariants.replay import check_ops, engine_for
 from checkers.invariants.shadow_state import ShadowState
@@ -353,6 +361,16 @@ def test_the_monitor_judges_evictions_by_the_contract_not_by_the_engines_view() 
         }, seed
 
 
+def _whole_state_ops(n: int, resident: int, every: int) -> list[int]:
+    """The ops of an ``n``-op run that whole_state_due picks, ``resident`` blocks throughout."""
+    last, picked = -1, []
+    for k in range(n):
+        if whole_state_due(k, last, resident, every):
+            picked.append(k)
+            last = k
+    return picked
+
+
 class _MiscountsOneOutput(Engine):
     """Logs one inference's output tokens one too many: an error in a record alone, with the
     state right, so only a comparison on that very op can see it."""
@@ -398,7 +416,7 @@ def test_an_ops_inference_figures_are_compared_on_every_op() -> None:
     full prefix and between two samples."""
     k = _MiscountsOneOutput.wrong_op
     assert k >= FULL_COMPARE_OPS
-    assert k % COMPARE_EVERY
+    assert k not in _whole_state_ops(60, 100, COMPARE_EVERY)
     ops = _miscounted_ops()
     config = EngineConfig(4, (TierConfig(TierName("hbm"), 1024),))
     run = check_ops(ops, _TetherMiscounting(), config, ["engine-contract"])
@@ -415,7 +433,7 @@ def test_message_states_are_compared_on_every_op() -> None:
     from checkers.search.outside_mutants import PinEndsLateTether
 
     k = FULL_COMPARE_OPS + 1  # the op at the pin's deadline: past the full prefix, unsampled
-    assert k % COMPARE_EVERY
+    assert k not in _whole_state_ops(k + 2, 100, COMPARE_EVERY)
     c = ContextId("c")
     ops: list[Op] = [
         Open(0.0, c, SessionId("s"), AgentKind.MAIN),
@@ -429,6 +447,104 @@ def test_message_states_are_compared_on_every_op() -> None:
     assert v.op == k
     assert "state of message #0 of c" in v.message
     assert not check_ops(ops, KVTether(), config, ["engine-contract"]).violations
+
+
+def test_the_whole_state_is_compared_on_a_budget() -> None:
+    """spec/invariants.md, Self-checks of the engine: the first FULL_COMPARE_OPS ops, then at
+    least ``every`` ops apart and ceil(resident / COMPARE_BUDGET) apart."""
+    assert (FULL_COMPARE_OPS, COMPARE_EVERY, COMPARE_BUDGET) == (16, 4, 256)
+    assert _whole_state_ops(30, 10, COMPARE_EVERY) == [*range(16), 19, 23, 27]  # the Monitor
+    assert _whole_state_ops(30, 256, 1) == list(range(30))  # the predicting self-check
+    assert _whole_state_ops(30, 257, 1) == [*range(16), 17, 19, 21, 23, 25, 27, 29]
+    assert _whole_state_ops(40, 1025, COMPARE_EVERY) == [*range(16), 20, 25, 30, 35]
+    # past the first ops, at most COMPARE_BUDGET blocks read per op on average
+    for resident in (300, 5_000, 100_000):
+        late = [k for k in _whole_state_ops(2_000, resident, 1) if k >= FULL_COMPARE_OPS]
+        assert late
+        assert resident * len(late) <= COMPARE_BUDGET * (2_000 - FULL_COMPARE_OPS) + resident
+
+
+class _AgesADeadBlock(Engine):
+    """After op ``at``, sets a Dead block's last use one second back: a block figure wrong from
+    then on (no later op touches the block), in the state alone -- no record shows it."""
+
+    at: ClassVar[int] = 0
+
+    def apply(self, op: Op) -> None:
+        super().apply(op)
+        if self._ops_seen == self.at:
+            b = self.residency.blocks[min(self.dead)]
+            b.touch -= 1.0
+            self.residency.bump_block(b)  # (as every change to a block's features does)
+        self._ops_seen += 1
+
+    _ops_seen = 0
+
+
+def _dead_then_growing(rounds: int) -> list[Op]:
+    """Context a writes 5 blocks (of 4 tokens) and closes; context b then grows by 16 blocks a
+    round (append + infer): over 256 resident blocks after 16 rounds, 965 after 60."""
+    a, b, s = ContextId("a"), ContextId("b"), SessionId("s")
+    ops: list[Op] = [
+        Open(0.0, a, s, AgentKind.MAIN),
+        Append(0.0, a, (msg("a0", 20),)),
+        Infer(0.0, a),
+        Close(0.0, a),
+        Open(0.0, b, s, AgentKind.MAIN),
+    ]
+    for i in range(rounds):
+        ops += [Append(float(i), b, (msg(f"b{i}", 64),)), Infer(float(i), b)]
+    return ops
+
+
+@pytest.mark.parametrize("where", ["between", "last"])
+def test_a_lasting_wrong_figure_is_found_past_the_budget(where: str) -> None:
+    """The predicting self-check compares the whole state further apart once over
+    COMPARE_BUDGET blocks are resident; a block figure that goes wrong between two comparisons
+    and stays wrong is found at the next (the finding names the last op compared before it), and
+    one that goes wrong on the last op by the comparison after the last op."""
+    ops = _dead_then_growing(60)
+    n = len(ops)
+    cov = ContractCoverage()
+    assert diverge(ops, LRU, KEEP, coverage=cov) is None
+    assert cov.ops == n
+    assert cov.widest > 3 * COMPARE_BUDGET
+    assert FULL_COMPARE_OPS < cov.whole < n - 20  # the budget spaced the late comparisons
+    at = n - 4 if where == "between" else n - 1
+    aged = type("_Aged", (_AgesADeadBlock,), {"at": at})
+    d = diverge(ops, LRU, KEEP, engine_class=aged)
+    assert d is not None
+    assert at <= d.op <= at + 3
+    assert d.what.startswith("block ")
+    assert "last compared whole after op" in d.what
+    since = int(d.what.rsplit(" ", 1)[1].rstrip(")"))
+    assert since < at  # the divergence arose between the two comparisons
+    assert d.engine != d.shadow
+    # the same run on a short trace is compared after every op: found on the op itself
+    short = _dead_then_growing(6)
+    d = diverge(short, LRU, KEEP, engine_class=type("_Aged", (_AgesADeadBlock,), {"at": 8}))
+    assert d is not None
+    assert d.op == 8
+    assert "last compared" not in d.what
+
+
+def test_the_monitor_compares_the_whole_state_after_the_last_op() -> None:
+    """A wrong block figure on a run's last op, which the Monitor's sampling skips, is found by
+    the comparison at the end of the run (Monitor.at_end)."""
+    ops = _dead_then_growing(11)
+    k = len(ops) - 1
+    assert _whole_state_ops(len(ops), 100, COMPARE_EVERY)[-2:] == [19, 23]
+    assert k == 26
+    config = EngineConfig(4, (TierConfig(TierName("hbm"), 1024),))
+    clean = check_ops(ops, LRU(), config, ["engine-contract"])
+    assert not clean.violations
+    assert clean.compared_whole == len(_whole_state_ops(len(ops), 100, COMPARE_EVERY)) + 1
+    aged = type("_Aged", (_AgesADeadBlock,), {"at": k})
+    policy = type("_LRUAgingADeadBlock", (LRU,), {"engine_class": aged})()
+    [v] = check_ops(ops, policy, config, ["engine-contract"]).violations
+    assert v.invariant == "engine-contract"
+    assert v.op == k
+    assert "(last compared whole after op 23): engine BlockFigures" in v.message
 
 
 def test_a_monitor_without_the_contract_model_makes_no_contract_finding() -> None:

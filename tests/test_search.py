@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -438,7 +439,22 @@ def test_replay_check_reports_a_nondeterministic_policy(
     cfg.write_text(config_to_toml(check_config()))
     args = ["replay", str(trace), "--config", str(cfg), "--check", "accounting"]
     assert main([*args, "--policy", "lru"]) == 0
-    capsys.readouterr()
+    # what the self-checks compared (contract.whole_state_due): the first 16 ops and every
+    # fourth after, following; every op on ample memory, where at most 256 blocks are resident
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "engine-contract compared every op's figures and message states; the whole state:",
+        "  following the engine: after 27 of 60 ops",
+        "  on ample memory under lru: after 60 of 60 ops (up to 93 resident blocks)",
+        "  on ample memory under kvtether: after 60 of 60 ops (up to 46 resident blocks)",
+    ]
+    assert main([*args, "--policy", "lru", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["engine_contract"] == {
+        "followed": {"ops": 60, "whole_state": 27},
+        "ample": {
+            "lru": {"ops": 60, "whole_state": 60, "widest": 93},
+            "kvtether": {"ops": 60, "whole_state": 60, "widest": 46},
+        },
+    }
     assert main([*args, "--policy", "checkers.search.mutants:SharedCursorLRU"]) == 1
     out = capsys.readouterr().out
     assert "VIOLATED nondeterministic at op 54: two replays of the same trace differ" in out

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import attrs
 
-from checkers.invariants.contract import contract_violation
+from checkers.invariants.contract import ContractCoverage, contract_violation
 from checkers.invariants.registry import invariant_names
 from checkers.invariants.replay import check_ops, nondeterminism
 from checkers.invariants.structural import Violation
@@ -176,7 +176,8 @@ def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig
     if odd is not None:
         found.append(odd)
     engine_class = getattr(resolve_policy(args.policy), "engine_class", Engine)
-    off = contract_violation(trace.ops, engine_class, block_size=config.block_size)
+    ample: dict[str, ContractCoverage] = {}
+    off = contract_violation(trace.ops, engine_class, block_size=config.block_size, coverage=ample)
     if off is not None:
         found.append(off)
     for v in found:
@@ -188,6 +189,13 @@ def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig
                     "policy": args.policy,
                     "checked": names,
                     "violations": [attrs.asdict(v) for v in first.values()],
+                    "engine_contract": {
+                        "followed": {"ops": run.applied, "whole_state": run.compared_whole},
+                        "ample": {
+                            n: {"ops": c.ops, "whole_state": c.whole, "widest": c.widest}
+                            for n, c in ample.items()
+                        },
+                    },
                 },
                 indent=2,
             )
@@ -198,6 +206,12 @@ def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig
                 print(f"VIOLATED {v.invariant} at op {v.op}: {v.message}")
         held = [n for n in names if n not in first]
         print(f"{len(first)} violated, {len(held)} held: {', '.join(held) or '-'}")
+        # what the self-checks compared (every op's inference figures and message states; the
+        # whole state on contract.whole_state_due's schedule): a quiet check is not a clean one
+        print("engine-contract compared every op's figures and message states; the whole state:")
+        print(f"  following the engine: after {run.compared_whole} of {run.applied} ops")
+        for n, c in ample.items():
+            print(f"  on ample memory under {n}: {c}")
     return 1 if first else 0
 
 

@@ -26,7 +26,52 @@ from kvmodel.lifecycle import MsgState
 from kvmodel.memory import TierConfig
 from kvmodel.policy import Policy
 
-__all__ = ["Divergence", "ample_config", "compare", "contract_violation", "diverge"]
+__all__ = [
+    "COMPARE_BUDGET",
+    "COMPARE_EVERY",
+    "FULL_COMPARE_OPS",
+    "ContractCoverage",
+    "Divergence",
+    "ample_config",
+    "compare",
+    "compare_state",
+    "contract_violation",
+    "diverge",
+    "whole_state_due",
+]
+
+#: when the engine's whole state (every context and resident block) is compared with the contract
+#: model: after each of a run's first ``FULL_COMPARE_OPS`` ops, then at least ``every`` ops apart
+#: (the Monitor: ``COMPARE_EVERY``; the predicting self-check: 1) and far enough apart that the
+#: comparison reads on average at most ``COMPARE_BUDGET`` resident blocks per op, and after a
+#: run's last op. An op's inference figures and its message states are compared after every op.
+#: 16, not 48: the stateful machine's examples are ~50 ops, and the full comparison was a fifth
+#: of its time; the budget: on memory that never fills every block written stays resident, and a
+#: whole comparison after every op made the self-check quadratic in the trace (spec/invariants.md,
+#: Self-checks of the engine)
+FULL_COMPARE_OPS = 16
+COMPARE_EVERY = 4
+COMPARE_BUDGET = 256
+
+
+def whole_state_due(k: int, last: int, resident: int, every: int) -> bool:
+    """Whether op ``k``'s comparison covers the whole state: ``last`` is the last op compared
+    whole (-1 if none), ``resident`` the resident blocks (by the model's count)."""
+    return k < FULL_COMPARE_OPS or k - last >= max(every, -(-resident // COMPARE_BUDGET))
+
+
+@attrs.define
+class ContractCoverage:
+    """What one engine-beside-model run compared: the ops followed (every op's inference
+    figures and message states), the ops after which the whole state was compared, and the most
+    resident blocks one of those comparisons read."""
+
+    ops: int = 0
+    whole: int = 0
+    widest: int = 0
+
+    def __str__(self) -> str:
+        return f"after {self.whole} of {self.ops} ops (up to {self.widest} resident blocks)"
 
 
 @attrs.frozen
@@ -65,13 +110,17 @@ def diverge(
     block_size: int = 4,
     engine_class: type[Engine] | None = None,
     config: EngineConfig | None = None,
+    coverage: ContractCoverage | None = None,
 ) -> Divergence | None:
     """Run the engine (``engine_class``, default the policy's own or the reference) beside the
-    shadow; the first divergence, or ``None`` if they agree after every op.
+    shadow; the first divergence, or ``None`` if they agree after every op (the whole state
+    after the ops :func:`whole_state_due` picks, with no floor: every op while at most
+    ``COMPARE_BUDGET`` blocks are resident, and the last).
 
     ``rules``: the shadow predicts every decision (memory that cannot fill: ``config`` defaults
     to :func:`ample_config`). ``None``: the shadow follows the engine's decisions from its log
-    and checks everything else -- any policy, any ``config`` (default ample)."""
+    and checks everything else -- any policy, any ``config`` (default ample). ``coverage``:
+    counts what was compared."""
     pol = policy()
     cls: type[Engine] = (
         engine_class if engine_class is not None else getattr(pol, "engine_class", Engine)
@@ -79,6 +128,9 @@ def diverge(
     cfg = config if config is not None else ample_config(ops, block_size)
     engine = cls(cfg, pol)
     shadow = Shadow(cfg.block_size, rules or KEEP)
+    cov = coverage if coverage is not None else ContractCoverage()
+    last_whole = -1
+    end = len(ops) - 1
     for k, op in enumerate(ops):
         seen = len(engine.log)
         try:
@@ -91,7 +143,13 @@ def diverge(
         shadow.apply(op, records if rules is None else None)
         if shadow.problems:
             return Divergence(k, "the log", shadow.problems[0], "what the contract allows")
-        found = compare(k, engine, shadow, records)
+        cov.ops += 1
+        found = compare(k, engine, shadow, records, full=False)
+        if found is None and (k == end or whole_state_due(k, last_whole, len(shadow.resident), 1)):
+            cov.whole += 1
+            cov.widest = max(cov.widest, len(shadow.resident))
+            found = compare_state(k, engine, shadow, since=last_whole)
+            last_whole = k
         if found is not None:
             return found
     return None
@@ -113,7 +171,7 @@ def compare(
     has them (the Monitor reads them for legal-transitions too)."""
 
     def differ(what: str, ev: object, sv: object) -> Divergence | None:
-        return None if ev == sv else Divergence(k, what, ev, sv)
+        return _differ(k, what, ev, sv)
 
     infer = next((r for r in records if isinstance(r, InferObs)), None)
     fig = s.last_infer
@@ -148,8 +206,28 @@ def compare(
             uid = min(u for u in keys if now.get(u) is not c.state.get(u))
             what = f"state of message #{uid} of {cid}"
             return Divergence(k, what, now.get(uid), c.state.get(uid))
-    if not full:
-        return None
+    return compare_state(k, e, s) if full else None
+
+
+def compare_state(k: int, e: Engine, s: Shadow, *, since: int | None = None) -> Divergence | None:
+    """After op ``k``: the first field of the whole state (every context and resident block) on
+    which the engine and the shadow differ. ``since``: the last op compared whole before ``k``
+    (the state was compared after some ops only), named in a divergence's ``what``."""
+    found = _compare_state(k, e, s)
+    if found is None or since is None or since == k - 1:
+        return found
+    seen = f"{found.what} (last compared whole after op {since})" if since >= 0 else found.what
+    return attrs.evolve(found, what=seen)
+
+
+def _differ(k: int, what: str, ev: object, sv: object) -> Divergence | None:
+    return None if ev == sv else Divergence(k, what, ev, sv)
+
+
+def _compare_state(k: int, e: Engine, s: Shadow) -> Divergence | None:
+    def differ(what: str, ev: object, sv: object) -> Divergence | None:
+        return _differ(k, what, ev, sv)
+
     view = e.view
     infos = {bid: view.block(BlockId(bid)) for bid in view.resident()}
 
@@ -204,11 +282,16 @@ def _reference_policies() -> tuple[tuple[str, Callable[[], Policy], Rules], ...]
 
 
 def contract_violation(
-    ops: Sequence[Op], engine_class: type[Engine] = Engine, *, block_size: int = 4
+    ops: Sequence[Op],
+    engine_class: type[Engine] = Engine,
+    *,
+    block_size: int = 4,
+    coverage: dict[str, ContractCoverage] | None = None,
 ) -> Violation | None:
     """``engine-contract``: ``engine_class`` on ample memory, under LRU (no bypass, no reclaim)
     and under KVTether (bypass, eager reclaim), disagrees with :class:`Shadow`. ``None`` when it
-    agrees or the trace is not valid (the reference engine raises a ``TraceError`` on it)."""
+    agrees or the trace is not valid (the reference engine raises a ``TraceError`` on it).
+    ``coverage``: filled with what was compared under each reference policy, by its name."""
     from kvmodel.logical import Sequences
 
     check = Sequences(block_size)
@@ -217,9 +300,13 @@ def contract_violation(
             check.apply(op)
     except TraceError:
         return None
+    config = ample_config(ops, block_size)
     for name, policy, rules in _reference_policies():
+        cov = ContractCoverage()
+        if coverage is not None:
+            coverage[name] = cov
         try:
-            d = diverge(ops, policy, rules, block_size=block_size, engine_class=engine_class)
+            d = diverge(ops, policy, rules, engine_class=engine_class, config=config, coverage=cov)
         except TraceError as err:  # a valid trace the engine under test refuses
             d = Divergence(len(ops), "the engine refused a valid trace", str(err), "no error")
         if d is not None:

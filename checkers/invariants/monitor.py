@@ -10,7 +10,14 @@ from typing import Any
 
 import attrs
 
-from checkers.invariants.contract import compare
+from checkers.invariants.contract import (
+    COMPARE_EVERY,
+    FULL_COMPARE_OPS,
+    Divergence,
+    compare,
+    compare_state,
+    whole_state_due,
+)
 from checkers.invariants.nversion import Shadow
 from checkers.invariants.predicates import (
     BLOCK,
@@ -57,15 +64,6 @@ __all__ = [
     "Monitor",
 ]
 
-#: the Monitor compares the engine's state (every context and resident block) with the contract
-#: model after every one of a run's first ``FULL_COMPARE_OPS`` ops, then after every
-#: ``COMPARE_EVERY``-th; an op's inference figures, which exist on that op alone, after every
-#: op. The model follows every op and judges every eviction whatever the sampling, and a state
-#: that diverged stays diverged, so a later sample sees it (a find is then shrunk to its op).
-#: 16, not 48: the stateful machine's examples are ~50 ops, and the full comparison was a
-#: fifth of its time (spec/invariants.md, Self-checks of the engine)
-FULL_COMPARE_OPS = 16
-COMPARE_EVERY = 4
 
 #: the eviction-order invariants, judged at each eviction on the contract model's view of it
 _EVICTION_ORDER = (
@@ -172,6 +170,9 @@ class Monitor:
         #: the policy's declarative rank, when it is its order: every victim must be its first
         self._rank = declared_rank(engine.policy)
         self._diverged = False
+        #: the last op after which the whole state was compared, and how many were
+        self._last_whole = -1
+        self.compared_whole = 0
         self._evict_tiers: list[tuple[TierName, ...]] = []
         self._place_tiers: list[tuple[TierName, ...]] = []
         #: eviction-order invariant -> evictions it constrained (:func:`contested`): how often
@@ -265,10 +266,12 @@ class Monitor:
             if self._shadow.problems:
                 msg = f"the log breaks the contract: {self._shadow.problems[0]}"
             else:
-                full = self.op_index < FULL_COMPARE_OPS or self.op_index % COMPARE_EVERY == 0
-                d = compare(
-                    self.op_index, self.engine, self._shadow, records, full=full, states=states
-                )
+                # (the schedule: contract.whole_state_due; an op's figures and message states
+                # on every op)
+                k, used = self.op_index, len(self._shadow.resident)
+                d = compare(k, self.engine, self._shadow, records, full=False, states=states)
+                if d is None and whole_state_due(k, self._last_whole, used, COMPARE_EVERY):
+                    d = self._compare_whole(self._shadow)
                 msg = "" if d is None else f"the engine disagrees with the contract on {d}"
         except Exception as err:
             self._shadow = None
@@ -276,6 +279,12 @@ class Monitor:
         if msg:
             self._diverged = True
             self.violations.append(Violation("engine-contract", msg, op=self.op_index))
+
+    def _compare_whole(self, shadow: Shadow) -> Divergence | None:
+        """The whole state after the current op, compared (and counted)."""
+        since, self._last_whole = self._last_whole, self.op_index
+        self.compared_whole += 1
+        return compare_state(self.op_index, self.engine, shadow, since=since)
 
     def before_alloc(self, engine: Engine, block: NewBlock, placement: Placement) -> None:
         """Remember each new block's placement; which tier it took (or that none had a slot)
@@ -516,6 +525,19 @@ class Monitor:
                 depth += 1
 
     def at_end(self) -> None:
+        """The run ended: its whole state compared, if its last op was not, and the endurance
+        budget judged."""
+        shadow = self._shadow
+        done = self.stopped or self._diverged or self._last_whole == self.op_index
+        if shadow is not None and not done:
+            try:
+                d = self._compare_whole(shadow)
+                msg = "" if d is None else f"the engine disagrees with the contract on {d}"
+            except Exception as err:
+                msg = f"the contract model cannot follow the log: {type(err).__name__}: {err}"
+            if msg:
+                self._diverged = True
+                self.violations.append(Violation("engine-contract", msg, op=self.op_index))
         if "endurance-budget" not in self.active:
             return
         e = self.engine

@@ -42,6 +42,9 @@ class CheckRun:
     engine: Engine
     applied: int  # ops applied before the run stopped
     trace_error: TraceError | None = None
+    #: the ops after which the contract model compared the engine's whole state (every op's
+    #: figures and message states are compared; contract.whole_state_due picks these)
+    compared_whole: int = 0
 
     def first(self, invariant: str) -> Violation | None:
         return next((v for v in self.violations if v.invariant == invariant), None)
@@ -90,9 +93,9 @@ def check_ops(
         if not went_on:
             return CheckRun(tuple(mon.violations), engine, applied)
         if stop_at is not None and mon.first(stop_at) is not None:
-            return CheckRun(tuple(mon.violations), engine, applied)
+            return CheckRun(tuple(mon.violations), engine, applied, None, mon.compared_whole)
     mon.at_end()
-    return CheckRun(tuple(mon.violations), engine, applied)
+    return CheckRun(tuple(mon.violations), engine, applied, None, mon.compared_whole)
 
 
 def nondeterminism(

@@ -59,6 +59,11 @@ _SKIP: dict[str, frozenset[str]] = {
             "_evict_tiers",
             "endurance_years",
             "active",
+            # when the whole state was last compared, and how often: the comparison's schedule,
+            # like op_index (contract.whole_state_due); a comparison reads the state, never
+            # changes it
+            "_last_whole",
+            "compared_whole",
         }
     ),
     "Shadow": frozenset({"problems", "evictions", "last_infer", "last_prompt_keys"}),
