@@ -25,7 +25,7 @@ from checkers.invariants.contract import (
     whole_state_due,
 )
 from checkers.invariants.monitor import READS_CONTRACT, Monitor
-from checkers.invariants.nversion import Shadow, _Terms
+from checkers.invariants.nversion import Shadow, _Candidates
 from checkers.invariants.replay import check_ops, engine_for
 from checkers.invariants.shadow_state import ShadowState
 from checkers.invariants.shadow_terms import (
@@ -33,6 +33,7 @@ from checkers.invariants.shadow_terms import (
     TETHER,
     BlockFigures,
     Eviction,
+    EvictionTerms,
     ShadowContext,
 )
 from checkers.search.engine_check import SELF_CHECK_BLOCK_SIZES, engine_self_check
@@ -47,7 +48,7 @@ from kvmodel.io.observations import FreeObs, InferObs, Observation
 from kvmodel.io.trace import Append, Close, Fork, Infer, Op, Open, Pin, Remove, Return, TurnEnd
 from kvmodel.lifecycle import BlockClass, MsgState
 from kvmodel.messages import AgentKind, Message, MessageKind, Role
-from kvmodel.policy import Placement, registered_policies, resolve_policy
+from kvmodel.policy import Placement, RankTerm, rank_key, registered_policies, resolve_policy
 from kvmodel.replay import replay
 from kvmodel.view import ModelView, NewBlock
 from kvmodel.workloads.agentic import AgenticParams, generate_agentic
@@ -269,39 +270,80 @@ def test_a_reclaim_that_cuts_a_chain_is_followed_by_classes_computed_again() -> 
     assert [v.invariant for v in run.violations] == ["reclaim-dead-only"]
 
 
-def test_an_inferences_eviction_terms_are_those_computed_afresh(
+def _scanned(
+    s: ShadowState,
+    victim: BlockKey,
+    tiers: Sequence[str],
+    flight: set[BlockKey],
+    pins: dict[ContextId, int],
+    rank: tuple[RankTerm, ...] | None,
+) -> Eviction:
+    """An eviction's summary from a scan of every resident block, every block's holders and
+    terms found afresh: the definition the kept candidates (nversion._Candidates) must equal."""
+    holders, pins = s._holders(pins)
+    cands = [
+        info
+        for key in sorted(s.resident)
+        if key != victim and key not in flight and s.tier[key] in tiers
+        if (info := s.evictable(key, holders, pins)).state is not BlockClass.PINNED
+    ]
+    reps: dict[tuple[BlockClass, float | None], EvictionTerms] = {}
+    for c in cands:  # (in key order: the first of each pair)
+        reps.setdefault((c.state, c.suspend_time), c)
+    first = min(cands, key=lambda c: rank_key(rank, c)) if rank is not None and cands else None
+    mine = s.evictable(victim, holders, pins)
+    return Eviction(mine, tuple(reps.values()), victim in flight, len(cands), first)
+
+
+def test_an_inferences_evictions_are_judged_as_a_scan_would(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # within one inference the model computes each candidate's terms once, and again only for
-    # blocks whose holders a drop cut (spec/invariants.md, Where it runs): each eviction, judged
-    # from that memo, equals the whole computation made afresh at the same moment
-    judge = Shadow._eviction
-    cut = _Terms.cut
-    evictions = reused = recut = 0
+    # within one inference the model keeps the evictable blocks and their terms, computing a
+    # block's terms again only when a drop cut its holders (spec/invariants.md, Where it runs):
+    # each eviction's summary equals one made from a scan of every resident block, every
+    # block's terms computed afresh at the same moment
+    judge = _Candidates.eviction
+    cut = _Candidates.cut
+    evictions = reused = recut = moved = ranked = several = 0
+    judged: set[int] = set()
 
-    def both(
-        self: Shadow, victim: BlockKey, tiers: Sequence[str], flight: set[BlockKey], memo: _Terms
-    ) -> Eviction:
-        nonlocal evictions, reused
-        reused += bool(memo.terms)
-        got = judge(self, victim, tiers, flight, memo)
-        assert got == judge(self, victim, tiers, flight, _Terms(*self._holders(memo.pins)))
+    def both(self: _Candidates, victim: BlockKey, tiers: Sequence[str]) -> Eviction:
+        nonlocal evictions, reused, ranked, several
+        want = _scanned(self.shadow, victim, tiers, self.flight, self.memo.pins, self.rank)
+        reused += id(self) in judged  # (a later eviction of one inference: the kept blocks)
+        judged.add(id(self))
+        got = judge(self, victim, tiers)
+        assert got == want
         evictions += 1
+        ranked += got.first_ranked is not None
+        several += len(got.representatives) > 1
         return got
 
-    def counted(self: _Terms, victim: BlockKey, lost: list[tuple[BlockKey, ShadowContext]]) -> None:
-        nonlocal recut
-        recut += sum(k != victim and k in self.terms for k, _ in lost)
+    def counted(
+        self: _Candidates, victim: BlockKey, lost: list[tuple[BlockKey, ShadowContext]]
+    ) -> None:
+        nonlocal recut, moved
+        was = {k: self.memo.terms.get(k) for k, _ in lost if k != victim}
+        recut += sum(t is not None for t in was.values())
         cut(self, victim, lost)
+        moved += sum(
+            t is not None and (n := self.memo.terms.get(k)) is not None and n.state is not t.state
+            for k, t in was.items()
+        )
 
-    monkeypatch.setattr(Shadow, "_eviction", both)
-    monkeypatch.setattr(_Terms, "cut", counted)
+    monkeypatch.setattr(_Candidates, "eviction", both)
+    monkeypatch.setattr(_Candidates, "cut", counted)
     # (hbm-first's evictions cut chains below other candidates; these seeds' lru's do not)
-    _follow_under_pressure(("lru", "kvtether", "hbm-first", "hbm-first-static"), 12)
-    # the memo was read, and a candidate's holders were cut under it (its terms recomputed)
+    _follow_under_pressure(("lru", "kvtether", "hbm-first", "hbm-first-static"), 40)
+    # the kept blocks were judged on again, a candidate's holders were cut under them (its terms
+    # computed again, its class changed), the rank's first was named, and evictions chose among
+    # several classes
     assert evictions > 200, evictions
     assert reused > 50, reused
     assert recut > 0, recut
+    assert moved > 0, moved  # (a cut changed a kept block's class: its old entries are stale)
+    assert ranked > 100, ranked
+    assert several > 50, several
 
 
 @pytest.mark.parametrize("mutant", sorted(ENGINE_MUTANTS))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -54,8 +54,8 @@ from kvmodel.io.observations import (
 )
 from kvmodel.io.trace import Close, EndSession, Fork, Infer, Op, Open, Return
 from kvmodel.lifecycle import BlockClass, MsgState
-from kvmodel.policy import Placement, declared_rank, key_function
-from kvmodel.view import Featured, NewBlock
+from kvmodel.policy import Placement, declared_rank
+from kvmodel.view import NewBlock
 
 __all__ = [
     "COMPARE_EVERY",
@@ -163,6 +163,7 @@ class Monitor:
                 engine.block_size,
                 tiers=engine.memory.names,
                 capacity={t.name: t.blocks for t in engine.memory.tiers},
+                rank=declared_rank(engine.policy),
             )
             if contract
             else None
@@ -203,43 +204,27 @@ class Monitor:
         after the op, on the contract model's view of that moment (no engine state is read)."""
         self._evict_tiers.append(tiers)
 
-    def _rank_keys(
-        self, compute: Callable[[Featured], tuple[float, ...]]
-    ) -> Callable[[Featured], tuple[float, ...]]:
-        """``compute`` (the rank's key), remembered for the op: the contract model gives an
-        inference's evictions the same candidate objects, each eviction all but one of the
-        last's, so a candidate's key is computed once per op, not once per eviction."""
-        seen: dict[int, tuple[Featured, tuple[float, ...]]] = {}
-
-        def keyed(c: Featured) -> tuple[float, ...]:
-            hit = seen.get(id(c))
-            if hit is None or hit[0] is not c:  # (the entry holds c: its id is not reused)
-                hit = seen[id(c)] = (c, compute(c))
-            return hit[1]
-
-        return keyed
-
     def _evictions(self) -> None:
         if self._shadow is None or not self._shadow.evictions:
             return
-        # (compiled here, not kept: a closure on the Monitor would not pickle with its engine)
-        keyed = self._rank_keys(key_function(self._rank)) if self._rank is not None else None
         order = [(name, check) for name, check in _EVICTION_ORDER if name in self.active]
         names = [name for name, _ in order]
         for ev in self._shadow.evictions:
             victim = ev.victim.id
-            self.widest_choice = max(self.widest_choice, len(ev.candidates))
+            self.widest_choice = max(self.widest_choice, ev.count)
             if ev.in_flight:
                 self._add("no-eviction-in-flight", f"evicted in-flight block {victim}", victim)
+            # (the order invariants read a block's class and suspension alone: judged on one
+            # block of each such pair, the first in key order -- shadow_terms.Eviction)
             for name, check in order:
-                if (msg := check(ev.victim, ev.candidates)) is not None:
+                if (msg := check(ev.victim, ev.representatives)) is not None:
                     self._add(name, msg, victim)
-            self.contested.update(contested(names, ev.victim, ev.candidates))
+            self.contested.update(contested(names, ev.victim, ev.representatives))
+            first = () if ev.first_ranked is None else (ev.first_ranked,)
             if (
                 self._rank is not None
                 and not self._diverged
-                and (msg := evict_rank_first(self._rank, ev.victim, ev.candidates, keyed))
-                is not None
+                and (msg := evict_rank_first(self._rank, ev.victim, first)) is not None
             ):
                 # the engine's victim source (its rank index or sorted order) is judged, not
                 # the policy: the finding is the engine's (spec, Self-checks of the engine)

@@ -13,8 +13,9 @@ It shares no code with the engine's admission path or its lifecycle bookkeeping:
 engine stores a per-context phase, L4), pin ends found by scanning (the engine keeps a heap), its
 own chains, holders and classes. Shared are the input types (trace ops, messages), the enum names
 and B3's hash function (:func:`kvmodel.blocks.chain_key`, the definition of a key, applied to
-the shadow's own packing). It is a test oracle: its work per op is proportional to the whole
-state, never use it on a long trace.
+the shadow's own packing). It is a test oracle, not a fast path: its work per op follows the
+open contexts, and an inference that evicts finds every evictable block once (then keeps them,
+:class:`_Candidates`).
 
 Two modes. *Predicting* (``Rules``), on memory that cannot fill: the shadow makes the policy's
 decisions too -- ``KEEP`` (no bypass, no reclaim: LRU, vLLM-style, HBM-first, ...) or ``TETHER``
@@ -26,6 +27,8 @@ about it, and everything else is computed and compared as before.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -68,6 +71,7 @@ from kvmodel.io.trace import (
 )
 from kvmodel.lifecycle import BlockClass, MsgState
 from kvmodel.messages import MessageKind
+from kvmodel.policy import RankTerm, key_function
 
 __all__ = ["Shadow"]
 
@@ -99,6 +103,127 @@ class _Terms:
                 hs[:] = [x for x in hs if x is not h]
 
 
+_Term = tuple[BlockClass, "float | None"]  # what the order invariants read of a block
+
+
+class _TierCandidates:
+    """One tier's evictable blocks during an inference: their terms, how many have each
+    (class, suspension time), and heaps by key for each such pair and by rank key. The heaps are
+    pruned lazily: an entry is stale once its block left or its terms were computed again."""
+
+    __slots__ = ("by_term", "count", "members", "ranked")
+
+    def __init__(self) -> None:
+        self.members: dict[BlockKey, EvictionTerms] = {}
+        self.count: Counter[_Term] = Counter()
+        #: (key, entry number, terms); (rank key, key, entry number, terms): the entry number
+        #: orders a block's entries from before and after its terms were computed again
+        self.by_term: dict[_Term, list[tuple[BlockKey, int, EvictionTerms]]] = {}
+        self.ranked: list[tuple[tuple[float, ...], BlockKey, int, EvictionTerms]] = []
+
+    def least(self, term: _Term) -> tuple[BlockKey, EvictionTerms]:
+        """The member of smallest key with ``term`` (there is one: ``count[term]`` > 0)."""
+        heap = self.by_term[term]
+        while self.members.get(heap[0][0]) is not heap[0][2]:
+            heapq.heappop(heap)
+        return heap[0][0], heap[0][2]
+
+    def first_ranked(self) -> tuple[tuple[float, ...], EvictionTerms] | None:
+        """The member the rank orders first, with its rank key (None: no member)."""
+        heap = self.ranked
+        while heap and self.members.get(heap[0][1]) is not heap[0][3]:
+            heapq.heappop(heap)
+        return (heap[0][0], heap[0][3]) if heap else None
+
+
+class _Candidates:
+    """One inference's evictable blocks (resident, not in flight, not Pinned), by tier, kept
+    from its first eviction to its last: computed once, then changed by what changes them --
+    a victim leaves, a block goes into flight (an orphan rewritten), a drop cuts chains (the
+    blocks cut have their terms computed again, :class:`_Terms`). Each eviction is then judged
+    on a summary (:class:`~checkers.invariants.shadow_terms.Eviction`) in work proportional to
+    its distinct (class, suspension time) pairs and a heap's log, where a scan of every
+    resident block per eviction made a checked replay's work evictions x memory (a 1,595-op
+    agentic trace on 4,608 blocks: 3 min; spec/invariants.md, Self-checks of the engine).
+    ``tests/test_nversion.py`` compares every summary with one from a scan."""
+
+    def __init__(
+        self,
+        shadow: ShadowState,
+        memo: _Terms,
+        flight: set[BlockKey],
+        rank: tuple[RankTerm, ...] | None,
+    ) -> None:
+        self.shadow, self.memo, self.flight = shadow, memo, flight
+        self.rank = rank
+        self._key = key_function(rank) if rank is not None else None
+        self.tiers: dict[str, _TierCandidates] = {}
+        self._entries = itertools.count()
+        for key in shadow.resident:
+            if key not in flight:
+                self._enter(key)
+
+    def _enter(self, key: BlockKey) -> None:
+        memo = self.memo
+        info = memo.terms.get(key)
+        if info is None:
+            info = memo.terms[key] = self.shadow.evictable(key, memo.holders, memo.pins)
+        if info.state is BlockClass.PINNED:
+            return
+        t = self.tiers.get(tier := self.shadow.tier[key])
+        if t is None:
+            t = self.tiers[tier] = _TierCandidates()
+        t.members[key] = info
+        term = (info.state, info.suspend_time)
+        t.count[term] += 1
+        n = next(self._entries)
+        heapq.heappush(t.by_term.setdefault(term, []), (key, n, info))
+        if self._key is not None:
+            heapq.heappush(t.ranked, (self._key(info), key, n, info))
+
+    def leave(self, key: BlockKey) -> None:
+        """``key`` is no candidate any more (evicted, gone into flight, or its terms changed)."""
+        t = self.tiers.get(self.shadow.tier.get(key, ""))
+        info = t.members.pop(key, None) if t is not None else None
+        if t is not None and info is not None:
+            term = (info.state, info.suspend_time)
+            t.count[term] -= 1
+            if not t.count[term]:
+                del t.count[term]
+
+    def cut(self, victim: BlockKey, lost: list[tuple[BlockKey, ShadowContext]]) -> None:
+        """``victim`` left memory and the chains holding it lost ``lost`` (after the drop)."""
+        self.memo.cut(victim, lost)
+        for key in dict.fromkeys(k for k, _ in lost):
+            self.leave(key)
+            if key in self.shadow.resident and key not in self.flight:
+                self._enter(key)
+
+    def eviction(self, victim: BlockKey, tiers: Sequence[str]) -> Eviction:
+        """The eviction of ``victim`` from ``tiers``, summarised; the victim's terms computed
+        afresh, and the victim no candidate from now on."""
+        self.leave(victim)
+        memo = self.memo
+        least: dict[_Term, tuple[BlockKey, EvictionTerms]] = {}
+        count = 0
+        first: tuple[tuple[float, ...], EvictionTerms] | None = None
+        for tn in dict.fromkeys(tiers):
+            t = self.tiers.get(tn)
+            if t is None:
+                continue
+            count += len(t.members)
+            for term in t.count:
+                c = t.least(term)
+                if term not in least or c[0] < least[term][0]:
+                    least[term] = c
+            if (top := t.first_ranked()) is not None and (first is None or top[0] < first[0]):
+                first = top
+        reps = tuple(c for _, c in sorted(least.values(), key=lambda kc: kc[0]))
+        mine = self.shadow.evictable(victim, memo.holders, memo.pins)
+        ranked = first[1] if first is not None else None
+        return Eviction(mine, reps, victim in self.flight, count, ranked)
+
+
 class Shadow(ShadowState):
     """The contract's figures for one trace, op by op (valid traces only: no error checking)."""
 
@@ -108,12 +233,15 @@ class Shadow(ShadowState):
         rules: Rules = KEEP,
         tiers: Sequence[str] = (),
         capacity: Mapping[str, int] | None = None,
+        rank: tuple[RankTerm, ...] | None = None,
     ) -> None:
         """``tiers``: the configured tier order (a block's ``tier_index``, spec PP3).
         ``capacity``: each tier's slots; following the log, each inference's admission (M4.4)
         and each eviction's need (M4: every tier it could take was full) are then checked, and
-        not without."""
+        not without. ``rank``: the policy's declared rank, when it is its order: each
+        eviction's summary then names the candidate it orders first."""
         super().__init__(block_size, tiers)
+        self.rank = rank
         self.capacity = None if capacity is None else dict(capacity)
         self.rules = rules
         #: the index of the op being applied (the engine's ``op_index``: a use's ``last_op``)
@@ -375,24 +503,6 @@ class Shadow(ShadowState):
                 h.valid = min(h.valid, d)
         return cut
 
-    def _eviction(
-        self, victim: BlockKey, tiers: Sequence[str], flight: set[BlockKey], memo: _Terms
-    ) -> Eviction:
-        """The eviction of ``victim`` as the contract sees it, every candidate's terms from
-        ``memo`` (the inference's, see :class:`_Terms`); the victim's are computed afresh."""
-        holders, pins = memo.holders, memo.pins
-        terms = memo.terms
-        cands = []
-        for key in sorted(self.resident):
-            if key == victim or key in flight or self.tier[key] not in tiers:
-                continue
-            info = terms.get(key)
-            if info is None:
-                info = terms[key] = self.evictable(key, holders, pins)
-            if info.state is not BlockClass.PINNED:
-                cands.append(info)
-        return Eviction(self.evictable(victim, holders, pins), tuple(cands), victim in flight)
-
     def _follow_infer(
         self,
         c: ShadowContext,
@@ -431,7 +541,7 @@ class Shadow(ShadowState):
         loose: Counter[str] = Counter()  # slots of this inference's unindexed writes, by tier
         freed: str | None = None  # the tier of the slot an eviction just freed
         at_refusal: dict[str, int] | None = None  # free slots before a roll-back's frees
-        memo: _Terms | None = None  # the candidates' terms, from the inference's first eviction
+        cands: _Candidates | None = None  # the evictable blocks, from the first eviction on
         while todo and not (isinstance(todo[0], FreeObs) and todo[0].reason == FreeReason.RECLAIM):
             r = todo.pop(0)
             if isinstance(r, EvictObs):
@@ -449,13 +559,13 @@ class Shadow(ShadowState):
                     freed = self.tier.get(r.key, r.tier)
                 else:
                     tiers = (r.tier,)
-                if memo is None:
-                    memo = _Terms(*self._holders(pins))
-                ev = self._eviction(r.key, tiers, flight, memo)
+                if cands is None:
+                    cands = _Candidates(self, _Terms(*self._holders(pins)), flight, self.rank)
+                ev = cands.eviction(r.key, tiers)
                 self.evictions.append(ev)
                 if (cls := ev.victim.state) is not r.state:
                     bad(f"evict of block {r.block} logged as {r.state.value}; it is {cls.value}")
-                memo.cut(r.key, self._drop(r.key))
+                cands.cut(r.key, self._drop(r.key))
             elif isinstance(r, AllocObs):
                 if len(placed) == len(misses):
                     bad(f"alloc of block {r.block} beyond the {len(misses)} blocks to write")
@@ -484,6 +594,8 @@ class Shadow(ShadowState):
                     loose[r.tier] += 1
                 if key is not None:
                     flight.add(key)
+                    if cands is not None:
+                        cands.leave(key)  # (an orphan rewritten: in flight now)
                     if not rewrite:
                         self._index(key, op.t)
                         self.tier[key], self.slot[key] = r.tier, r.block
@@ -511,6 +623,8 @@ class Shadow(ShadowState):
                     at_refusal = self._free_slots(loose)
                 if r.key is not None and r.key in self.resident:
                     self._leave(r.key)
+                    if cands is not None:
+                        cands.leave(r.key)
                 else:  # (a partial or bypassed write, rolled back)
                     loose[r.tier] -= 1
             elif not (isinstance(r, FreeObs) and r.reason in _COMMIT_FREES):

@@ -302,19 +302,14 @@ def evict_mru(victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> str | No
 
 
 def evict_rank_first(
-    rank: Sequence[RankTerm],
-    victim: Featured,
-    cands: Iterable[Featured],
-    key: Callable[[Featured], tuple[float, ...]] | None = None,
+    rank: Sequence[RankTerm], victim: Featured, cands: Iterable[Featured]
 ) -> str | None:
     """Spec PP3: a policy whose order is its declarative rank evicts the candidate the rank
     orders first -- the smallest key, block id last -- among the evictable blocks of the tiers
     the allocation could take (a self-check of the engine's victim sources: the rank index and
-    the sorted order both must give it). ``key``: ``rank_key(rank, ·)``, if the caller keeps
-    the keys of candidates it meets again (the default computes each)."""
-    k: Callable[[Featured], tuple[float, ...]] = (
-        key if key is not None else functools.partial(rank_key, rank)
-    )
+    the sorted order both must give it). ``cands``: those blocks, or any of them that holds the
+    one the rank orders first (the Monitor passes that one alone, shadow_terms.Eviction)."""
+    k = functools.partial(rank_key, rank)
     mine = k(victim)
     first = min(cands, key=k, default=None)
     if first is None or not k(first) < mine:

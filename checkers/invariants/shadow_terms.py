@@ -294,8 +294,19 @@ class Admission:
 @attrs.frozen
 class Eviction:
     """One eviction as the contract sees it: the victim, the other evictable blocks in the
-    tiers the allocation could evict from (M4.1), and whether the victim was in flight (M4.2)."""
+    tiers the allocation could evict from (M4.1) as the eviction-order checks read them, and
+    whether the victim was in flight (M4.2).
+
+    Of the other evictable blocks: ``count``, how many; ``representatives``, for each distinct
+    (class, suspension time) among them the one of smallest key, in key order (the order
+    invariants and :func:`~checkers.invariants.predicates.contested` read those two terms
+    alone, so a block ordered before the victim exists iff a representative is, and the first
+    in key order is one); ``first_ranked``, the one the declared rank (if the model was given
+    one) orders first. Not every block: an eviction among thousands is judged on these, kept
+    as an inference's evictions go (spec/invariants.md, Self-checks of the engine)."""
 
     victim: EvictionTerms
-    candidates: tuple[EvictionTerms, ...]
+    representatives: tuple[EvictionTerms, ...]
     in_flight: bool
+    count: int
+    first_ranked: EvictionTerms | None

@@ -66,7 +66,8 @@ _SKIP: dict[str, frozenset[str]] = {
             "compared_whole",
         }
     ),
-    "Shadow": frozenset({"problems", "evictions", "last_infer", "last_prompt_keys"}),
+    # rank: the policy's declared rank, a constant (its floats are no time stamps)
+    "Shadow": frozenset({"problems", "evictions", "last_infer", "last_prompt_keys", "rank"}),
     "Packer": frozenset({"_keys"}),
 }
 
