@@ -3,11 +3,12 @@ explorer, pressure and coverage, and the CLI's budget and parallelism."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -458,6 +459,44 @@ def test_replay_check_reports_a_nondeterministic_policy(
     assert main([*args, "--policy", "checkers.search.mutants:SharedCursorLRU"]) == 1
     out = capsys.readouterr().out
     assert "VIOLATED nondeterministic at op 54: two replays of the same trace differ" in out
+
+
+def test_replay_check_draws_progress_on_a_terminal_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    trace = tmp_path / "t.jsonl"
+    dump_trace(random_trace(RandomParams(seed=0, ops=60)), trace)
+    args = ["replay", str(trace), "--check", "accounting"]
+    assert main(args) == 0
+    assert capsys.readouterr().err == ""  # a pipe gets no progress
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    ticks: list[str] = []
+    import checkers.cli.check as check_cli
+    from kvmodel.progress import bar as real
+
+    def counted(total: int, what: str, *, on: bool) -> Iterator[Callable[[str], None]]:
+        with real(total, what, on=on) as done:
+
+            def step(name: str) -> None:
+                ticks.append(name)
+                done(name)
+
+            yield step
+
+    monkeypatch.setattr(check_cli, "bar", contextlib.contextmanager(counted))
+    assert main(args) == 0
+    # every op of each pass: the monitored replay, three replays, two self-checks
+    assert Counter(ticks) == {
+        "monitor": 60,
+        "nondeterministic": 180,
+        "engine-contract under lru on ample memory": 60,
+        "engine-contract under kvtether on ample memory": 60,
+    }
+    assert "replay --check" in capsys.readouterr().err  # drawn, on what claims to be a terminal
+    assert main([*args, "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_generate_reaches_every_op_kind(tmp_path: Path) -> None:

@@ -165,21 +165,35 @@ def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig
     logs (a ``nondeterministic`` finding when they differ), and the policy's engine against the
     contract on ample memory (``engine-contract``); exit 1 on any violation or finding."""
     names = invariant_names(args.check)
-    run = check_ops(trace.ops, args.policy, config, names)
-    if run.trace_error is not None:
-        raise run.trace_error.located(file=trace.source, line=trace.line_of(run.applied), op=None)
-    if args.observations:
-        atomic_write(Path(args.observations), run.engine.log.to_jsonl())
+    ops = trace.ops
+    # progress (a terminal only): every op of the monitored replay, of the nondeterministic
+    # check's replays and of the two self-checks on ample memory
+    runs = 3
+    with bar(len(ops) * (1 + runs + 2), "replay --check", on=wanted(args.quiet)) as done:
+        run = check_ops(ops, args.policy, config, names, tick=lambda: done("monitor"))
+        if run.trace_error is not None:
+            line = trace.line_of(run.applied)
+            raise run.trace_error.located(file=trace.source, line=line, op=None)
+        if args.observations:
+            atomic_write(Path(args.observations), run.engine.log.to_jsonl())
+        found = list(run.violations)
+        odd = nondeterminism(
+            ops, args.policy, config, runs=runs, tick=lambda: done("nondeterministic")
+        )
+        if odd is not None:
+            found.append(odd)
+        engine_class = getattr(resolve_policy(args.policy), "engine_class", Engine)
+        ample: dict[str, ContractCoverage] = {}
+        off = contract_violation(
+            ops,
+            engine_class,
+            block_size=config.block_size,
+            coverage=ample,
+            tick=lambda name: done(f"engine-contract under {name} on ample memory"),
+        )
+        if off is not None:
+            found.append(off)
     first: dict[str, Violation] = {}
-    found = list(run.violations)
-    odd = nondeterminism(trace.ops, args.policy, config)
-    if odd is not None:
-        found.append(odd)
-    engine_class = getattr(resolve_policy(args.policy), "engine_class", Engine)
-    ample: dict[str, ContractCoverage] = {}
-    off = contract_violation(trace.ops, engine_class, block_size=config.block_size, coverage=ample)
-    if off is not None:
-        found.append(off)
     for v in found:
         first.setdefault(v.invariant, v)
     if args.json:
@@ -313,5 +327,8 @@ def _add_replay_check(sub: Subparsers) -> None:
         const="",
         metavar="INV,...",
         help="check invariants while replaying (default: all); exit 1 if violated",
+    )
+    r.add_argument(
+        "--quiet", action="store_true", help="with --check: no progress bar (drawn only on a TTY)"
     )
     r.set_defaults(checked=_replay_checked)

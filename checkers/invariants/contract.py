@@ -9,6 +9,7 @@ large to fill, the model predicting every decision or following the engine's; an
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 
 import attrs
@@ -111,6 +112,7 @@ def diverge(
     engine_class: type[Engine] | None = None,
     config: EngineConfig | None = None,
     coverage: ContractCoverage | None = None,
+    tick: Callable[[], None] | None = None,
 ) -> Divergence | None:
     """Run the engine (``engine_class``, default the policy's own or the reference) beside the
     shadow; the first divergence, or ``None`` if they agree after every op (the whole state
@@ -120,7 +122,7 @@ def diverge(
     ``rules``: the shadow predicts every decision (memory that cannot fill: ``config`` defaults
     to :func:`ample_config`). ``None``: the shadow follows the engine's decisions from its log
     and checks everything else -- any policy, any ``config`` (default ample). ``coverage``:
-    counts what was compared."""
+    counts what was compared; ``tick``: called after each op compared."""
     pol = policy()
     cls: type[Engine] = (
         engine_class if engine_class is not None else getattr(pol, "engine_class", Engine)
@@ -152,6 +154,8 @@ def diverge(
             last_whole = k
         if found is not None:
             return found
+        if tick is not None:
+            tick()
     return None
 
 
@@ -287,11 +291,13 @@ def contract_violation(
     *,
     block_size: int = 4,
     coverage: dict[str, ContractCoverage] | None = None,
+    tick: Callable[[str], None] | None = None,
 ) -> Violation | None:
     """``engine-contract``: ``engine_class`` on ample memory, under LRU (no bypass, no reclaim)
     and under KVTether (bypass, eager reclaim), disagrees with :class:`Shadow`. ``None`` when it
     agrees or the trace is not valid (the reference engine raises a ``TraceError`` on it).
-    ``coverage``: filled with what was compared under each reference policy, by its name."""
+    ``coverage``: filled with what was compared under each reference policy, by its name;
+    ``tick``: called with that name after each op compared."""
     from kvmodel.logical import Sequences
 
     check = Sequences(block_size)
@@ -306,7 +312,11 @@ def contract_violation(
         if coverage is not None:
             coverage[name] = cov
         try:
-            d = diverge(ops, policy, rules, engine_class=engine_class, config=config, coverage=cov)
+            step = None if tick is None else functools.partial(tick, name)
+            d = diverge(
+                ops, policy, rules, engine_class=engine_class, config=config, coverage=cov,
+                tick=step,
+            )  # fmt: skip
         except TraceError as err:  # a valid trace the engine under test refuses
             d = Divergence(len(ops), "the engine refused a valid trace", str(err), "no error")
         if d is not None:

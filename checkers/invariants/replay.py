@@ -3,7 +3,7 @@ replay, the searches and the oracle share), and the nondeterminism check of two 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -69,11 +69,13 @@ def check_ops(
     stop_at: str | None = None,
     endurance_years: float = 5.0,
     contract: bool = True,
+    tick: Callable[[], None] | None = None,
 ) -> CheckRun:
     """Apply ``ops`` with a :class:`Monitor`; stop at the first violation of ``stop_at`` (if
     given), at a refused policy decision, or at an op the model rejects as bad input.
     ``contract=False``: without the contract model (:data:`~checkers.invariants.monitor.
-    READS_CONTRACT` says what then goes unjudged), never for a verdict."""
+    READS_CONTRACT` says what then goes unjudged), never for a verdict. ``tick``: called after
+    each op applied (a progress bar's step)."""
     pol = resolve_policy(policy)
     engine = engine_for(pol, config)
     mon = Monitor(engine, invariants, endurance_years=endurance_years, contract=contract)
@@ -90,6 +92,8 @@ def check_ops(
         except TraceError as e:
             return CheckRun(tuple(mon.violations), engine, applied, e)
         applied += 1
+        if tick is not None:
+            tick()
         if not went_on:
             return CheckRun(tuple(mon.violations), engine, applied)
         if stop_at is not None and mon.first(stop_at) is not None:
@@ -99,17 +103,23 @@ def check_ops(
 
 
 def nondeterminism(
-    ops: Sequence[Op], policy: str, config: EngineConfig, *, runs: int = 3
+    ops: Sequence[Op],
+    policy: str,
+    config: EngineConfig,
+    *,
+    runs: int = 3,
+    tick: Callable[[], None] | None = None,
 ) -> Violation | None:
     """Replay ``ops`` ``runs`` times, each with a fresh policy and engine; a
     ``nondeterministic`` finding at the first op whose records differ between two replays (a
-    policy that breaks ties by ``id()``, set order or a clock), else None."""
+    policy that breaks ties by ``id()``, set order or a clock), else None. ``tick``: called after
+    each op of each replay."""
     logs = []
     for _ in range(runs):
         # no invariant and no contract model: only the logs are compared, and the monitor's
         # checks never change what the engine does (the contract model was most of the time
         # of a `replay --check` and of a finding's replays in a search)
-        run = check_ops(ops, policy, config, [], contract=False)
+        run = check_ops(ops, policy, config, [], contract=False, tick=tick)
         logs.append([observation_to_json(o) for o in run.engine.log])
     first = logs[0]
     for other in logs[1:]:
