@@ -56,6 +56,7 @@ from kvmodel.io.trace import (
     Pin,
     Remove,
     Trace,
+    TraceHeader,
     carried_messages,
     dump_trace,
     dumps_op,
@@ -440,16 +441,24 @@ def test_replay_check_reports_a_nondeterministic_policy(
     cfg.write_text(config_to_toml(check_config()))
     args = ["replay", str(trace), "--config", str(cfg), "--check", "accounting"]
     assert main([*args, "--policy", "lru"]) == 0
-    # what the self-checks compared (contract.whole_state_due): the first 16 ops and every
-    # fourth after, following; every op on ample memory, where at most 256 blocks are resident
-    assert capsys.readouterr().out.splitlines()[1:] == [
+    # what the replay exercised (as a search reports it); what the self-checks compared
+    # (contract.whole_state_due): the first 16 ops and every fourth after, following; every op
+    # on ample memory, where at most 256 blocks are resident
+    assert capsys.readouterr().out.splitlines() == [
+        "0 violated, 1 held over 60 ops: accounting",
+        "coverage: evictions 4 (dead 4), the widest choosing among 8 blocks, rejections 11, "
+        "spills 13, reclaims 0, temporaries 7, bypasses 0, prompts of up to 124 tokens, chains "
+        "of up to 10 blocks, a clock of up to 45 s, up to 2 contexts open at once, forks 1, pins "
+        "3 (0 ops at a TTL deadline), worn tiers 1, multi-tier runs 1/1",
         "engine-contract compared every op's figures and message states; the whole state:",
         "  following the engine: after 27 of 60 ops",
         "  on ample memory under lru: after 60 of 60 ops (up to 93 resident blocks)",
         "  on ample memory under kvtether: after 60 of 60 ops (up to 46 resident blocks)",
     ]
     assert main([*args, "--policy", "lru", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["engine_contract"] == {
+    out = json.loads(capsys.readouterr().out)
+    assert (out["ops"], out["never_exercised"]) == (60, [])
+    assert out["engine_contract"] == {
         "followed": {"ops": 60, "whole_state": 27},
         "ample": {
             "lru": {"ops": 60, "whole_state": 60, "widest": 93},
@@ -459,6 +468,16 @@ def test_replay_check_reports_a_nondeterministic_policy(
     assert main([*args, "--policy", "checkers.search.mutants:SharedCursorLRU"]) == 1
     out = capsys.readouterr().out
     assert "VIOLATED nondeterministic at op 54: two replays of the same trace differ" in out
+    # an invariant whose trigger never happened held vacuously, and the report says so
+    empty = tmp_path / "empty.jsonl"
+    dump_trace(Trace(TraceHeader(), ()), empty)
+    assert main(["replay", str(empty), "--check", "accounting,suspended-mru"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "0 violated, 2 held over 0 ops: accounting, suspended-mru"
+    assert lines[2] == (
+        "warning: suspended-mru never exercised: no eviction it constrained (each chose among "
+        "blocks it does not order)"
+    )
 
 
 def test_replay_check_draws_progress_on_a_terminal_only(

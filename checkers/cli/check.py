@@ -13,6 +13,7 @@ from checkers.invariants.contract import ContractCoverage, contract_violation
 from checkers.invariants.registry import invariant_names
 from checkers.invariants.replay import check_ops, nondeterminism
 from checkers.invariants.structural import Violation
+from checkers.search.coverage import SearchStats
 from checkers.search.scope import (
     CROWD,
     CROWD_EVERY,
@@ -196,13 +197,22 @@ def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig
     first: dict[str, Violation] = {}
     for v in found:
         first.setdefault(v.invariant, v)
+    held = [n for n in names if n not in first]
+    # what the monitored replay exercised, as a search reports it: a quiet check is not a clean
+    # one, and an invariant whose trigger never happened held vacuously
+    seen = SearchStats()
+    seen.count_ops(ops[: run.applied])
+    seen.observe(run.engine, ops[: run.applied])
+    idle = seen.unexercised(held)
     if args.json:
         print(
             json.dumps(
                 {
                     "policy": args.policy,
                     "checked": names,
+                    "ops": run.applied,
                     "violations": [attrs.asdict(v) for v in first.values()],
+                    "never_exercised": idle,
                     "engine_contract": {
                         "followed": {"ops": run.applied, "whole_state": run.compared_whole},
                         "ample": {
@@ -218,8 +228,13 @@ def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig
         for v in found:
             if first.get(v.invariant) is v:
                 print(f"VIOLATED {v.invariant} at op {v.op}: {v.message}")
-        held = [n for n in names if n not in first]
-        print(f"{len(first)} violated, {len(held)} held: {', '.join(held) or '-'}")
+        print(
+            f"{len(first)} violated, {len(held)} held over {run.applied} ops: "
+            f"{', '.join(held) or '-'}"
+        )
+        print(seen.coverage_line())
+        for warning in idle:
+            print(f"warning: {warning}")
         # what the self-checks compared (every op's inference figures and message states; the
         # whole state on contract.whole_state_due's schedule): a quiet check is not a clean one
         print("engine-contract compared every op's figures and message states; the whole state:")
