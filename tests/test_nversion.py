@@ -25,8 +25,9 @@ from checkers.invariants.contract import (
     whole_state_due,
 )
 from checkers.invariants.monitor import READS_CONTRACT, Monitor
-from checkers.invariants.nversion import Shadow, _Candidates
+from checkers.invariants.nversion import Shadow
 from checkers.invariants.replay import check_ops, engine_for
+from checkers.invariants.shadow_candidates import Candidates
 from checkers.invariants.shadow_state import ShadowState
 from checkers.invariants.shadow_terms import (
     KEEP,
@@ -279,7 +280,8 @@ def _scanned(
     rank: tuple[RankTerm, ...] | None,
 ) -> Eviction:
     """An eviction's summary from a scan of every resident block, every block's holders and
-    terms found afresh: the definition the kept candidates (nversion._Candidates) must equal."""
+    terms found afresh: the definition the kept candidates (shadow_candidates.Candidates) must
+    equal."""
     holders, pins = s._holders(pins)
     cands = [
         info
@@ -302,12 +304,12 @@ def test_an_inferences_evictions_are_judged_as_a_scan_would(
     # block's terms again only when a drop cut its holders (spec/invariants.md, Where it runs):
     # each eviction's summary equals one made from a scan of every resident block, every
     # block's terms computed afresh at the same moment
-    judge = _Candidates.eviction
-    cut = _Candidates.cut
+    judge = Candidates.eviction
+    cut = Candidates.cut
     evictions = reused = recut = moved = ranked = several = 0
     judged: set[int] = set()
 
-    def both(self: _Candidates, victim: BlockKey, tiers: Sequence[str]) -> Eviction:
+    def both(self: Candidates, victim: BlockKey, tiers: Sequence[str]) -> Eviction:
         nonlocal evictions, reused, ranked, several
         want = _scanned(self.shadow, victim, tiers, self.flight, self.memo.pins, self.rank)
         reused += id(self) in judged  # (a later eviction of one inference: the kept blocks)
@@ -320,7 +322,7 @@ def test_an_inferences_evictions_are_judged_as_a_scan_would(
         return got
 
     def counted(
-        self: _Candidates, victim: BlockKey, lost: list[tuple[BlockKey, ShadowContext]]
+        self: Candidates, victim: BlockKey, lost: list[tuple[BlockKey, ShadowContext]]
     ) -> None:
         nonlocal recut, moved
         was = {k: self.memo.terms.get(k) for k, _ in lost if k != victim}
@@ -331,8 +333,8 @@ def test_an_inferences_evictions_are_judged_as_a_scan_would(
             for k, t in was.items()
         )
 
-    monkeypatch.setattr(_Candidates, "eviction", both)
-    monkeypatch.setattr(_Candidates, "cut", counted)
+    monkeypatch.setattr(Candidates, "eviction", both)
+    monkeypatch.setattr(Candidates, "cut", counted)
     # (hbm-first's evictions cut chains below other candidates; these seeds' lru's do not)
     _follow_under_pressure(("lru", "kvtether", "hbm-first", "hbm-first-static"), 40)
     # the kept blocks were judged on again, a candidate's holders were cut under them (its terms

@@ -146,7 +146,7 @@ def diverge(
         if shadow.problems:
             return Divergence(k, "the log", shadow.problems[0], "what the contract allows")
         cov.ops += 1
-        found = compare(k, engine, shadow, records, full=False)
+        found = compare(k, engine, shadow, records)
         if found is None and (k == end or whole_state_due(k, last_whole, len(shadow.resident), 1)):
             cov.whole += 1
             cov.widest = max(cov.widest, len(shadow.resident))
@@ -165,14 +165,14 @@ def compare(
     s: Shadow,
     records: Sequence[object],
     *,
-    full: bool = True,
     states: Mapping[ContextId, Mapping[int, MsgState]] | None = None,
 ) -> Divergence | None:
     """After op ``k``: the first field on which the engine (its view and the op's ``records``)
-    and the shadow differ. ``full=False`` compares the op's inference figures (they exist only on
-    the op itself) and every message's state (work proportional to the messages), not every
-    context and resident block. ``states``: every context's ``states()`` now, if the caller
-    has them (the Monitor reads them for legal-transitions too)."""
+    and the shadow differ among what is compared after every op -- the op's inference figures
+    (they exist only on the op itself) and every message's state (work proportional to the
+    messages); the whole state is :func:`compare_state`'s, on :func:`whole_state_due`'s
+    schedule. ``states``: every context's ``states()`` now, if the caller has them (the Monitor
+    reads them for legal-transitions too)."""
 
     def differ(what: str, ev: object, sv: object) -> Divergence | None:
         return _differ(k, what, ev, sv)
@@ -210,7 +210,7 @@ def compare(
             uid = min(u for u in keys if now.get(u) is not c.state.get(u))
             what = f"state of message #{uid} of {cid}"
             return Divergence(k, what, now.get(uid), c.state.get(uid))
-    return compare_state(k, e, s) if full else None
+    return None
 
 
 def compare_state(k: int, e: Engine, s: Shadow, *, since: int | None = None) -> Divergence | None:

@@ -157,19 +157,19 @@ class Monitor:
         self._temp_indexed: set[BlockId] = set()
         self._pending = _Pending()
         self._writes: dict[str, int] = dict.fromkeys(engine.memory.names, 0)
+        #: the policy's declarative rank, when it is its order: every victim must be its first
+        self._rank = declared_rank(engine.policy)
         #: the contract model, following the engine's log (None once it could not follow)
         self._shadow: Shadow | None = (
             Shadow(
                 engine.block_size,
                 tiers=engine.memory.names,
                 capacity={t.name: t.blocks for t in engine.memory.tiers},
-                rank=declared_rank(engine.policy),
+                rank=self._rank,
             )
             if contract
             else None
         )
-        #: the policy's declarative rank, when it is its order: every victim must be its first
-        self._rank = declared_rank(engine.policy)
         self._diverged = False
         #: the last op after which the whole state was compared, and how many were
         self._last_whole = -1
@@ -254,7 +254,7 @@ class Monitor:
                 # (the schedule: contract.whole_state_due; an op's figures and message states
                 # on every op)
                 k, used = self.op_index, len(self._shadow.resident)
-                d = compare(k, self.engine, self._shadow, records, full=False, states=states)
+                d = compare(k, self.engine, self._shadow, records, states=states)
                 if d is None and whole_state_due(k, self._last_whole, used, COMPARE_EVERY):
                     d = self._compare_whole(self._shadow)
                 msg = "" if d is None else f"the engine disagrees with the contract on {d}"

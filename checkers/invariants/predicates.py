@@ -35,6 +35,7 @@ __all__ = [
     "BlockTerms",
     "EvictionTerms",
     "Logic",
+    "OrderTerm",
     "contested",
     "evict_live_before_dead",
     "evict_mru",
@@ -215,10 +216,11 @@ def _passed_over(
 #: blocks' own times, so that :func:`_ordered`'s cache holds a few pairs, not one per time
 _EARLY, _LATE = 0.0, 1.0
 
-_Term = tuple[BlockClass, "float | None"]
+#: what the order invariants read of a block: its class and suspension time
+OrderTerm = tuple[BlockClass, "float | None"]
 
 
-def _representatives(terms: Iterable[_Term]) -> Iterator[tuple[_Term, _Term]]:
+def _representatives(terms: Iterable[OrderTerm]) -> Iterator[tuple[OrderTerm, OrderTerm]]:
     """One pair ``(a, b)`` of distinct ``terms`` for each class of pairs they hold: a's state,
     b's state, and how their suspension times compare (either missing; a's before, equal to or
     after b's), with the times replaced by stand-ins that compare the same way.
