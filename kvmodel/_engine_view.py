@@ -2,22 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+import re
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from kvmodel.contexts import Context
 from kvmodel.ids import BlockId, BlockKey, ContextId, SessionId, TierName
 from kvmodel.io.trace import EndSession, Fork, Op, Return
 from kvmodel.lifecycle import BlockClass, aggregate_across_contexts
 from kvmodel.memory import Memory
+from kvmodel.policy import RankTerm, key_source
 from kvmodel.residency import Residency
 from kvmodel.view import BlockInfo, ContextInfo, TierInfo
 
 if TYPE_CHECKING:
     from kvmodel._resident import ResidentBlock
 
-__all__ = ["EngineView", "Features", "ViewHost", "named_contexts"]
+__all__ = [
+    "ONE_HOLDER",
+    "EngineView",
+    "Features",
+    "OneHolderKey",
+    "ViewHost",
+    "named_contexts",
+    "one_holder_key",
+]
 
 
 class Features(NamedTuple):
@@ -34,6 +45,59 @@ class Features(NamedTuple):
     suspend_time: float | None
     alloc_time: float
     holders: tuple[ContextId, ...]
+
+
+#: A resident block ``r`` with one holder ``c``, its class there ``s``
+#: (``c.block_class(r.depth)``) and the tier order ``T``: each of its :class:`Features` as a
+#: Python expression (spec PP3). The one definition of such a block's features, and most blocks
+#: have one holder: :meth:`EngineView.features` builds them from it, and a rank of plain numeric
+#: terms keys such a block from it without building them (:func:`one_holder_key`).
+ONE_HOLDER: Mapping[str, str] = {
+    "id": "r.id",
+    "tier_index": "T[r.tier]",
+    "depth": "r.depth",
+    "state": "s",
+    "last_access": (
+        "(c.last_infer if c.last_infer is not None and c.last_infer > r.touch else r.touch)"
+    ),
+    "last_op": "(c.last_infer_op if c.last_infer_op > r.touch_op else r.touch_op)",
+    "suspend_time": "(c.suspended_at if s is SUSPENDED else None)",
+    "alloc_time": "r.alloc_time",
+    "holders": "(c.id,)",
+}
+
+#: A one-holder block's key under a rank: ``key(r, c, s, T)``, named as in :data:`ONE_HOLDER`.
+OneHolderKey = Callable[
+    ["ResidentBlock", Context, BlockClass, Mapping[TierName, int]], tuple[float, ...]
+]
+
+
+def _one_holder_lambda(body: str) -> Any:
+    """``lambda r, c, s, T: <body>``, compiled; the body is made here from :data:`ONE_HOLDER`
+    and a rank's :func:`~kvmodel.policy.key_source`, never from input."""
+    names = {"Features": Features, "SUSPENDED": BlockClass.SUSPENDED}
+    return eval(f"lambda r, c, s, T: {body}", names)
+
+
+#: :data:`ONE_HOLDER`'s features as one :class:`Features` (``tuple.__new__``, as NamedTuple's
+#: own ``__new__`` does, without its Python-level call: one is built for every block keyed)
+_one_holder_features: Callable[
+    [ResidentBlock, Context, BlockClass, Mapping[TierName, int]], Features
+] = _one_holder_lambda(
+    f"tuple.__new__(Features, ({', '.join(ONE_HOLDER[f] for f in Features.__annotations__)},))"
+)
+
+
+@functools.lru_cache(maxsize=256)
+def one_holder_key(terms: tuple[RankTerm, ...]) -> OneHolderKey | None:
+    """``rank_key(terms, features(r))`` for a block ``r`` with one holder, read straight from
+    :data:`ONE_HOLDER` (the Features are not built); None for a rank with a term read by a call
+    (:func:`~kvmodel.policy.key_source`). Cached by the terms, as the rank's own key is."""
+    src = key_source(terms)
+    if src is None:
+        return None
+    body = re.sub(r"\bb\.(\w+)", lambda m: f"({ONE_HOLDER[m.group(1)]})", src)
+    return cast(OneHolderKey, _one_holder_lambda(body))
 
 
 class ViewHost(Protocol):
@@ -154,40 +218,32 @@ class EngineView:
         """The features of ``b`` that a rank reads (spec PP3): those of its :meth:`block`
         snapshot, computed here once for both."""
         e = self._e
+        if len(b.holders) == 1:  # most blocks (their one definition: ONE_HOLDER)
+            (h,) = b.holders
+            c = e.contexts[h]
+            return _one_holder_features(b, c, c.block_class(b.depth), e.tier_index)
+        # none or several holders: ONE_HOLDER's features, taken over them (the highest class,
+        # the earliest suspension among those Suspended, the latest use)
         last = b.touch
         last_op = b.touch_op
-        holders: tuple[ContextId, ...]
         suspend: float | None = None
-        if len(b.holders) == 1:  # most blocks: the loop below for one holder, without its lists
-            holders = tuple(b.holders)
-            c = e.contexts[holders[0]]
-            state = c.block_class(b.depth)
+        classes = []
+        for h in b.holders:
+            c = e.contexts[h]
+            cls = c.block_class(b.depth)
+            classes.append(cls)
+            if (
+                cls is BlockClass.SUSPENDED
+                and c.suspended_at is not None
+                and (suspend is None or c.suspended_at < suspend)
+            ):
+                suspend = c.suspended_at
             if c.last_infer is not None and c.last_infer > last:
                 last = c.last_infer
             if c.last_infer_op > last_op:
                 last_op = c.last_infer_op
-            if state is BlockClass.SUSPENDED:
-                suspend = c.suspended_at
-        else:
-            classes = []
-            for h in b.holders:
-                c = e.contexts[h]
-                cls = c.block_class(b.depth)
-                classes.append(cls)
-                if (
-                    cls is BlockClass.SUSPENDED
-                    and c.suspended_at is not None
-                    and (suspend is None or c.suspended_at < suspend)
-                ):
-                    suspend = c.suspended_at
-                if c.last_infer is not None and c.last_infer > last:
-                    last = c.last_infer
-                if c.last_infer_op > last_op:
-                    last_op = c.last_infer_op
-            state = aggregate_across_contexts(classes) if classes else e.block_class(b)
-            holders = tuple(sorted(b.holders))
-        # (tuple.__new__, as NamedTuple's own __new__ does, without its Python-level call: one
-        # is built for every block keyed)
+        state = aggregate_across_contexts(classes) if classes else e.block_class(b)
+        holders = tuple(sorted(b.holders))
         return tuple.__new__(
             Features,
             (

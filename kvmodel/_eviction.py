@@ -54,6 +54,9 @@ class EvictionHost(Protocol):
     @property
     def index(self) -> Mapping[BlockKey, BlockId]: ...
 
+    @property
+    def tier_index(self) -> Mapping[TierName, int]: ...
+
 
 class PolicyOrder:
     """Victims from ``policy.eviction_order`` over a snapshot of the candidates (spec PP1)."""

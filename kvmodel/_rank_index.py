@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from kvmodel._engine_view import OneHolderKey, one_holder_key
 from kvmodel._eviction import EvictionHost
 from kvmodel.errors import InternalError
 from kvmodel.ids import BlockId, ContextId, TierName
@@ -161,6 +162,10 @@ class RankIndex:
         #: blocks that share a context's features are ordered by their fixed ones: group them
         self.grouped = not self.lazy and separable_by_contexts(self.terms)
         self.fixed_key = fixed_key_function(self.terms)
+        #: (ungrouped, a rank of plain numeric terms) a one-holder block's key straight from the
+        #: block and its holder (ONE_HOLDER), without its features built; None under a view of
+        #: the engine's own (Engine.use_view: every key is then that view's features')
+        self.one_key: OneHolderKey | None = None if self.grouped else one_holder_key(self.terms)
         #: where the fixed key's values sit in a whole key (the block id last)
         self.fixed_at = fixed_positions(self.terms)
         #: (lazy) per context, the deepest block found Pinned while it held it since its chain
@@ -196,12 +201,14 @@ class RankIndex:
         state = dict(self.__dict__)
         del state["key"]
         del state["fixed_key"]
+        state["one_key"] = state["one_key"] is not None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.key = key_function(self.terms)
         self.fixed_key = fixed_key_function(self.terms)
+        self.one_key = one_holder_key(self.terms) if state["one_key"] else None
 
     def mark_block(self, bid: BlockId) -> None:
         self.dirty_blocks.add(bid)
@@ -253,6 +260,7 @@ class RankIndex:
         pushed: list[tuple[Any, ...]] = []
         pinned_class = BlockClass.PINNED
         keyed = 0
+        one, ctxs, tier_index = self.one_key, e.contexts, e.tier_index
         for bid in self.dirty_blocks:
             b = blocks.get(bid)
             if b is None:
@@ -267,6 +275,18 @@ class RankIndex:
                 # once, then, not at every look in between. A stale entry popped meanwhile is
                 # forgotten by next_victim (a group's head: the next member heads).
                 continue
+            if one is not None and len(b.holders) == 1:
+                # its key without its features built (most blocks; a Pinned one is keyed below)
+                (h,) = b.holders
+                c = ctxs[h]
+                cls = c.block_class(b.depth)
+                if cls is not pinned_class:
+                    keyed += 1
+                    pinned.discard(bid)
+                    self.seq = seq = self.seq + 1
+                    pushed.append((*one(b, c, cls, tier_index), bid, seq, clock))
+                    entry[bid] = seq
+                    continue
             info = features(b)
             keyed += 1
             if grouped:

@@ -55,6 +55,7 @@ __all__ = [
     "fixed_key_function",
     "fixed_positions",
     "key_function",
+    "key_source",
     "raised_by_contexts",
     "rank_key",
     "registered_policies",
@@ -287,14 +288,34 @@ def _compile_key(terms: tuple[RankTerm, ...]) -> Callable[[Featured], tuple[floa
     parts: list[str] = []
     names: dict[str, object] = {}
     for i, t in enumerate(terms):
-        if t.feature != "state" and t.only is None and t.feature not in MAY_BE_NONE:
-            expr = FEATURE_EXPRESSIONS[t.feature]
-            parts.append(f"-{expr}" if t.descending else expr)
-        else:
+        expr = _inline(t)
+        if expr is None:
             names[f"_t{i}"] = term_function(t)
-            parts.append(f"_t{i}(b)")
+            expr = f"_t{i}(b)"
+        parts.append(expr)
     parts.append("float(b.id)")
     return cast(Callable[[Featured], tuple[float, ...]], _lambda(f"({', '.join(parts)},)", names))
+
+
+def _inline(t: RankTerm) -> str | None:
+    """A plain numeric term's value as an expression over a :class:`~kvmodel.view.Featured`
+    ``b`` (negated if descending); None for a term read by a call (the class, a condition, a
+    feature that may be None)."""
+    if t.feature == "state" or t.only is not None or t.feature in MAY_BE_NONE:
+        return None
+    expr = FEATURE_EXPRESSIONS[t.feature]
+    return f"-{expr}" if t.descending else expr
+
+
+def key_source(terms: Sequence[RankTerm]) -> str | None:
+    """``rank_key(terms, b)`` as one Python expression over a :class:`~kvmodel.view.Featured`
+    ``b``, reading its features only as ``b.<feature>``, when every term is a plain numeric one;
+    None when a term needs a call. For a caller that reads the features from elsewhere (the
+    engine's one-holder keys, :func:`kvmodel._engine_view.one_holder_key`)."""
+    parts = [_inline(t) for t in terms]
+    if any(p is None for p in parts):
+        return None
+    return f"({', '.join([*cast(list[str], parts), 'float(b.id)'])},)"
 
 
 def separable_by_contexts(terms: Sequence[RankTerm]) -> bool:

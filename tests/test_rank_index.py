@@ -17,6 +17,7 @@ import kvmodel._rank_index
 from checkers.invariants.predicates import evict_rank_first
 from checkers.invariants.replay import check_ops
 from checkers.search.mutants import _HeadsOnlyIndex
+from kvmodel._engine_view import one_holder_key
 from kvmodel._rank_index import RankIndex, _Queue
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
@@ -59,9 +60,9 @@ def _log(ops: list[Op], cfg: EngineConfig, policy: Policy | str, *, fast: bool) 
 
 def _features_per_inference(policy: str, tokens: int, steps: int = 24) -> float:
     """Two contexts of ``tokens`` tokens take turns (append 16 tokens, infer) with memory full,
-    so every inference evicts; how many blocks' features the rank index computes per inference,
-    counted by wrapping the features function it was given (after four warm-up inferences:
-    the first look keys all of memory once)."""
+    so every inference evicts; how many blocks the rank index keys per inference (its
+    ``keyed`` count: from their features, or straight from a one-holder block), after four
+    warm-up inferences (the first look keys all of memory once)."""
     n = 0
 
     def msg(size: int) -> Message:
@@ -74,15 +75,6 @@ def _features_per_inference(policy: str, tokens: int, steps: int = 24) -> float:
     engine = Engine(cfg, resolve_policy(policy))
     index = engine.victims
     assert isinstance(index, RankIndex)
-    calls = 0
-    inner = index.features
-
-    def counted(b):  # type: ignore[no-untyped-def]
-        nonlocal calls
-        calls += 1
-        return inner(b)
-
-    index.features = counted
     cold, ctxs = ContextId("cold"), (ContextId("c0"), ContextId("c1"))
     ops: list[Op] = [
         Open(0.0, cold, SessionId("cold"), AgentKind.MAIN),
@@ -98,11 +90,11 @@ def _features_per_inference(policy: str, tokens: int, steps: int = 24) -> float:
     warm = len(ops) - 2 * steps
     for i, op in enumerate(ops):
         if i == warm:
-            start, evicted = calls, sum(engine.stats.evictions.values())
+            start, evicted = index.keyed, sum(engine.stats.evictions.values())
         engine.apply(op)
     assert sum(engine.stats.evictions.values()) > evicted  # the order was consulted
     assert engine.stats.rejected == 0
-    return (calls - start) / steps
+    return (index.keyed - start) / steps
 
 
 @pytest.mark.parametrize(
@@ -115,6 +107,42 @@ def test_an_inference_keys_as_many_blocks_at_16k_tokens_as_at_1k(policy: str) ->
     short = _features_per_inference(policy, 1_024)
     long = _features_per_inference(policy, 16_384)
     assert long <= 2 * short + 2, (short, long)
+
+
+def test_a_one_holder_key_is_the_key_of_the_blocks_features() -> None:
+    # the rank index keys a one-holder block straight from ONE_HOLDER, its features unbuilt:
+    # the key it reads must be the rank's key of the block's features, for every rank it reads
+    # so (every term a plain numeric one: each feature, ascending and descending, below) on
+    # every one-holder block after every op of random traces on small memories
+    every = tuple(
+        RankTerm(f, descending=d)
+        for f in ("tier", "last_access", "last_op", "alloc_time", "depth", "holders")
+        for d in (True, False)
+    )
+    ranks = [every, every[::-1], *(r for p in RANKED if (r := declared_rank(resolve_policy(p))))]
+    assert one_holder_key(declared_rank(resolve_policy("kvtether")) or ()) is None  # (state)
+    cfg = EngineConfig(2, (TierConfig(TierName("hbm"), 6), TierConfig(TierName("hbf"), 9)))
+    compared = 0
+    for seed in range(12):
+        engine = Engine(cfg, resolve_policy("lru"))
+        index = engine.victims
+        assert isinstance(index, RankIndex)
+        for op in random_trace(RandomParams(seed=seed, ops=80)).ops:
+            try:
+                engine.apply(op)
+            except KVModelError:
+                break
+            for terms in ranks:
+                one, key = one_holder_key(tuple(terms)), key_function(terms)
+                if one is None:
+                    continue
+                for b in engine.blocks.values():
+                    if len(b.holders) == 1:
+                        c = engine.contexts[next(iter(b.holders))]
+                        got = one(b, c, c.block_class(b.depth), engine.tier_index)
+                        assert got == key(index.features(b)), (terms, b.id)
+                        compared += 1
+    assert compared > 5_000, compared
 
 
 def test_which_ranks_the_index_keys_by_group() -> None:
