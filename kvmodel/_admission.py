@@ -356,7 +356,8 @@ def write_misses(
             return False
         b = ResidentBlock(bid, s, tier_of(bid), now, c.id, c.agent, state)
         b.touch_op = op_index
-        res.add(b)
+        bypass = pl.bypass and s.key is not None
+        res.add(b, indexed=not bypass and s.key is not None)
         if observing:
             e.log.add(
                 AllocObs(
@@ -373,23 +374,19 @@ def write_misses(
             )
         if probe is not None:
             probe.after_place(e, nb, pl, bid)
-        bypass = pl.bypass and s.key is not None
-        if bypass:
-            if observing:
-                e.log.add(
-                    BypassObs(
-                        e.log.next_seq,
-                        e.now,
-                        e.op_index,
-                        c.id,
-                        bid,
-                        s.key,
-                        b.tier,
-                        s.depth,
-                    )
+        if bypass and observing:
+            e.log.add(
+                BypassObs(
+                    e.log.next_seq,
+                    e.now,
+                    e.op_index,
+                    c.id,
+                    bid,
+                    s.key,
+                    b.tier,
+                    s.depth,
                 )
-        elif s.key is not None:
-            res.index_block(b)
+            )
         placed.append((s, b, bypass, True))  # (spec, block, bypass, fresh)
     return True
 

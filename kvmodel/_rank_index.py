@@ -178,7 +178,11 @@ class RankIndex:
         self.queue = _Queue()
         self.entry: dict[BlockId, int] = {}
         self.pinned: set[BlockId] = set()
-        self.dirty_blocks: set[BlockId] = set()
+        #: blocks to key at the next look, a dict for its order: they are keyed in the order
+        #: they were marked. After an inference that is its chain's order (Residency.end_flight),
+        #: and a recency rank's keys for them are then in order already, which the batch's sort
+        #: (_Queue.push_sorted) passes in one pass
+        self.dirty_blocks: dict[BlockId, None] = {}
         self.dirty_ctxs: set[ContextId] = set()
         #: blocks of the kept prefix in flight whose entry was popped: re-keyed by end()
         self.held: list[BlockId] = []
@@ -211,7 +215,7 @@ class RankIndex:
         self.one_key = one_holder_key(self.terms) if state["one_key"] else None
 
     def mark_block(self, bid: BlockId) -> None:
-        self.dirty_blocks.add(bid)
+        self.dirty_blocks[bid] = None
 
     def mark_ctx(self, cid: ContextId) -> None:
         self.dirty_ctxs.add(cid)
@@ -222,7 +226,7 @@ class RankIndex:
             self._unregister(bid)
         self.entry.pop(bid, None)
         self.pinned.discard(bid)
-        self.dirty_blocks.discard(bid)
+        self.dirty_blocks.pop(bid, None)
 
     def refresh(self) -> None:
         if not self.dirty_blocks and not self.dirty_ctxs and not self.unheaded:
@@ -250,7 +254,7 @@ class RankIndex:
                     chain = chain[: max(depth, self.pin_depths.pop(cid, -1)) + 1]
                 for s in chain:
                     if s.key is not None:
-                        self.dirty_blocks.add(e.index[s.key])
+                        self.dirty_blocks[e.index[s.key]] = None
             self.dirty_ctxs.clear()
         flying = e.residency.flying_blocks()
         features = self.features
@@ -402,7 +406,7 @@ class RankIndex:
         held = self.ctxs.get(cid)
         if held is None:
             return
-        self.dirty_blocks.update(held.loose)
+        self.dirty_blocks.update(dict.fromkeys(held.loose))
         if held.members:
             c = self.e.contexts[cid]
             valid = c.valid if c.is_open else 0
@@ -412,13 +416,13 @@ class RankIndex:
                 for d in range(max(valid, held.lo), held.hi):
                     bid = members.get(d)
                     if bid is not None:
-                        self.dirty_blocks.add(bid)
+                        self.dirty_blocks[bid] = None
                 held.hi = max(valid, 0)
             if pin >= held.lo:
                 for d in range(held.lo, min(pin + 1, held.hi)):
                     bid = members.get(d)
                     if bid is not None:
-                        self.dirty_blocks.add(bid)
+                        self.dirty_blocks[bid] = None
                 held.lo = pin + 1
         for tier in held.groups:
             self.unheaded.add((cid, tier))
@@ -481,7 +485,7 @@ class RankIndex:
         (its hits and writes are marked by the end of the flight; these are not), and so is its
         context's chain if the context changed since it was admitted."""
         if self.held:
-            self.dirty_blocks.update(self.held)
+            self.dirty_blocks.update(dict.fromkeys(self.held))
             self.held = []
         if self.deferred is not None:
             self.dirty_ctxs.add(self.deferred)

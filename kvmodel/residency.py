@@ -72,7 +72,9 @@ class Residency:
         # the request in flight (M4.2): its context, the kept prefix, its hits and writes
         self._flight_ctx: Context | None = None
         self._flight_valid = 0
-        self._flying: set[BlockId] = set()
+        #: its hits and writes, a dict for its order: the order they joined, which is their
+        #: chain's (end_flight marks them in it)
+        self._flying: dict[BlockId, None] = {}
 
     # ------------------------------------------------------------------ versions
 
@@ -156,19 +158,19 @@ class Residency:
             self.detach(c, spec)
         del c.materialized[depth:]
 
-    def add(self, b: ResidentBlock) -> None:
-        """A block just written for the request in flight."""
-        self._flying.add(b.id)
+    def add(self, b: ResidentBlock, *, indexed: bool) -> None:
+        """A block just written for the request in flight; ``indexed``: a full block that can
+        be hit from now on (B6), not bypassed (B4)."""
+        self._flying[b.id] = None
         # bump_block, inlined (per block written): the block is flying, so nothing is marked
         self._tick += 1
         b.version = self._tick
         self.blocks[b.id] = b
-
-    def index_block(self, b: ResidentBlock) -> None:
-        """``b``, a full block, can be hit from now on (B6)."""
-        assert b.spec.key is not None
-        self.index[b.spec.key] = b.id
-        b.indexed = True
+        if indexed:
+            key = b.spec.key
+            assert key is not None
+            self.index[key] = b.id
+            b.indexed = True
 
     def drop(self, b: ResidentBlock, *, keep_slot: bool = False) -> None:
         """Remove a block from memory; every chain holding it is cut there (spec M4.3).
@@ -194,7 +196,7 @@ class Residency:
         del self.blocks[bid]
         self.marks.forget(bid)
         self.dead.discard(bid)
-        self._flying.discard(bid)
+        self._flying.pop(bid, None)
         if not keep_slot:
             self.memory.free(bid)
 
@@ -204,23 +206,27 @@ class Residency:
         """``c``'s inference is being admitted: its kept prefix (``valid`` entries of its
         chain) and its hits are in flight -- never evicted, never Dead -- until it ends."""
         self._flight_ctx, self._flight_valid = c, valid
-        self._flying = set()
+        self._flying = {}
         self.bump(c)
         for b in hits:
             self.fly(b)
 
     def fly(self, b: ResidentBlock) -> None:
         """``b`` joins the request in flight (a hit, or an orphan rewritten in place)."""
-        self._flying.add(b.id)
+        self._flying[b.id] = None
         self.dead.discard(b.id)
         self.bump_block(b)
 
     def end_flight(self) -> None:
         """The inference is over: what it used is classed by its holders again."""
         flying = self._flying
-        self._flight_ctx, self._flight_valid, self._flying = None, 0, set()
+        self._flight_ctx, self._flight_valid, self._flying = None, 0, {}
         blocks, dead, mark = self.blocks, self.dead, self.marks.mark_block
-        for bid in sorted(flying):
+        # in the order they joined the flight, their chain's: the rank index keys blocks in the
+        # order they were marked, so a recency rank's batch is pushed already in order. (Their
+        # order decides no comparison: the versions drawn here are consecutive, so each compares
+        # with any other version -- a context's, a clock read -- as any other of them does.)
+        for bid in flying:
             b = blocks.get(bid)
             if b is not None:
                 # bump_block and refresh_dead, inlined (per block the request used): nothing
@@ -244,8 +250,8 @@ class Residency:
 
     def flying_blocks(self) -> AbstractSet[BlockId]:
         """The blocks :meth:`flying` is true of, for a caller that asks of many at once: a live
-        view until the flight begins or ends (a new set then), read-only to the caller."""
-        return self._flying
+        view until the flight begins or ends (a new one then), read-only to the caller."""
+        return self._flying.keys()
 
     def in_flight(self, b: ResidentBlock) -> bool:
         """Used by the inference being admitted: its kept prefix, hits and writes (M4.2)."""

@@ -331,7 +331,7 @@ class _HeadsOnlyIndex(RankIndex):
         held = self.ctxs.get(cid)
         if held is None:
             return
-        self.dirty_blocks.update(held.loose)
+        self.dirty_blocks.update(dict.fromkeys(held.loose))
         for tier in held.groups:
             self.unheaded.add((cid, tier))
 
