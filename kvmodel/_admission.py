@@ -16,7 +16,7 @@ from kvmodel._resident import Placed, ResidentBlock
 from kvmodel.blocks import BlockSpec
 from kvmodel.contexts import Context
 from kvmodel.errors import KVModelError, PolicyError, TraceError, policy_raised
-from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
+from kvmodel.ids import BlockKey, ContextId, TierName
 from kvmodel.io.observations import (
     AllocObs,
     BypassObs,
@@ -93,20 +93,26 @@ class AdmissionHost(Protocol):
     def block_class(self, b: ResidentBlock) -> BlockClass: ...
 
 
-def allocate(e: AdmissionHost, tiers: Sequence[TierName], ctx: Context) -> BlockId | None:
-    """A free slot in the first preferred tier that has one, else evict (spec M4): every
-    preferred tier is full, so the victim's slot is the one taken."""
+def allocate(
+    e: AdmissionHost, tiers: Sequence[TierName], ctx: Context, spec: BlockSpec, state: BlockClass
+) -> ResidentBlock | None:
+    """The record of a new block of ``ctx``, ``spec``, of class ``state``: in a free slot of the
+    first preferred tier that has one, else in the slot of a block evicted for room (spec M4):
+    every preferred tier is full, so the victim's slot is the one taken, and its record is
+    renewed (:meth:`ResidentBlock.renew`). None if no tier has a free or evictable slot."""
     mem = e.memory
     for tn in tiers:
         if mem.free_count(tn):
-            return mem.alloc(tn)
+            return ResidentBlock(mem.alloc(tn), spec, tn, e.now, ctx.id, ctx.agent, state)
     victim = e.victims.next_victim(tiers)
     if victim is None:
         return None
     if e.probe is not None:
         e.probe.before_evict(e, victim.id, tuple(tiers))
     evict(e, victim, ctx.id, keep_slot=True)
-    return mem.reuse(victim.id)
+    mem.reuse(victim.id)
+    victim.renew(spec, e.now, ctx.id, ctx.agent, state)
+    return victim
 
 
 def evict(
@@ -289,7 +295,6 @@ def write_misses(
     turn_start_block = min(c.turn_start, c.total_tokens) // e.block_size
     probe, observing, mem, now, op_index = e.probe, e.observing, e.memory, e.now, e.op_index
     fixed = e.fixed_placement if probe is None else None
-    tier_of = mem.tier_of
     # no message with a stored state: every block's covered class is the phase's (L5.1,
     # Context.covered_class); the writes change neither, so it is read once
     uniform = c.covered_class(()) if not c.stored else None
@@ -343,8 +348,8 @@ def write_misses(
             pl = place(e, nb)
             if probe is not None and (told := getattr(probe, "before_alloc", None)):
                 told(e, nb, pl)  # (optional: EngineProbe)
-        bid = allocate(e, pl.tiers, c)
-        if bid is None:
+        new = allocate(e, pl.tiers, c, s, state)
+        if new is None:
             rollback(e, placed)
             reject(
                 e,
@@ -354,7 +359,7 @@ def write_misses(
                 mem.total_free(),
             )
             return False
-        b = ResidentBlock(bid, s, tier_of(bid), now, c.id, c.agent, state)
+        b, bid = new, new.id
         b.touch_op = op_index
         bypass = pl.bypass and s.key is not None
         res.add(b, indexed=not bypass and s.key is not None)

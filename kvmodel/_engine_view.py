@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from kvmodel.contexts import Context
 from kvmodel.ids import BlockId, BlockKey, ContextId, SessionId, TierName
 from kvmodel.io.trace import EndSession, Fork, Op, Return
 from kvmodel.lifecycle import BlockClass, aggregate_across_contexts
 from kvmodel.memory import Memory
-from kvmodel.policy import RankTerm, key_source
 from kvmodel.residency import Residency
 from kvmodel.view import BlockInfo, ContextInfo, TierInfo
 
@@ -24,10 +21,9 @@ __all__ = [
     "ONE_HOLDER",
     "EngineView",
     "Features",
-    "OneHolderKey",
     "ViewHost",
     "named_contexts",
-    "one_holder_key",
+    "one_holder_lambda",
 ]
 
 
@@ -51,7 +47,7 @@ class Features(NamedTuple):
 #: (``c.block_class(r.depth)``) and the tier order ``T``: each of its :class:`Features` as a
 #: Python expression (spec PP3). The one definition of such a block's features, and most blocks
 #: have one holder: :meth:`EngineView.features` builds them from it, and a rank of plain numeric
-#: terms keys such a block from it without building them (:func:`one_holder_key`).
+#: terms keys such a block from it without building them (the rank index's one-holder entries).
 ONE_HOLDER: Mapping[str, str] = {
     "id": "r.id",
     "tier_index": "T[r.tier]",
@@ -66,38 +62,22 @@ ONE_HOLDER: Mapping[str, str] = {
     "holders": "(c.id,)",
 }
 
-#: A one-holder block's key under a rank: ``key(r, c, s, T)``, named as in :data:`ONE_HOLDER`.
-OneHolderKey = Callable[
-    ["ResidentBlock", Context, BlockClass, Mapping[TierName, int]], tuple[float, ...]
-]
 
-
-def _one_holder_lambda(body: str) -> Any:
-    """``lambda r, c, s, T: <body>``, compiled; the body is made here from :data:`ONE_HOLDER`
-    and a rank's :func:`~kvmodel.policy.key_source`, never from input."""
+def one_holder_lambda(body: str, *more: str) -> Any:
+    """``lambda r, c, s, T, *more: <body>``, compiled, with the names :data:`ONE_HOLDER` reads
+    (``more``: further parameters' names); the body is made from :data:`ONE_HOLDER` and a
+    rank's terms, never from input."""
     names = {"Features": Features, "SUSPENDED": BlockClass.SUSPENDED}
-    return eval(f"lambda r, c, s, T: {body}", names)
+    return eval(f"lambda {', '.join(('r', 'c', 's', 'T', *more))}: {body}", names)
 
 
 #: :data:`ONE_HOLDER`'s features as one :class:`Features` (``tuple.__new__``, as NamedTuple's
 #: own ``__new__`` does, without its Python-level call: one is built for every block keyed)
 _one_holder_features: Callable[
     [ResidentBlock, Context, BlockClass, Mapping[TierName, int]], Features
-] = _one_holder_lambda(
+] = one_holder_lambda(
     f"tuple.__new__(Features, ({', '.join(ONE_HOLDER[f] for f in Features.__annotations__)},))"
 )
-
-
-@functools.lru_cache(maxsize=256)
-def one_holder_key(terms: tuple[RankTerm, ...]) -> OneHolderKey | None:
-    """``rank_key(terms, features(r))`` for a block ``r`` with one holder, read straight from
-    :data:`ONE_HOLDER` (the Features are not built); None for a rank with a term read by a call
-    (:func:`~kvmodel.policy.key_source`). Cached by the terms, as the rank's own key is."""
-    src = key_source(terms)
-    if src is None:
-        return None
-    body = re.sub(r"\bb\.(\w+)", lambda m: f"({ONE_HOLDER[m.group(1)]})", src)
-    return cast(OneHolderKey, _one_holder_lambda(body))
 
 
 class ViewHost(Protocol):

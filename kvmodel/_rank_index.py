@@ -6,13 +6,16 @@ answer it identically; a differential test replays random and agentic traces thr
 
 from __future__ import annotations
 
+import functools
 import heapq
+import re
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
-from kvmodel._engine_view import OneHolderKey, one_holder_key
+from kvmodel._engine_view import ONE_HOLDER, one_holder_lambda
 from kvmodel._eviction import EvictionHost
+from kvmodel.contexts import Context
 from kvmodel.errors import InternalError
 from kvmodel.ids import BlockId, ContextId, TierName
 from kvmodel.lifecycle import BlockClass
@@ -21,6 +24,7 @@ from kvmodel.policy import (
     fixed_key_function,
     fixed_positions,
     key_function,
+    key_source,
     raised_by_contexts,
     separable_by_contexts,
 )
@@ -29,7 +33,28 @@ from kvmodel.view import Featured
 if TYPE_CHECKING:
     from kvmodel._resident import ResidentBlock
 
-__all__ = ["RankIndex"]
+__all__ = ["OneHolderEntry", "RankIndex", "one_holder_entry"]
+
+
+#: A one-holder block's queue entry: ``entry(r, c, s, T, seq, clock)``, the names as in
+#: :data:`~kvmodel._engine_view.ONE_HOLDER`.
+OneHolderEntry = Callable[
+    ["ResidentBlock", Context, BlockClass, Mapping[TierName, int], int, int], tuple[Any, ...]
+]
+
+
+@functools.lru_cache(maxsize=256)
+def one_holder_entry(terms: tuple[RankTerm, ...]) -> OneHolderEntry | None:
+    """The index's entry ``(*rank key, block id, seq, clock)`` for a block ``r`` with one
+    holder, its key read straight from :data:`~kvmodel._engine_view.ONE_HOLDER` (each feature
+    the rank reads replaced by its expression there): the key of its features, which are not
+    built. None for a rank with a term read by a call (:func:`~kvmodel.policy.key_source`).
+    Cached by the terms, as the rank's own key is."""
+    src = key_source(terms)
+    if src is None:
+        return None
+    key = re.sub(r"\bb\.(\w+)", lambda m: f"({ONE_HOLDER[m.group(1)]})", src)
+    return cast(OneHolderEntry, one_holder_lambda(f"({key}, r.id, q, k)", "q", "k"))
 
 
 class _Queue:
@@ -162,10 +187,12 @@ class RankIndex:
         #: blocks that share a context's features are ordered by their fixed ones: group them
         self.grouped = not self.lazy and separable_by_contexts(self.terms)
         self.fixed_key = fixed_key_function(self.terms)
-        #: (ungrouped, a rank of plain numeric terms) a one-holder block's key straight from the
-        #: block and its holder (ONE_HOLDER), without its features built; None under a view of
-        #: the engine's own (Engine.use_view: every key is then that view's features')
-        self.one_key: OneHolderKey | None = None if self.grouped else one_holder_key(self.terms)
+        #: (ungrouped, a rank of plain numeric terms) a one-holder block's entry straight from
+        #: the block and its holder, without its features built (one_holder_entry); None under
+        #: a view of the engine's own (Engine.use_view: every key is then that view's features')
+        self.one_entry: OneHolderEntry | None = (
+            None if self.grouped else one_holder_entry(self.terms)
+        )
         #: where the fixed key's values sit in a whole key (the block id last)
         self.fixed_at = fixed_positions(self.terms)
         #: (lazy) per context, the deepest block found Pinned while it held it since its chain
@@ -205,14 +232,14 @@ class RankIndex:
         state = dict(self.__dict__)
         del state["key"]
         del state["fixed_key"]
-        state["one_key"] = state["one_key"] is not None
+        state["one_entry"] = state["one_entry"] is not None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.key = key_function(self.terms)
         self.fixed_key = fixed_key_function(self.terms)
-        self.one_key = one_holder_key(self.terms) if state["one_key"] else None
+        self.one_entry = one_holder_entry(self.terms) if state["one_entry"] else None
 
     def mark_block(self, bid: BlockId) -> None:
         self.dirty_blocks[bid] = None
@@ -264,7 +291,7 @@ class RankIndex:
         pushed: list[tuple[Any, ...]] = []
         pinned_class = BlockClass.PINNED
         keyed = 0
-        one, ctxs, tier_index = self.one_key, e.contexts, e.tier_index
+        one, ctxs, tier_index = self.one_entry, e.contexts, e.tier_index
         for bid in self.dirty_blocks:
             b = blocks.get(bid)
             if b is None:
@@ -280,7 +307,7 @@ class RankIndex:
                 # forgotten by next_victim (a group's head: the next member heads).
                 continue
             if one is not None and len(b.holders) == 1:
-                # its key without its features built (most blocks; a Pinned one is keyed below)
+                # its entry without its features built (most blocks; a Pinned one is keyed below)
                 (h,) = b.holders
                 c = ctxs[h]
                 cls = c.block_class(b.depth)
@@ -288,7 +315,7 @@ class RankIndex:
                     keyed += 1
                     pinned.discard(bid)
                     self.seq = seq = self.seq + 1
-                    pushed.append((*one(b, c, cls, tier_index), bid, seq, clock))
+                    pushed.append(one(b, c, cls, tier_index, seq, clock))
                     entry[bid] = seq
                     continue
             info = features(b)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kvmodel.blocks import BlockSpec
+from kvmodel.errors import InternalError
 from kvmodel.ids import BlockId, ContextId, TierName
 from kvmodel.lifecycle import BlockClass
 from kvmodel.messages import AgentKind
@@ -40,12 +41,28 @@ class ResidentBlock:
         birth_state: BlockClass,
     ) -> None:
         self.id = bid
-        self.spec = spec
-        self.depth = spec.depth
         self.tier = tier
-        self.indexed = False
         #: open contexts whose materialized chain holds this block
         self.holders: set[ContextId] = set()
+        self.renew(spec, t, writer, writer_agent, birth_state)
+
+    def renew(
+        self,
+        spec: BlockSpec,
+        t: float,
+        writer: ContextId,
+        writer_agent: AgentKind,
+        birth_state: BlockClass,
+    ) -> None:
+        """Hold a new block written to this slot: every field but the slot's id and tier is
+        the new block's. The engine renews the record of the block it evicted for room as it
+        writes to its slot (spec M4; once dropped, nothing holds the evicted block's record),
+        which saves building a record per write on a cache that turns over."""
+        if self.holders:
+            raise InternalError(f"block {self.id} renewed while a chain holds it")
+        self.spec = spec
+        self.depth = spec.depth
+        self.indexed = False
         #: last use recorded on the block itself; holders' ``last_infer`` is folded in lazily
         self.touch = t
         #: the trace op index of that use (vLLM's release order is the order of requests)

@@ -168,7 +168,7 @@ class Engine:
         self.view = view
         if isinstance(self.victims, RankIndex):
             self.victims.features = view.features
-            self.victims.one_key = None  # (every key from this view's features)
+            self.victims.one_entry = None  # (every key from this view's features)
 
     # ------------------------------------------------------------------ driving
 

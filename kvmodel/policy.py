@@ -308,14 +308,14 @@ def _inline(t: RankTerm) -> str | None:
 
 
 def key_source(terms: Sequence[RankTerm]) -> str | None:
-    """``rank_key(terms, b)`` as one Python expression over a :class:`~kvmodel.view.Featured`
-    ``b``, reading its features only as ``b.<feature>``, when every term is a plain numeric one;
-    None when a term needs a call. For a caller that reads the features from elsewhere (the
-    engine's one-holder keys, :func:`kvmodel._engine_view.one_holder_key`)."""
+    """``rank_key(terms, b)``'s values as Python expressions, comma-separated, over a
+    :class:`~kvmodel.view.Featured` ``b`` whose features they read only as ``b.<feature>``, when
+    every term is a plain numeric one; None when a term needs a call. For a caller that reads
+    the features from elsewhere (the rank index's one-holder entries)."""
     parts = [_inline(t) for t in terms]
     if any(p is None for p in parts):
         return None
-    return f"({', '.join([*cast(list[str], parts), 'float(b.id)'])},)"
+    return ", ".join([*cast(list[str], parts), "float(b.id)"])
 
 
 def separable_by_contexts(terms: Sequence[RankTerm]) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 from typing import Any, ClassVar
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,12 +18,13 @@ import kvmodel._rank_index
 from checkers.invariants.predicates import evict_rank_first
 from checkers.invariants.replay import check_ops
 from checkers.search.mutants import _HeadsOnlyIndex
-from kvmodel._engine_view import one_holder_key
-from kvmodel._rank_index import RankIndex, _Queue
+from kvmodel._rank_index import RankIndex, _Queue, one_holder_entry
+from kvmodel._resident import ResidentBlock
+from kvmodel.blocks import BlockSpec
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
-from kvmodel.errors import KVModelError
-from kvmodel.ids import BlockId, ContextId, MessageId, SessionId, TierName
+from kvmodel.errors import InternalError, KVModelError
+from kvmodel.ids import BlockId, BlockKey, ContextId, MessageId, SessionId, TierName
 from kvmodel.io.trace import Append, Infer, Op, Open
 from kvmodel.lifecycle import BlockClass
 from kvmodel.memory import TierConfig
@@ -109,18 +111,18 @@ def test_an_inference_keys_as_many_blocks_at_16k_tokens_as_at_1k(policy: str) ->
     assert long <= 2 * short + 2, (short, long)
 
 
-def test_a_one_holder_key_is_the_key_of_the_blocks_features() -> None:
+def test_a_one_holder_entry_carries_the_key_of_the_blocks_features() -> None:
     # the rank index keys a one-holder block straight from ONE_HOLDER, its features unbuilt:
-    # the key it reads must be the rank's key of the block's features, for every rank it reads
-    # so (every term a plain numeric one: each feature, ascending and descending, below) on
-    # every one-holder block after every op of random traces on small memories
+    # the entry it makes must carry the rank's key of the block's features, for every rank it
+    # does so for (every term a plain numeric one: each feature, ascending and descending,
+    # below) on every one-holder block after every op of random traces on small memories
     every = tuple(
         RankTerm(f, descending=d)
         for f in ("tier", "last_access", "last_op", "alloc_time", "depth", "holders")
         for d in (True, False)
     )
     ranks = [every, every[::-1], *(r for p in RANKED if (r := declared_rank(resolve_policy(p))))]
-    assert one_holder_key(declared_rank(resolve_policy("kvtether")) or ()) is None  # (state)
+    assert one_holder_entry(declared_rank(resolve_policy("kvtether")) or ()) is None  # (state)
     cfg = EngineConfig(2, (TierConfig(TierName("hbm"), 6), TierConfig(TierName("hbf"), 9)))
     compared = 0
     for seed in range(12):
@@ -133,14 +135,14 @@ def test_a_one_holder_key_is_the_key_of_the_blocks_features() -> None:
             except KVModelError:
                 break
             for terms in ranks:
-                one, key = one_holder_key(tuple(terms)), key_function(terms)
-                if one is None:
+                entry, key = one_holder_entry(tuple(terms)), key_function(terms)
+                if entry is None:
                     continue
                 for b in engine.blocks.values():
                     if len(b.holders) == 1:
                         c = engine.contexts[next(iter(b.holders))]
-                        got = one(b, c, c.block_class(b.depth), engine.tier_index)
-                        assert got == key(index.features(b)), (terms, b.id)
+                        got = entry(b, c, c.block_class(b.depth), engine.tier_index, 5, 9)
+                        assert got == (*key(index.features(b)), b.id, 5, 9), (terms, b.id)
                         compared += 1
     assert compared > 5_000, compared
 
@@ -326,3 +328,23 @@ def test_the_queue_pops_what_a_heap_pops(ops: list[tuple[str, list[int]]]) -> No
                 q.push(x)
         assert len(q) == len(ref)
     assert [q.pop() for _ in range(len(ref))] == sorted(ref)
+
+
+def test_a_renewed_record_is_a_new_blocks_record() -> None:
+    # an eviction for room hands the victim's record to the block written to its slot
+    # (ResidentBlock.renew): every field but the slot's must then be the new block's, as a
+    # record built afresh has it -- whatever the victim's were
+    spec = BlockSpec(BlockKey("k2"), BlockKey("k1"), 2, (), (3,), frozenset(), 4)
+    old = ResidentBlock(BlockId(7), spec, TierName("hbf"), 1.0, ContextId("a"), AgentKind.MAIN,
+                        BlockClass.SUSPENDED)  # fmt: skip
+    old.indexed, old.touch, old.touch_op, old.version = True, 9.0, 12, 40
+    new_spec = attrs.evolve(spec, key=BlockKey("k9"), depth=5)
+    args = (new_spec, 3.0, ContextId("b"), AgentKind.WORKER, BlockClass.ACTIVE)
+    old.renew(*args)
+    fresh = ResidentBlock(BlockId(7), args[0], TierName("hbf"), *args[1:])
+    assert {f: getattr(old, f) for f in ResidentBlock.__slots__} == {
+        f: getattr(fresh, f) for f in ResidentBlock.__slots__
+    }
+    old.holders.add(ContextId("b"))
+    with pytest.raises(InternalError, match="renewed while a chain holds it"):
+        old.renew(*args)
