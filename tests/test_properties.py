@@ -164,6 +164,57 @@ def test_rank_index_agrees_on_an_agentic_workload_under_pressure() -> None:
         assert fast == _replay_log(tr, cfg, policy, fast=False)
 
 
+def test_renewing_an_evicted_blocks_record_changes_no_replay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An eviction for room renews the victim's record for the block written to its slot
+    (ResidentBlock.renew): nothing may still read it as the victim's. Every log and every
+    figure must be the one a fresh record per write gives, under the rank index and the general
+    path, on random traces and an agentic one under pressure."""
+    import kvmodel._admission as admission
+    from kvmodel._resident import ResidentBlock
+
+    cfgs = [
+        EngineConfig(bs, (TierConfig(TierName("hbm"), a), TierConfig(TierName("hbf"), b)))
+        for bs, a, b in ((4, 3, 5), (2, 8, 4), (16, 96, 160))
+    ]
+    trs = [random_trace(RandomParams(seed=s, ops=90)) for s in range(12)]
+    trs.append(generate_agentic(AgenticParams(seed=11, sessions=3, turns=2)))
+    runs = [
+        (tr, cfg, p)
+        for tr in trs
+        for cfg in cfgs
+        for p in ("lru", "vllm-prefix", "kvtether", "lachesis", "ttl", "mori")
+    ]
+
+    evictions = [0]
+
+    def replay_all() -> list[str]:
+        out = []
+        for tr, cfg, p in runs:
+            engine = Engine(cfg, resolve_policy(p))
+            for op in tr.ops:
+                try:
+                    engine.apply(op)
+                except KVModelError:
+                    break
+            out.append(engine.log.to_jsonl() + repr(engine.stats) + repr(engine.memory.writes))
+            evictions[0] += sum(engine.stats.evictions.values())
+        return out
+
+    renewing = replay_all()
+    assert evictions[0] > 5_000, evictions  # (records renewed: one per eviction for room)
+    original = admission.allocate
+
+    def fresh(e, tiers, ctx, spec, state):  # type: ignore[no-untyped-def]
+        # a fresh record for every write, as before records were renewed
+        b = original(e, tiers, ctx, spec, state)
+        return b and ResidentBlock(b.id, spec, b.tier, e.now, ctx.id, ctx.agent, state)
+
+    monkeypatch.setattr(admission, "allocate", fresh)
+    assert replay_all() == renewing
+
+
 def _listings_checked(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Make every general-path listing also look at every block afresh and require the same
     candidates, in the same order; returns a one-item list counting the listings."""
