@@ -119,6 +119,16 @@ def _valid_input(ops: Sequence[Op], engine: Engine) -> bool:
     return True
 
 
+def _disagreement(d: Divergence | None) -> str:
+    """An engine-contract finding's message for a divergence ("": none)."""
+    return "" if d is None else f"the engine disagrees with the contract on {d}"
+
+
+def _cannot_follow(err: Exception) -> str:
+    """An engine-contract finding's message when the model cannot follow the engine's log."""
+    return f"the contract model cannot follow the log: {type(err).__name__}: {err}"
+
+
 class Monitor:
     """Checks the selected invariants on one engine run; installs itself as the engine's probe.
 
@@ -257,10 +267,15 @@ class Monitor:
                 d = compare(k, self.engine, self._shadow, records, states=states)
                 if d is None and whole_state_due(k, self._last_whole, used, COMPARE_EVERY):
                     d = self._compare_whole(self._shadow)
-                msg = "" if d is None else f"the engine disagrees with the contract on {d}"
+                msg = _disagreement(d)
         except Exception as err:
             self._shadow = None
-            msg = f"the contract model cannot follow the log: {type(err).__name__}: {err}"
+            msg = _cannot_follow(err)
+        self._contract_finding(msg)
+
+    def _contract_finding(self, msg: str) -> None:
+        """The contract model's finding, if ``msg`` says one (the run's first: the model has
+        diverged from the engine, and stops comparing)."""
         if msg:
             self._diverged = True
             self.violations.append(Violation("engine-contract", msg, op=self.op_index))
@@ -516,13 +531,10 @@ class Monitor:
         done = self.stopped or self._diverged or self._last_whole == self.op_index
         if shadow is not None and not done:
             try:
-                d = self._compare_whole(shadow)
-                msg = "" if d is None else f"the engine disagrees with the contract on {d}"
+                msg = _disagreement(self._compare_whole(shadow))
             except Exception as err:
-                msg = f"the contract model cannot follow the log: {type(err).__name__}: {err}"
-            if msg:
-                self._diverged = True
-                self.violations.append(Violation("engine-contract", msg, op=self.op_index))
+                msg = _cannot_follow(err)
+            self._contract_finding(msg)
         if "endurance-budget" not in self.active:
             return
         e = self.engine
