@@ -229,8 +229,9 @@ class RankIndex:
         self.member: dict[BlockId, tuple[ContextId, TierName, int, int]] = {}
         self.loose_in: dict[BlockId, tuple[ContextId, ...]] = {}
         self.unheaded: set[tuple[ContextId, TierName]] = set()
-        #: blocks whose features the index computed (to key them, re-key them, or see whether
-        #: they are plain): what an inference costs it, counted for tests and benchmarks
+        #: blocks the index keyed, re-keyed or looked at to see whether they are plain (from
+        #: their features, or a one-holder block's entry straight from ONE_HOLDER): what an
+        #: inference costs it, counted for tests and benchmarks
         self.keyed = 0
 
     def __getstate__(self) -> dict[str, Any]:
