@@ -70,6 +70,22 @@ def harness_only(policy: str, stats: SearchStats) -> type[RuleBasedStateMachine]
     return HarnessOnly
 
 
+def goal_budget(harness: float, step: dict[str, float], ops_per_step: float) -> str:
+    """What 2,000 steps/s leaves each layer, in microseconds, from the layers' seconds a step
+    (``harness``: the harness alone; ``step``: with the engine, the invariants and the contract
+    model added in turn) and the checked machine's ops a step."""
+    us = 1e6
+    per_op = (us * (1 / 2000 - harness)) / ops_per_step
+    engine = us * (step["+ the invariants"] - harness) / ops_per_step
+    contract = us * (step["+ the contract model"] - step["+ the invariants"]) / ops_per_step
+    return (
+        f"  the goal, 2,000 steps/s, is 500 us a step: the harness takes {us * harness:.0f}, "
+        f"leaving {per_op:.0f} us for each of a step's {ops_per_step:.1f} ops; the engine and "
+        f"the invariants take {engine:.0f} us an op, the contract model {contract:.0f} more "
+        f"(within the goal: {per_op - engine:.0f})"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", default="ci", choices=sorted(PROFILES))
@@ -106,6 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     dt = timed(harness_only(p, st_), examples, steps, a.seeds)
     print(f"  {'+ the harness':<22} {st_.steps / dt:8.0f} steps/s  ({st_.steps} steps, "
           f"{dt:.2f} s; ops built, none applied)")  # fmt: skip
+    harness = dt / st_.steps
+    step: dict[str, float] = {}  # seconds a step, each layer
     for label, invariants, contract in (
         ("+ the engine", [], False),
         ("+ the invariants", list(INVARIANTS), False),
@@ -114,9 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         st = SearchStats()
         machine = make_machine(p, invariants, config=check_config(), stats=st, contract=contract)
         dt = timed(machine, examples, steps, a.seeds)
+        step[label] = dt / st.steps
         print(f"  {label:<22} {st.steps / dt:8.0f} steps/s  ({st.steps} steps, {dt:.2f} s)")
     print(f"  a checked step costs {floor / (st.steps / dt):.1f} trivial steps (the goal, "
           f"2,000 steps/s at a floor of ~5,000, is 2.5)")  # fmt: skip
+    print(goal_budget(harness, step, sum(st.ops.values()) / st.steps))
     walks = WALKS[a.profile]
     print(f"raw-op explorer (random walks, every invariant monitored), {walks} walks:")
     for p in policies:

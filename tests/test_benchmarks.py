@@ -83,6 +83,18 @@ def test_bench_checkers_prints_both_searches_throughput(
     at = [out.index(x) for x in (*layers, "+ the contract")]
     assert at == sorted(at)
     assert "trivial steps" in out
+    assert "the goal, 2,000 steps/s, is 500 us a step" in out
+
+
+def test_the_goals_budget_is_the_layers_arithmetic() -> None:
+    """2,000 steps/s is 500 us a step; the harness's share comes off first, the rest is split
+    over a step's ops, and each layer's cost an op is the difference it adds."""
+    bench = _load("bench_checkers")
+    layers = {"+ the engine": 300e-6, "+ the invariants": 400e-6, "+ the contract model": 700e-6}
+    line = bench.goal_budget(200e-6, layers, 2.0)
+    assert "the harness takes 200, leaving 150 us for each of a step's 2.0 ops" in line
+    assert "the engine and the invariants take 100 us an op, the contract model 150 more" in line
+    assert "(within the goal: 50)" in line
 
 
 def test_bench_kvtether_ablation_runs(capsys: pytest.CaptureFixture[str]) -> None:

@@ -190,10 +190,15 @@ class ShadowContext:
     def within(self, uids: Iterable[int]) -> BlockClass:
         """L5.1: the class of a block covering the message instances ``uids`` of this context,
         before its pinned prefix (L5.3) is applied."""
-        states = {self.state[u] for u in uids}
-        if len(states) == 1:
-            (one,) = states
+        state = self.state
+        it = iter(uids)
+        one = state[next(it)]
+        for u in it:  # (most blocks cover messages in one state: no set built)
+            if state[u] is not one:
+                break
+        else:
             return _ONE[one]
+        states = {state[u] for u in uids}
         if MsgState.EXPIRED in states:
             return BlockClass.EXPIRED
         if MsgState.TEMPORARY in states:
