@@ -73,7 +73,9 @@ def harness_only(policy: str, stats: SearchStats) -> type[RuleBasedStateMachine]
 def goal_budget(harness: float, step: dict[str, float], ops_per_step: float) -> str:
     """What 2,000 steps/s leaves each layer, in microseconds, from the layers' seconds a step
     (``harness``: the harness alone; ``step``: with the engine, the invariants and the contract
-    model added in turn) and the checked machine's ops a step."""
+    model added in turn) and the checked machine's ops a step. The harness's figure is taken on
+    its own examples (applying nothing, it has no pressure to target), so the split is close, not
+    exact."""
     us = 1e6
     per_op = (us * (1 / 2000 - harness)) / ops_per_step
     engine = us * (step["+ the invariants"] - harness) / ops_per_step
