@@ -187,13 +187,12 @@ class ShadowContext:
         last)."""
         return self.seq[0 if start is None else start : len(self.seq) if stop is None else stop]
 
-    def within(self, uids: Iterable[int]) -> BlockClass:
-        """L5.1: the class of a block covering the message instances ``uids`` of this context,
-        before its pinned prefix (L5.3) is applied."""
+    def within(self, uids: Sequence[int]) -> BlockClass:
+        """L5.1: the class of a block covering the message instances ``uids`` of this context
+        (a block covers at least one), before its pinned prefix (L5.3) is applied."""
         state = self.state
-        it = iter(uids)
-        one = state[next(it)]
-        for u in it:  # (most blocks cover messages in one state: no set built)
+        one = state[uids[0]]
+        for u in uids:  # (most blocks cover messages in one state: no set built)
             if state[u] is not one:
                 break
         else:
