@@ -119,10 +119,12 @@ def _kinds(name: str) -> Counter[str]:
 
 @needs_shared
 def test_tau_bench_conversations_only_append() -> None:
-    k = _kinds("airline")
-    assert k["open"] == 12
-    assert k["infer"] == k["append"]
-    assert k["remove"] == k["replace"] == k["turn_end"] == 0
+    # (every tau-bench file: tasks 3-24 joined tasks 0-2 in ../shared on 2026-12-06)
+    assert _kinds("airline.tasks0-2")["open"] == 12
+    for log in [p for p in LOGS if "airline" in p.name]:
+        k = _kinds(log.name)
+        assert k["infer"] == k["append"]
+        assert k["remove"] == k["replace"] == k["turn_end"] == 0
 
 
 @needs_shared
@@ -170,17 +172,40 @@ def test_claude_code_session_with_subagent_and_compaction(tmp_path: Path) -> Non
     assert s.prompt_tokens / s.infers > 26_000
 
 
+#: sessions whose hit ratio the model does not reproduce yet, and why (measured 2026-12-06)
+_HIT_RATIO_GAPS = {
+    "8463c716": "two calls the model cannot explain from this session alone: the first finds "
+    "17,842 tokens already in the provider's cache (from before the session), and call 142 "
+    "finds 132,200 where the model finds 42,608; in all 0.9823 against the provider's 0.9836",
+}
+
+
 @pytest.mark.skipif(not CLAUDE, reason="no Claude Code transcript in shared traces")
-def test_claude_code_session_matches_the_providers_own_counts() -> None:
-    """spec R1, R4 against the log's ground truth: one inference per API call of the main loop,
-    each holding the prompt the provider counted, and with ample memory a hit ratio near the
-    provider's cache (which also expires entries after 5 idle minutes, so it hits less)."""
+@pytest.mark.parametrize(
+    "session",
+    [
+        pytest.param(
+            i,
+            id=p.stem[:8],
+            marks=[pytest.mark.xfail(strict=True, reason=_HIT_RATIO_GAPS[p.stem[:8]])]
+            if p.stem[:8] in _HIT_RATIO_GAPS
+            else [],
+        )
+        for i, p in enumerate(CLAUDE)
+    ],
+)
+def test_claude_code_session_matches_the_providers_own_counts(session: int) -> None:
+    """spec R1, R4 against the log's ground truth, for every session in ../shared (two joined
+    the first on 2026-12-06): one inference per API call of the main loop, each holding the
+    prompt the provider counted, and with ample memory a hit ratio near the provider's cache
+    (which also expires entries after 5 idle minutes, so it hits less)."""
     import json
 
     from kvmodel.io.importers import import_claude_code
 
+    path = CLAUDE[session]
     usage: dict[str, dict[str, int]] = {}
-    for line in CLAUDE[0].read_text().splitlines():
+    for line in path.read_text().splitlines():
         r = json.loads(line)
         if r.get("type") == "assistant" and not r.get("isSidechain"):
             usage.setdefault(r["message"]["id"], r["message"]["usage"])
@@ -188,10 +213,12 @@ def test_claude_code_session_matches_the_providers_own_counts() -> None:
         u["input_tokens"] + u["cache_creation_input_tokens"] + u["cache_read_input_tokens"]
         for u in usage.values()
     ]
-    trace, _ = import_claude_code([CLAUDE[0]])
+    trace, _ = import_claude_code([path])
     r = replay(trace, "lru", load_config_big())
     main_calls = [o for o in r.engine.log if o.kind == "infer" and o.ctx.endswith(".main")]
-    assert len(main_calls) == len(usage) == 139
+    assert len(main_calls) == len(usage)
+    if path.stem.startswith("4d5611e5"):  # the session the importer was first written on
+        assert len(usage) == 139
     assert [o.prompt_tokens for o in main_calls] == sent
     ours = sum(o.hit_tokens for o in main_calls) / sum(sent)
     theirs = sum(u["cache_read_input_tokens"] for u in usage.values()) / sum(sent)
