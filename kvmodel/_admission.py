@@ -15,7 +15,7 @@ from kvmodel._rank_index import RankIndex
 from kvmodel._resident import Placed, ResidentBlock
 from kvmodel.blocks import BlockSpec
 from kvmodel.contexts import Context
-from kvmodel.errors import KVModelError, PolicyError, TraceError, policy_raised
+from kvmodel.errors import KVModelError, PolicyError, TraceError, is_interrupt, policy_raised
 from kvmodel.ids import BlockKey, ContextId, TierName
 from kvmodel.io.observations import (
     AllocObs,
@@ -402,7 +402,9 @@ def place(e: AdmissionHost, nb: NewBlock) -> Placement:
         pl = e.policy.place(e.view, nb)
     except KVModelError:
         raise
-    except Exception as err:
+    except BaseException as err:
+        if is_interrupt(err):
+            raise
         raise policy_raised(e.policy.name, "place", err) from err
     check_placement(e, pl)
     rule = e.bypass_rule

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from kvmodel.contexts import Context
-from kvmodel.errors import KVModelError, PolicyError, policy_raised
+from kvmodel.errors import KVModelError, PolicyError, is_interrupt, policy_raised
 from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
 from kvmodel.lifecycle import BlockClass
 from kvmodel.policy import Policy
@@ -152,7 +152,9 @@ class PolicyOrder:
                 self._iter = iter(e.policy.eviction_order(e.view, cands))
             except KVModelError:
                 raise
-            except Exception as err:
+            except BaseException as err:
+                if is_interrupt(err):
+                    raise
                 raise policy_raised(e.policy.name, "eviction_order", err) from err
             self._buf = []
             self._seen = set()
@@ -176,7 +178,9 @@ class PolicyOrder:
                 break
             except KVModelError:
                 raise
-            except Exception as err:  # a lazy order raises while it is consumed
+            except BaseException as err:  # a lazy order raises while it is consumed
+                if is_interrupt(err):
+                    raise
                 raise policy_raised(e.policy.name, "eviction_order", err) from err
             if bid not in self._ids or bid in self._seen:
                 raise self._refusal(bid)

@@ -32,7 +32,14 @@ from kvmodel._rank_index import RankIndex
 from kvmodel._resident import ResidentBlock
 from kvmodel.config import EngineConfig
 from kvmodel.contexts import Context
-from kvmodel.errors import InternalError, KVModelError, PolicyError, TraceError, policy_raised
+from kvmodel.errors import (
+    InternalError,
+    KVModelError,
+    PolicyError,
+    TraceError,
+    is_interrupt,
+    policy_raised,
+)
 from kvmodel.ids import BlockId, BlockKey, ContextId, SessionId, TierName
 from kvmodel.io.observations import (
     FreeObs,
@@ -232,13 +239,17 @@ class Engine:
                 return list(self.policy.on_op(self.view, op))
             except KVModelError:
                 raise
-            except Exception as err:
+            except BaseException as err:
+                if is_interrupt(err):
+                    raise
                 raise policy_raised(self.policy.name, "on_op", err) from err
         try:
             base.observe(self.view, op)
         except KVModelError:
             raise
-        except Exception as err:
+        except BaseException as err:
+            if is_interrupt(err):
+                raise
             raise policy_raised(base.name, "observe", err) from err
         r, b, k = self._declared
         if base.reclaim is not r or base.bypasses is not b or base.rank is not k:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "HarnessInterrupt",
     "IllegalTransitionError",
     "InternalError",
     "KVModelError",
@@ -22,6 +23,7 @@ __all__ = [
     "PolicyError",
     "PolicyNotFoundError",
     "TraceError",
+    "is_interrupt",
     "policy_raised",
 ]
 
@@ -128,9 +130,25 @@ class PolicyError(KVModelError, RuntimeError):
         super().__init__(message)
 
 
-def policy_raised(policy: str, call: str, err: Exception) -> PolicyError:
+class HarnessInterrupt(BaseException):
+    """A deliberate stop from the harness around a run (a fuzzer's alarm, a hang deadline): a
+    ``BaseException`` that no ``except Exception`` swallows, and that the checkers let through
+    where they turn everything else a policy or an engine raises into a finding."""
+
+
+def is_interrupt(err: BaseException) -> bool:
+    """Whether ``err`` stops the checker itself rather than being a finding: Ctrl-C
+    (``KeyboardInterrupt``) and the harness's own :class:`HarnessInterrupt`. Anything else a
+    policy or an engine under test raises -- ``SystemExit`` and other ``BaseException`` subclasses
+    included -- is its fault, reported like any exception (spec/invariants.md, Findings)."""
+    return isinstance(err, KeyboardInterrupt | HarnessInterrupt)
+
+
+def policy_raised(policy: str, call: str, err: BaseException) -> PolicyError:
     """The :class:`PolicyError` for an exception raised inside a policy's ``call`` (its own
-    code, not the engine's): a finding about the policy, never an engine crash."""
+    code, not the engine's): a finding about the policy, never an engine crash. ``err`` may be
+    any ``BaseException`` but an interrupt (:func:`is_interrupt`): a policy that calls
+    ``sys.exit`` has not passed."""
     return PolicyError(
         f"policy {policy!r} raised {type(err).__name__} in {call}: {err}", kind="raised"
     )

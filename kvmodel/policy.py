@@ -30,7 +30,12 @@ from typing import Any, ClassVar, Protocol, cast, runtime_checkable
 
 import attrs
 
-from kvmodel.errors import PolicyDefinitionError, PolicyNotFoundError
+from kvmodel.errors import (
+    KVModelError,
+    PolicyDefinitionError,
+    PolicyNotFoundError,
+    is_interrupt,
+)
 from kvmodel.ids import BlockId, TierName
 from kvmodel.io.trace import Op
 from kvmodel.lifecycle import BlockClass
@@ -500,6 +505,14 @@ def _load(path: str) -> Any:
         raise PolicyNotFoundError(
             f"cannot import module {mod_name!r} for policy {path!r}: {e}"
         ) from e
+    except KVModelError:
+        raise  # (a PolicyDefinitionError names the class and what it contradicts)
+    except BaseException as e:  # a module that raises (even SystemExit) on import: not a pass
+        if is_interrupt(e):
+            raise
+        raise PolicyNotFoundError(
+            f"importing module {mod_name!r} for policy {path!r} raised {type(e).__name__}: {e}"
+        ) from e
     obj: Any = mod
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -541,6 +554,14 @@ def resolve_policy(spec: str | Policy) -> Policy:
         inst = obj() if callable(obj) else obj
     except TypeError as e:
         raise PolicyNotFoundError(f"{path!r} cannot be instantiated without arguments: {e}") from e
+    except KVModelError:
+        raise
+    except BaseException as e:  # ``sys:exit`` is callable: SystemExit must not read as a pass
+        if is_interrupt(e):
+            raise
+        raise PolicyNotFoundError(
+            f"{path!r} raised {type(e).__name__} when called to make a policy: {e!r}"
+        ) from e
     if not isinstance(inst, Policy):
         raise PolicyNotFoundError(
             f"{path!r} does not provide a policy (needs name, place, eviction_order, on_op)"

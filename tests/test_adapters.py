@@ -64,13 +64,13 @@ class _LRUBlocks(PrefixCacheAdapter):
         self.n = 0
         self.found: set[object] = set()
 
-    def lookup(self, r: Request) -> int:
+    def lookup(self, r: Request) -> list[object]:
         self.n += 1
         hits = 0
         while hits < r.prompt_blocks and r.keys[hits] in self.cached:
             hits += 1
         self.found = set(r.keys[:hits])
-        return hits
+        return list(r.keys[:hits])  # (its pages are the keys themselves)
 
     def make_room(self, r: Request, hits: int, need: int) -> list[Eviction] | None:
         free = self.capacity - len(self.cached)
@@ -84,10 +84,11 @@ class _LRUBlocks(PrefixCacheAdapter):
             del self.cached[e.key]
         return out
 
-    def insert(self, r: Request, hits: int) -> None:
+    def insert(self, r: Request, hits: int) -> list[object]:
         for d, k in enumerate(r.keys):
             if k is not None:
                 self.cached[k] = (self.n, d)
+        return list(r.keys[hits : r.full_blocks])
 
 
 def test_a_kit_adapter_of_a_block_lru_conforms_to_vllm_prefix() -> None:
@@ -193,3 +194,175 @@ def test_invariants_only_messages_name_blocks_by_key() -> None:
     assert v.verdict == "ILLEGAL"
     named = v.reason.split("pinned block ")[1].split()[0]
     assert named in {r["key"] for r in log if r.get("key")}, v.reason
+
+
+def test_an_adapter_refuses_an_op_it_does_not_implement() -> None:
+    """Issue 57: a pin reached the kit's adapter and was ignored, so the reference protected
+    blocks the cache never heard of and the divergence blamed the cache. Now the op is refused,
+    by name, before anything is compared."""
+    from checkers.conformance.adapters import UnsupportedOpError, undeclared
+    from kvmodel.workloads import RandomParams, random_trace
+
+    tr = random_trace(RandomParams(seed=1, ops=80, p_ttl=1.0))
+    assert any(undeclared(op, _LRUBlocks.implements) for op in tr.ops)
+    with pytest.raises(UnsupportedOpError, match=r"op \d+ \((pin|unpin|infer)\)"):
+        run_lockstep(tr, _LRUBlocks, "vllm-prefix", DEFAULT_CONFIG)
+    impl = _LRUBlocks(DEFAULT_CONFIG)
+    first = next(i for i, op in enumerate(tr.ops) if undeclared(op, impl.implements))
+    for i, op in enumerate(tr.ops[:first]):
+        impl.apply(i, op)
+    with pytest.raises(UnsupportedOpError, match="does not implement"):
+        impl.apply(first, tr.ops[first])
+
+    class Typo(_LRUBlocks):
+        implements = frozenset({"infer", "pinn"})
+
+    with pytest.raises(ConfigError, match="'pinn'"):
+        Typo(DEFAULT_CONFIG)
+
+
+def test_within_keeps_what_is_declared_and_stays_valid_input() -> None:
+    from checkers.conformance.adapters import PREFIX_CACHE_OPS, undeclared, within
+    from checkers.invariants.nversion import contract_refusal
+    from kvmodel.io.ops import op_name
+    from kvmodel.workloads import RandomParams, random_trace
+
+    for seed in range(30):
+        tr = random_trace(RandomParams(seed=seed, ops=80, p_ttl=0.5))
+        for have in (PREFIX_CACHE_OPS, PREFIX_CACHE_OPS - {"fork"}, PREFIX_CACHE_OPS - {"open"}):
+            kept = within(tr, have)
+            assert contract_refusal(kept.ops) is None
+            assert all(undeclared(op, have) is None for op in kept.ops)
+            if have == PREFIX_CACHE_OPS:  # only pins go, and output hashes
+                assert len(kept.ops) == sum(op_name(op) not in ("pin", "unpin") for op in tr.ops)
+    assert within(tr, PREFIX_CACHE_OPS - {"open"}).ops == ()  # nothing without a context
+
+
+def test_no_false_alarm_on_raw_default_traces_for_a_block_lru() -> None:
+    """The goal of issue 57: a third-party one-tier cache that conforms is never blamed, on the
+    default (raw, not ``comparable``) traces -- which the search now draws within what the
+    adapter declares. Before, 21 of 300 traces diverged for the pins alone."""
+    res = differential(_LRUBlocks, "vllm-prefix", DEFAULT_CONFIG, max_examples=300)
+    assert res.ok, res.render()
+    assert min(res.coverage["evict"], res.coverage["reject"], res.coverage["hit"]) > 100
+
+
+def test_the_oracle_cli_refuses_a_trace_outside_what_the_implementation_implements(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvmodel.cli import main
+    from kvmodel.io.trace import dump_trace
+    from kvmodel.workloads import RandomParams, random_trace
+
+    tr = random_trace(RandomParams(seed=1, ops=80, p_ttl=1.0))
+    dump_trace(tr, tmp_path / "t.jsonl")
+    (tmp_path / "log.jsonl").write_text("")
+    argv = ["oracle", str(tmp_path / "t.jsonl"), str(tmp_path / "log.jsonl"), "--policy", "lru"]
+    assert main([*argv, "--implements", "open,append,infer,close"]) == 2
+    err = capsys.readouterr().err
+    assert "t.jsonl" in err
+    assert "does not implement" in err
+
+
+def test_keep_going_adopts_the_victims_a_node_granular_cache_takes_beyond_need() -> None:
+    """Issue 57: adoption took only the victims the reference needed, so a cache that frees a
+    whole node could never be followed past its first divergence, and the stop reason blamed
+    its reuse, writes or rejections. Now every extra victim is followed (as invariants-only
+    mode does) and the check goes to the end of each log."""
+    import examples_path  # noqa: F401
+    from radix_cache import RadixAdapter
+
+    from checkers.conformance.adapters import comparable
+    from kvmodel import EngineConfig, TierConfig
+    from kvmodel.ids import TierName
+    from kvmodel.workloads import RandomParams, random_trace
+
+    config = EngineConfig(4, (TierConfig(TierName("gpu"), 12),))
+    several = 0
+    for seed in range(40):
+        tr = comparable(random_trace(RandomParams(seed=seed, ops=120, max_tokens=12)))
+        impl, log = RadixAdapter(config), []
+        for i, op in enumerate(tr.ops):
+            log += impl.apply(i, op)
+        v = check_log(tr, log, "vllm-prefix", config, keep_going=True, complete=True, shorten=False)
+        assert v.stopped == "", (seed, v.stopped)
+        several += len(v.divergences) > 1
+    assert several > 5  # (it once stopped at the first divergence of every one of these)
+
+
+def test_an_extra_victim_outside_the_admissible_set_is_classed_victim_not_admissible() -> None:
+    from checkers.conformance.oracle import divergence_class
+
+    why = "eviction beyond need outside the admissible set"
+    assert divergence_class(why, ("evict a (active)",), ("evict b",)) == "victim-not-admissible"
+    assert divergence_class("eviction outside the admissible set", (), ()) == (
+        "victim-not-admissible"
+    )
+
+
+def test_a_zombie_is_named_by_the_key_a_user_finds_in_the_log() -> None:
+    from checkers.invariants.replay import check_ops
+    from kvmodel.io.observations import observation_to_json
+    from kvmodel.workloads import RandomParams, random_trace
+
+    tr = random_trace(RandomParams(seed=0, ops=80))
+    run = check_ops(tr.ops, "lru", DEFAULT_CONFIG, ["no-zombie-kv"])
+    v = run.first("no-zombie-kv")
+    assert v is not None
+    key = v.message.split("(key ")[1].split(")")[0]
+    assert key in {r.get("key") for r in map(observation_to_json, run.engine.log)}
+
+
+def test_split_refreshes_tail_follows_a_touch_of_the_split_tail_and_nothing_else() -> None:
+    """Issue 57: a radix cache that stamps a node before splitting it (SGLang's
+    ``_match_prefix_helper``) refreshes the cut-off tail. Under ``split-refreshes-tail`` the
+    oracle follows a ``touch`` record for the blocks continuing the hit run (the tail), and
+    only for them; without the variant a touch is not followed."""
+    from checkers.conformance.oracle import Conformance
+    from kvmodel import EngineConfig, TierConfig
+    from kvmodel.engine import Engine
+    from kvmodel.ids import ContextId, MessageId, SessionId, TierName
+    from kvmodel.io.observations import observation_to_json
+    from kvmodel.io.trace import Append, Infer, Op, Open
+    from kvmodel.messages import AgentKind, Message, MessageKind, Role
+    from kvmodel.policy import resolve_policy
+
+    def msg(i: str, h: str) -> Message:
+        return Message(MessageId(i), Role.USER, MessageKind.USER, 4, hash=h)
+
+    c1, c2, s = ContextId("c1"), ContextId("c2"), SessionId("s")
+    ops: list[Op] = [
+        Open(0.0, c1, s, AgentKind.MAIN),
+        Append(0.0, c1, (msg("a", "A"), msg("b", "B"))),
+        Infer(1.0, c1, ()),  # writes K(A), K(AB)
+        Open(2.0, c2, s, AgentKind.MAIN),
+        Append(2.0, c2, (msg("a", "A"), msg("c", "C"))),
+        Infer(3.0, c2, ()),  # hits K(A): the node A|B is split, its tail K(AB) stamped
+    ]
+    config = EngineConfig(4, (TierConfig(TierName("gpu"), 8),))
+    ref = Engine(config, resolve_policy("vllm-prefix"))
+    logs: list[list[dict[str, Any]]] = []
+    for op in ops:
+        seen = len(ref.log)
+        ref.apply(op)
+        logs.append([observation_to_json(o) for o in ref.log.since(seen)])
+    k_a = next(r["key"] for r in logs[5] if r["kind"] == "hit")
+    k_ab = next(r["key"] for r in logs[2] if r["kind"] == "alloc" and r["depth"] == 1)
+    for allow, touch, verdict in [
+        (("split-refreshes-tail",), k_ab, None),  # the tail: followed
+        (("split-refreshes-tail",), k_a, "refresh outside"),  # the hit itself: not a tail
+        ((), k_ab, None),  # without the variant: not followed (nothing refreshed)
+    ]:
+        conf = Conformance("vllm-prefix", config, allow=allow)
+        for i, (op, recs) in enumerate(zip(ops, logs, strict=True)):
+            extra = [{"op": i, "kind": "touch", "key": touch}] if i == 5 else []
+            v = conf.step(i, op, [*recs, *extra])
+            if i < 5:
+                assert v is None
+        if verdict is None:
+            assert v is None
+            b = next(b for b in conf.engine.blocks.values() if b.spec.key == k_ab)
+            assert b.touch == (3.0 if allow else 1.0)
+        else:
+            assert v is not None
+            assert v.reason.startswith(verdict)

@@ -235,9 +235,13 @@ def test_a_walk_the_model_refuses_fails_loudly(monkeypatch: pytest.MonkeyPatch) 
         run = check_ops(ops, *args, **kwargs)  # type: ignore[arg-type]
         return attrs.evolve(run, applied=0, trace_error=TraceError("planted", field="t"))
 
+    # ... and in the search itself it is the checker's error, reported beside what was found
+    # (issue 57: it once ended `kvmodel check` with no table)
     monkeypatch.setattr(driver_module, "check_ops", refusing)
-    with pytest.raises(RefusedTraceError, match="a generated trace under belady: op 0"):
-        search("belady", ["no-zombie-kv"], max_examples=3, steps=5, walks=0)
+    r = search("belady", ["no-zombie-kv"], max_examples=3, steps=5, walks=0)
+    assert len(r.checker_errors) == 1
+    assert r.checker_errors[0].startswith("the trace search: RefusedTraceError: a generated trace")
+    assert "under belady: op 0" in r.checker_errors[0]
 
 
 def test_capped_walks_trade_rejections_for_evictions() -> None:

@@ -33,7 +33,11 @@ from kvmodel.policy import registered_policies, resolve_policy
 from kvmodel.progress import bar, wanted
 from kvmodel.studies.sweep import local_cluster
 
-__all__ = ["add_check"]
+__all__ = ["CHECKER_ERROR", "add_check"]
+
+#: ``kvmodel check``'s exit status when the checker itself crashed in part (its findings are
+#: still reported): neither a pass (0) nor a policy's failure alone (1), nor bad input (2)
+CHECKER_ERROR = 3
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -79,6 +83,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
             done=done,
         )
     failures = {r.policy: r.failures() for r in reports if r.failures()}
+    # the checker's own crashes: its findings above still stand, but no verdict is a pass
+    crashed = {r.policy: list(r.checker_errors()) for r in reports if r.checker_errors()}
+    status = CHECKER_ERROR if crashed else 1 if failures else 0
     if args.json:
         print(
             json.dumps(
@@ -97,11 +104,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
                     "shrink": shrinker,
                     "reports": [r.to_json() for r in reports],
                     "failures": failures,
+                    "checker_errors": crashed,
                 },
                 indent=2,
             )
         )
-        return 1 if failures else 0
+        return status
     print(render_table(reports))
     print()
     for r in reports:
@@ -118,6 +126,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"  {st.coverage_line()}")
         for warning in st.unexercised(r.result.invariants):
             print(f"  warning: {warning}")
+        for err in r.checker_errors():
+            print(f"  CHECKER ERROR (a bug in kvmodel; the findings here still stand): {err}")
         for inv, c in sorted(r.result.found.items()):
             where = f" -> {r.bundles[inv]}" if inv in r.bundles else ""
             tag = (
@@ -138,8 +148,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
             )
     if failures:
         print(f"\nFAILED: claimed invariants violated or findings: {failures}")
-        return 1
-    return 0
+    if crashed:
+        print(f"\nCHECKER ERROR: the search crashed in part, so no verdict is a pass: {crashed}")
+    return status
 
 
 def _seconds(text: str) -> float:

@@ -20,6 +20,7 @@ __all__ = ["add_kv_events", "add_oracle"]
 
 def _cmd_oracle(args: argparse.Namespace) -> int:
     """Log conformance: is IMPL_LOG a behaviour the reference allows on TRACE?"""
+    from checkers.conformance.adapters import refuse_undeclared
     from checkers.conformance.oracle import check_log, check_log_invariants, load_log
 
     if args.invariant and not args.invariants_only:
@@ -29,6 +30,10 @@ def _cmd_oracle(args: argparse.Namespace) -> int:
             "--keep-going and --allow go with --policy (invariants-only mode follows every op)"
         )
     trace = load_trace(args.trace)
+    if args.implements is not None:
+        # an op the implementation never implemented cannot be judged from its log: refused
+        # by name (exit 2), never compared as though the implementation had ignored it
+        refuse_undeclared(trace, args.implements.split(","), file=args.trace)
     log = load_log(args.log)
     config = engine_config(args.config)
     if args.invariants_only:
@@ -83,6 +88,12 @@ def add_oracle(sub: Subparsers) -> None:
         metavar="VARIANT[,...]",
         help="policy mode: opt-in admissible variants (extra-victims: an inference that must "
         "evict may evict more than it needs, each extra admissible in turn)",
+    )
+    orc.add_argument(
+        "--implements",
+        metavar="OP[,...]",
+        help="the ops (and trace features, e.g. output-hash) the implementation implements: a "
+        "trace with any other is refused, naming the op (default: it implements every op)",
     )
     orc.add_argument("--json", action="store_true")
     orc.set_defaults(func=_cmd_oracle)

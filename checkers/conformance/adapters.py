@@ -28,29 +28,61 @@ from __future__ import annotations
 import hashlib
 import sys
 import types
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 import attrs
 
 from kvmodel.config import EngineConfig
 from kvmodel.errors import ConfigError
 from kvmodel.ids import BlockKey, TierName
-from kvmodel.io.trace import Infer, Op, Pin, Trace, Unpin
+from kvmodel.io.ops import OP_NAMES, op_name
+from kvmodel.io.trace import Infer, Op, Trace
 from kvmodel.logical import Sequences
 
 __all__ = [
+    "CAPABILITIES",
+    "OUTPUT_HASH",
+    "PREFIX_CACHE_OPS",
     "Eviction",
     "PrefixCacheAdapter",
     "Records",
     "Request",
     "TokenSynth",
+    "UnsupportedOpError",
+    "check_declared",
     "comparable",
     "load_module",
+    "refuse_undeclared",
     "request",
     "stub_module",
+    "undeclared",
+    "within",
 ]
+
+
+#: a trace feature beyond the op kinds: an inference's output message carries a ``hash`` (its
+#: content is already cached elsewhere), which the model recomputes into the cached slot (B6.3)
+#: where a prefix cache decodes into new pages and may drop them at insert
+OUTPUT_HASH = "output-hash"
+#: what an implementation may declare it implements: every op kind and the trace features
+CAPABILITIES: Mapping[str, str] = MappingProxyType(
+    {
+        **{name: f"the {name!r} op" for name in OP_NAMES},
+        OUTPUT_HASH: "output messages whose content is already cached (their 'hash')",
+    }
+)
+#: what a plain one-tier prefix cache implements: every op but pins (it has none) -- their
+#: logical effect on the sequences is the kit's, the cache sees requests -- and no output hash
+PREFIX_CACHE_OPS: frozenset[str] = frozenset(OP_NAMES) - {"pin", "unpin"}
+
+
+class UnsupportedOpError(ConfigError):
+    """An op (or trace feature) the implementation does not declare it implements reached it:
+    refused loudly, never ignored (an ignored pin made the reference protect blocks the
+    implementation never heard of, and the divergence blamed the engine)."""
 
 
 class TokenSynth:
@@ -110,11 +142,13 @@ def request(seq: Sequences, synth: TokenSynth, index: int, op: Infer) -> Request
 
 @attrs.frozen
 class Eviction:
-    """A block the cache evicted: its key, and the group of blocks freed with it (a tree node,
-    say: any JSON value; None for a block freed alone)."""
+    """A block the cache evicted: its key, or the page it freed (the kit names the page by the
+    block it stored there), and the group of blocks freed with it (a tree node, say: any JSON
+    value; None for a block freed alone)."""
 
-    key: BlockKey | None
+    key: BlockKey | None = None
     group: object = None
+    page: Hashable | None = None
 
 
 class Records:
@@ -134,8 +168,16 @@ class Records:
             miss_tokens=r.prompt_tokens - hit, output_tokens=r.output_tokens, own_blocks=0,
         )  # fmt: skip
 
-    def hit(self, r: Request, depth: int) -> None:
-        self._add("hit", ctx=r.ctx, key=r.keys[depth], tier=self.tier, depth=depth)
+    def hit(self, r: Request, depth: int, key: object = None) -> None:
+        """A hit at ``depth``; ``key``: the block the cache returned there (default: the
+        request's own key, i.e. the cache is trusted to return the right page)."""
+        key = r.keys[depth] if key is None else key
+        self._add("hit", ctx=r.ctx, key=key, tier=self.tier, depth=depth)
+
+    def touch(self, r: Request, key: object) -> None:
+        """The lookup refreshed the recency of block ``key`` without reusing it (variant
+        ``split-refreshes-tail``)."""
+        self._add("touch", ctx=r.ctx, key=key, tier=self.tier)
 
     def evict(self, r: Request, e: Eviction) -> None:
         rec: dict[str, Any] = {"ctx": r.ctx, "key": e.key, "tier": self.tier}
@@ -158,18 +200,31 @@ class PrefixCacheAdapter:
 
     Per ``infer`` op, :meth:`apply` builds the :class:`Request` and asks the three hooks:
 
-    1. :meth:`lookup` -- how many leading full prompt blocks are cached (keep them from
-       eviction until :meth:`insert`);
+    1. :meth:`lookup` -- the pages the cache returned for the leading full prompt blocks, in
+       order (keep them from eviction until :meth:`insert`); a page is the cache's own handle
+       for a stored block (a page index, a block id: anything hashable);
     2. :meth:`make_room` -- make room for ``need`` new blocks: the victims, in the order taken
        (with their groups), or None to refuse the request (nothing evicted);
-    3. :meth:`insert` -- store the request's full blocks and release the request (or, when
-       it was refused, :meth:`refuse` -- release what :meth:`lookup` kept).
+    3. :meth:`insert` -- store the request's full blocks after the hits and release the
+       request: the page each now lives in, None for one the cache did not store (or, when it
+       was refused, :meth:`refuse` -- release what :meth:`lookup` kept).
 
-    The adapter writes the records: the hits, the evictions, a write per new block, the partial
-    tail block freed, or the rejection. Every other op only updates the logical state.
+    The adapter writes the records from what the hooks *answered*: each hit names the block
+    that the cache stored in the page it returned (so a cache that returns the wrong page is
+    seen), a write for each page :meth:`insert` stored (so one that drops a block is seen), the
+    evictions, the partial tail block freed, or the rejection; and a ``touch`` for each page in
+    :attr:`touched` (a lookup that refreshed a page it did not return: a radix cache splitting
+    a node it stamped, variant ``split-refreshes-tail``). Every other op of :attr:`implements`
+    only updates the logical state; any op outside it is refused.
     """
 
+    #: the ops (and trace features, :data:`CAPABILITIES`) this adapter implements: the search
+    #: generates within it (:func:`within`) and :meth:`apply` refuses anything else. A subclass
+    #: whose cache has pins adds ``"pin"`` and ``"unpin"`` and handles them in :meth:`apply`
+    implements: ClassVar[frozenset[str]] = PREFIX_CACHE_OPS
+
     def __init__(self, config: EngineConfig) -> None:
+        check_declared(self.implements, type(self).__name__)
         if len(config.tiers) != 1:
             raise ConfigError("a prefix cache adapter is one tier: give a single [[tiers]] entry")
         self.config = config
@@ -178,16 +233,25 @@ class PrefixCacheAdapter:
         self.tier = config.tiers[0].name
         self.seq = Sequences(config.block_size)
         self.synth = TokenSynth()
+        #: each page the cache stored a block in (what :meth:`insert` answered), by the spec key
+        #: of that block: how a page :meth:`lookup` returns is named in the hit records
+        self.page_keys: dict[Hashable, BlockKey] = {}
+        #: pages whose recency :meth:`lookup` refreshed without returning them: filled by the
+        #: hook, recorded as ``touch`` records, emptied for each request
+        self.touched: list[Hashable] = []
 
     # ------------------------------------------------------------------ the hooks
 
-    def lookup(self, r: Request) -> int:
+    def lookup(self, r: Request) -> Sequence[Hashable]:
+        """The pages the cache returned for the request's leading full prompt blocks."""
         raise NotImplementedError
 
     def make_room(self, r: Request, hits: int, need: int) -> Sequence[Eviction] | None:
         raise NotImplementedError
 
-    def insert(self, r: Request, hits: int) -> None:
+    def insert(self, r: Request, hits: int) -> Sequence[Hashable | None]:
+        """Store the full blocks from depth ``hits`` on (``r.full_blocks - hits`` of them) and
+        release the request: for each, the page it was stored in, or None if it was not."""
         raise NotImplementedError
 
     def refuse(self, r: Request, hits: int) -> None:
@@ -197,6 +261,12 @@ class PrefixCacheAdapter:
     # ------------------------------------------------------------------ driving
 
     def apply(self, index: int, op: Op) -> list[dict[str, Any]]:
+        if (what := undeclared(op, self.implements)) is not None:
+            raise UnsupportedOpError(
+                f"op {index} ({op_name(op)}): {type(self).__name__} does not implement "
+                f"{CAPABILITIES[what]}; restrict the trace to what it declares "
+                "(checkers.conformance.adapters.within)"
+            )
         if not isinstance(op, Infer):
             self.seq.apply(op)
             return []
@@ -207,10 +277,19 @@ class PrefixCacheAdapter:
 
     def _infer(self, r: Request, t: float) -> list[dict[str, Any]]:
         rec = Records(r.index, self.tier, t)
-        hits = self.lookup(r)
+        self.touched = []
+        pages = self.lookup(r)
+        if isinstance(pages, int):  # (the kit's hook returned a count before issue 57)
+            raise TypeError(
+                f"{type(self).__name__}.lookup returned a count; it returns the pages the cache "
+                "returned, so that a cache returning the wrong page is seen"
+            )
+        hits = len(pages)
         rec.infer(r, hits)
-        for d in range(hits):
-            rec.hit(r, d)
+        for d, page in enumerate(pages):
+            rec.hit(r, d, self._named(page))
+        for page in self.touched:
+            rec.touch(r, self._named(page))
         need = len(r.keys) - hits
         victims = self.make_room(r, hits, need)
         if victims is None:
@@ -218,13 +297,30 @@ class PrefixCacheAdapter:
             self.refuse(r, hits)
             return rec.out
         for e in victims:
-            rec.evict(r, e)
-        for d in range(hits, len(r.keys)):
-            rec.alloc(r, d)
-        self.insert(r, hits)
+            rec.evict(
+                r, e if e.page is None else attrs.evolve(e, key=BlockKey(self._named(e.page)))
+            )
+        stored = list(self.insert(r, hits))
+        new = range(hits, r.full_blocks)
+        if len(stored) != len(new):
+            raise ValueError(
+                f"{type(self).__name__}.insert answered {len(stored)} pages for the "
+                f"{len(new)} full blocks from depth {hits} (None for a block not stored)"
+            )
+        for d, page in zip(new, stored, strict=True):  # the writes it made, after it made them
+            if page is not None:
+                self.page_keys[page] = r.keys[d]  # type: ignore[assignment]
+                rec.alloc(r, d)
         if r.keys and r.keys[-1] is None:
+            rec.alloc(r, len(r.keys) - 1)
             rec.free_partial(r, len(r.keys) - 1)
         return rec.out
+
+    def _named(self, page: Hashable) -> str:
+        """The key of the block the cache stored in ``page``; a page it never stored is named
+        as such (it cannot match any key, so the oracle reports the reuse)."""
+        key = self.page_keys.get(page)
+        return str(key) if key is not None else f"(page {page!r}: nothing stored there)"
 
     def available(self, r: Request, hits: int) -> int:
         """For a rejection record: the blocks the cache could have given (override to report
@@ -232,18 +328,76 @@ class PrefixCacheAdapter:
         return 0
 
 
-def comparable(trace: Trace) -> Trace:
-    """``trace`` within what a plain prefix cache implements: no pins (it has none), and every
-    output message's content fresh (decoding writes new blocks even when identical content is
-    cached, where the model recomputes into the cached slot, B6.3)."""
+def check_declared(implements: Iterable[str], who: str = "the implementation") -> frozenset[str]:
+    """``implements`` as a set, every name in :data:`CAPABILITIES` (a :class:`ConfigError`
+    naming the unknown one otherwise)."""
+    got = frozenset(implements)
+    if bad := sorted(got - CAPABILITIES.keys()):
+        raise ConfigError(
+            f"{who} declares {bad[0]!r}, which is not an op or a trace feature; "
+            f"known: {', '.join(CAPABILITIES)}"
+        )
+    return got
+
+
+def undeclared(op: Op, implements: frozenset[str]) -> str | None:
+    """What of ``op`` lies outside ``implements`` (an op name or a trace feature), or None."""
+    name = op_name(op)
+    if name not in implements:
+        return name
+    if (
+        isinstance(op, Infer)
+        and OUTPUT_HASH not in implements
+        and any(m.hash is not None for m in op.output)
+    ):
+        return OUTPUT_HASH
+    return None
+
+
+def refuse_undeclared(trace: Trace, implements: Iterable[str], *, file: str | None = None) -> None:
+    """Raise :class:`UnsupportedOpError` naming the first op of ``trace`` outside
+    ``implements`` (and ``file``, the trace's, if given)."""
+    have = check_declared(implements)
+    for i, op in enumerate(trace.ops):
+        if (what := undeclared(op, have)) is not None:
+            where = f"{file}: " if file is not None else ""
+            raise UnsupportedOpError(
+                f"{where}op {i} ({op_name(op)}): the implementation does not implement "
+                f"{CAPABILITIES[what]} (it declares {', '.join(sorted(have))}); give traces "
+                "within it (checkers.conformance.adapters.within)"
+            )
+
+
+def within(trace: Trace, implements: Iterable[str]) -> Trace:
+    """``trace`` restricted to what an implementation declares it implements: the ops it does
+    not implement dropped, and (without :data:`OUTPUT_HASH`) every output message's content made
+    fresh; an op that dropping made bad input (an ``append`` to a context whose ``fork`` went)
+    is dropped too, as the contract model judges it, so the result is always valid input. The
+    search generates within a declaration this way; it never lets an undeclared op reach an
+    implementation, which would ignore it and be blamed for what followed."""
+    from checkers.invariants.nversion import validity_model
+
+    have = check_declared(implements)
+    shadow = validity_model()
     ops: list[Op] = []
     for op in trace.ops:
-        if isinstance(op, Pin | Unpin):
+        if op_name(op) not in have:
             continue
-        if isinstance(op, Infer) and any(m.hash is not None for m in op.output):
+        if undeclared(op, have) == OUTPUT_HASH:
+            assert isinstance(op, Infer)
             op = attrs.evolve(op, output=tuple(attrs.evolve(m, hash=None) for m in op.output))
+        if shadow.refusal(op) is not None:
+            continue
+        shadow.apply(op)
         ops.append(op)
     return Trace(trace.header, tuple(ops))
+
+
+def comparable(trace: Trace) -> Trace:
+    """``trace`` within what a plain prefix cache implements (:data:`PREFIX_CACHE_OPS`): no
+    pins, and every output message's content fresh (decoding writes new blocks even when
+    identical content is cached, where the model recomputes into the cached slot, B6.3)."""
+    return within(trace, PREFIX_CACHE_OPS)
 
 
 # ---------------------------------------------------------------- loading third-party source

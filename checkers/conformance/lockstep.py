@@ -29,15 +29,16 @@ from hypothesis import HealthCheck, find, settings
 from hypothesis.errors import NoSuchExample
 from hypothesis.strategies import SearchStrategy
 
+from checkers.conformance.adapters import check_declared, refuse_undeclared, within
 from checkers.conformance.oracle import Conformance, OracleVerdict
+from checkers.invariants.nversion import contract_refusal
 from checkers.invariants.replay import RefusedTraceError, engine_for
 from checkers.search.pool import fixed_constants
 from checkers.search.strategies import agent_traces
 from kvmodel.config import EngineConfig
-from kvmodel.errors import TraceError
+from kvmodel.errors import is_interrupt
 from kvmodel.io.observations import observation_to_json
 from kvmodel.io.trace import Op, Trace, dumps_op
-from kvmodel.logical import Sequences
 from kvmodel.policy import Policy, resolve_policy
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "Implementation",
     "LockstepResult",
     "differential",
+    "implemented",
     "run_lockstep",
 ]
 
@@ -129,12 +131,20 @@ def run_lockstep(
     conf = Conformance(policy, config, allow=allow)
     try:
         impl = make_impl(config)
-    except Exception as e:  # e.g. a one-tier engine given a two-tier config
+    except BaseException as e:  # e.g. a one-tier engine given a two-tier config
+        if is_interrupt(e):
+            raise
         return OracleVerdict("UNKNOWN", None, f"the implementation could not be built: {e!r}")
+    declared = implemented(impl)
+    if declared is not None:
+        # an undeclared op is never fed to it, never skipped: what followed would be invented
+        refuse_undeclared(trace, declared)
     for i, op in enumerate(trace.ops):
         try:
             records = [dict(r) for r in impl.apply(i, op)]
-        except Exception as e:  # the implementation's crash is a finding
+        except BaseException as e:  # the implementation's crash (SystemExit too) is a finding
+            if is_interrupt(e):
+                raise
             return OracleVerdict("ILLEGAL", i, f"the implementation crashed: {e!r}")
         if coverage is not None:
             coverage["ops"] += 1
@@ -150,16 +160,25 @@ def run_lockstep(
     return OracleVerdict("OK")
 
 
-def _refusal(trace: Trace, block_size: int) -> str | None:
-    """Why ``trace`` is not valid input (its logical semantics alone, no KV decision); None if
-    it is."""
-    seq = Sequences(block_size)
-    for i, op in enumerate(trace.ops):
-        try:
-            seq.apply(op)
-        except TraceError as e:
-            return f"op {i} ({type(op).__name__}): {e}"
-    return None
+def implemented(impl: object) -> frozenset[str] | None:
+    """What an implementation declares it implements (its ``implements``: op names and trace
+    features, :data:`~checkers.conformance.adapters.CAPABILITIES`); None when it declares
+    nothing, i.e. everything (the reference engine)."""
+    have = getattr(impl, "implements", None)
+    return None if have is None else check_declared(have, type(impl).__name__)
+
+
+def _within(
+    strategy: SearchStrategy[Trace], declared: frozenset[str] | None
+) -> SearchStrategy[Trace]:
+    return strategy if declared is None else strategy.map(lambda t: within(t, declared))
+
+
+def _refusal(trace: Trace) -> str | None:
+    """Why ``trace`` is not valid input (the contract model's judgement,
+    :func:`~checkers.invariants.nversion.contract_refusal`); None if it is."""
+    why = contract_refusal(trace.ops)
+    return None if why is None else f"op {why[0]} ({type(trace.ops[why[0]]).__name__}): {why[1]}"
 
 
 def differential(
@@ -186,8 +205,10 @@ def differential(
     tried = 0
     coverage: Counter[str] = Counter()
     try:
-        make_impl(config)
-    except Exception as e:  # no trace can say anything: the verdict, not a crash of the search
+        declared = implemented(make_impl(config))
+    except BaseException as e:  # no trace can say anything: the verdict, not a crash of the search
+        if is_interrupt(e):
+            raise
         why = f"the implementation could not be built: {e!r}"
         return LockstepResult(OracleVerdict("UNKNOWN", None, why), None, 0, {})
 
@@ -197,19 +218,21 @@ def differential(
     def diverges(trace: Trace) -> bool:
         nonlocal tried
         tried += 1
-        why = _refusal(trace, config.block_size)
+        why = _refusal(trace)
         if why is not None:  # not the implementation's divergence: the generator's bug
             raise RefusedTraceError(f"a generated trace is not valid input: {why}")
         return run(trace, coverage).verdict != "OK"
 
     # the default: walks for half the examples, then agent traces for the rest -- two searches,
     # not one_of(agents, walks), which Hypothesis resolved to agent traces for 83 of 100
+    # (the default traces are generated within what the implementation declares it
+    # implements; given traces must already be: run_lockstep refuses an undeclared op)
     searches: list[tuple[SearchStrategy[Trace], int]] = (
         [(traces, max_examples)]
         if traces is not None
         else [
-            (random_walks(4 * max_actions), (max_examples + 1) // 2),
-            (agent_traces(max_actions), max_examples // 2),
+            (_within(random_walks(4 * max_actions), declared), (max_examples + 1) // 2),
+            (_within(agent_traces(max_actions), declared), max_examples // 2),
         ]
     )
     found: Trace | None = None
@@ -240,7 +263,7 @@ def differential(
         cand = Trace(header, tuple(ops))
         # a shortened trace must still be valid input, or the implementation's refusal of it
         # would pass for a divergence
-        return _refusal(cand, config.block_size) is None and run(cand).verdict != "OK"
+        return _refusal(cand) is None and run(cand).verdict != "OK"
 
     small, minimal = shrink(found.ops, still, budget=shrink_budget, groups=op_groups)
     found = Trace(header, tuple(small))

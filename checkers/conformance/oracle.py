@@ -34,7 +34,7 @@ from typing import ClassVar
 
 import attrs
 
-from checkers.conformance.oracle_invariants import check_log_invariants
+from checkers.conformance.oracle_invariants import check_log_invariants, follow_every_victim
 from checkers.conformance.oracle_log import (
     Divergence,
     OracleVerdict,
@@ -52,8 +52,8 @@ from checkers.conformance.oracle_log import (
 from checkers.search.shrink import op_groups, shrink
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
-from kvmodel.errors import ConfigError, PolicyError, TraceError
-from kvmodel.ids import BlockId, ContextId
+from kvmodel.errors import ConfigError, PolicyError, TraceError, is_interrupt
+from kvmodel.ids import BlockId, BlockKey, ContextId
 from kvmodel.io.observations import observation_to_json
 from kvmodel.io.trace import Infer, Op, Trace, dumps_op
 from kvmodel.policy import BasePolicy, Placement, Policy, declared_rank, rank_key, resolve_policy
@@ -80,6 +80,9 @@ VARIANTS: Mapping[str, str] = {
     "node, say), each extra victim admissible in turn under the rank after the op",
     "refused-lookup-refreshes": "a refused inference's lookup refreshes the recency of the "
     "blocks it found (its hit records), as a cache that stamps nodes on match does",
+    "split-refreshes-tail": "a lookup that splits a cached node refreshes its cut-off tail too "
+    "(its touch records: blocks continuing the hit run in the chain), as a radix cache that "
+    "stamps a node before splitting it does (SGLang's RadixCache)",
 }
 
 
@@ -236,13 +239,13 @@ class Conformance:
         a divergence needs it, and snapshotting every op would cost O(resident) per op)."""
         again = Conformance(self.policy, self.config, allow=self.allow)
         for j, (op, victims, adopted, records) in enumerate(self._seen[:i]):
-            # an adopted op's victims are the puppet's to take, not the follower's
-            again.follow.wanted = [] if adopted else list(victims)
-            again.follow.adopt = Puppet({j: records}) if adopted else None
-            seen = len(again.engine.log)
-            again.engine.apply(op)
-            again.follow.adopt = None
-            again._after(op, seen, records)
+            if adopted:  # an adopted op's victims are the puppet's to take, not the follower's
+                again._apply_adopted(j, op, records)
+            else:
+                again.follow.wanted = list(victims)
+                seen = len(again.engine.log)
+                again.engine.apply(op)
+                again._after(op, seen, records)
             again._seen.append((op, victims, adopted, records))
         again.ops = i
         return again
@@ -250,13 +253,42 @@ class Conformance:
     def _after(self, op: Op, seen: int, records: Sequence[Record]) -> None:
         """What the opt-in variants add after an op (``seen``: the log's length before it)."""
         self._evict_extra(op, seen)
-        if "refused-lookup-refreshes" in self.allow and any(
-            o.kind == "reject" for o in self.engine.log.since(seen)
-        ):
+        refused = any(o.kind == "reject" for o in self.engine.log.since(seen))
+        if "refused-lookup-refreshes" in self.allow and refused:
             where = {self.engine.blocks[b].spec.key: b for b in self.engine.blocks}
             for r in records:
                 if r["kind"] == "hit" and (b := where.get(r.get("key"))) is not None:
                     self.engine.touch_now(b)
+        if "split-refreshes-tail" in self.allow and (
+            not refused or "refused-lookup-refreshes" in self.allow
+        ):
+            self._touch_tail(records)
+
+    def _touch_tail(self, records: Sequence[Record]) -> None:
+        """With ``split-refreshes-tail``: the op's ``touch`` records, each admissible only as
+        the next block of the chain its hit run ends in (the first one's parent is the last hit,
+        each next one's the one before: the tail of the node the lookup split), resident; each
+        is then touched in the reference too. Anything else is a refresh the variant does not
+        admit."""
+        touches = [str(r.get("key")) for r in records if r["kind"] == "touch"]
+        if not touches:
+            return
+        hits = [str(r.get("key")) for r in records if r["kind"] == "hit"]
+        where = {self.engine.blocks[b].spec.key: b for b in self.engine.blocks}
+        anchor = hits[-1] if hits else None
+        for key in touches:
+            b = where.get(BlockKey(key))
+            if anchor is None or b is None or self.engine.blocks[b].spec.parent != anchor:
+                self.follow.illegal = (
+                    "refresh outside the tail of the node the lookup split",
+                    (f"touch a resident block whose parent is {anchor}",)
+                    if anchor is not None
+                    else ("no touch: the lookup found nothing to split",),
+                    f"touch {key}",
+                )
+                return
+            self.engine.touch_now(b)
+            anchor = key
 
     def _evict_extra(self, op: Op, seen: int) -> None:
         """With the ``extra-victims`` variant: evict, in turn, the victims the implementation
@@ -270,6 +302,26 @@ class Conformance:
         for bid in self.follow.extra_victims(self.engine.view):
             self.engine.evict_now(bid, ctx if ctx is not None else ContextId(""))
 
+    def _apply_adopted(self, i: int, op: Op, records: Sequence[Record]) -> Puppet:
+        """Op ``i`` with the implementation's own decisions (a puppet places, evicts and
+        reclaims as its records say); then the victims it took beyond what the op needed (a
+        whole tree node), followed too as invariants-only mode does, so that the reference stays
+        in the implementation's state (a rebuild replays this, never the bare puppet); then
+        the variants. The puppet, to ask what it missed."""
+        puppet = Puppet({i: records})
+        self.follow.wanted = []
+        self.follow.adopt = puppet
+        seen = len(self.engine.log)
+        try:
+            self.engine.apply(op)
+        finally:
+            self.follow.adopt = None
+        taken = {str(o.key) for o in self.engine.log.since(seen) if o.kind == "evict"}
+        extra = [r.get("key") for r in records if r["kind"] == "evict"]
+        follow_every_victim(self.engine, op, [k for k in extra if str(k) not in taken])
+        self._after(op, seen, records)
+        return puppet
+
     def _state_before(self, i: int) -> tuple[str, ...]:
         return resident_state(self._rebuilt(i).engine)
 
@@ -281,26 +333,25 @@ class Conformance:
         allows here, or the model refuses them)."""
         again = self._rebuilt(i)
         own = own_keys(again.engine, op)
-        puppet = Puppet({i: records})
-        again.follow.adopt = puppet
         seen = len(again.engine.log)
         try:
-            again.engine.apply(op)
+            puppet = again._apply_adopted(i, op, records)
         except PolicyError as e:
             return f"the implementation's decisions at op {i} are refused by the model ({e})"
-        finally:
-            again.follow.adopt = None
-        ref = [observation_to_json(o) for o in again.engine.log.since(seen)]
         wanted = [r for r in records if r["kind"] == "evict"]
+        ref = [observation_to_json(o) for o in again.engine.log.since(seen)]
         evicted = [r for r in ref if r["kind"] == "evict"]
-        if (
-            puppet.missing is not None
-            or decisions(ref, own) != decisions(records, own)
-            or len(evicted) != len(wanted)
-        ):
+        why = puppet.missing
+        if why is None and decisions(ref, own) != decisions(records, own):
+            why = "its reuse, writes or rejections differ from what the state gives"
+        if why is None and len(evicted) != len(wanted):
+            gone = sorted({str(r.get("key")) for r in wanted} - {str(r["key"]) for r in evicted})
             why = (
-                puppet.missing or "its reuse, writes or rejections differ from what the state gives"
+                f"it evicts {len(wanted)} block(s), of which {', '.join(gone) or 'none'} "
+                "cannot be evicted in the state it had reached (not resident, or in flight or "
+                "Pinned)"
             )
+        if why is not None:
             return f"cannot follow the implementation past op {i}: {why}"
         again._seen.append((op, _victims(records), True, records))
         again.ops = i + 1
@@ -321,8 +372,18 @@ class Conformance:
         self.follow.wanted = list(wanted)
         self._seen.append((op, wanted, False, records))
         seen = len(self.engine.log)
-        self.engine.apply(op)
-        self._after(op, seen, records)
+        try:
+            self.engine.apply(op)
+            self._after(op, seen, records)
+        except TraceError:
+            raise  # bad input: the trace's, not the reference's
+        except BaseException as e:
+            if is_interrupt(e):
+                raise
+            # the reference itself failed (its policy raised, say): nothing past here can be
+            # judged, and what was judged before stands (never a crash that loses it)
+            why = f"the reference under {self.follow.inner.name!r} failed at this op: {e}"
+            return OracleVerdict("UNKNOWN", i, why)
         self.ops += 1
         if self.follow.illegal is not None:
             why, allowed, did = self.follow.illegal

@@ -30,7 +30,7 @@ from kvmodel.ids import BlockKey, ContextId
 from kvmodel.io.observations import AllocObs, observation_to_json
 from kvmodel.io.trace import Infer, Op, Trace
 
-__all__ = ["check_log_invariants"]
+__all__ = ["check_log_invariants", "follow_every_victim"]
 
 
 def check_log_invariants(
@@ -62,7 +62,7 @@ def check_log_invariants(
         except PolicyError as e:
             mon.policy_error(e)
         else:
-            _follow_every_victim(engine, op, puppet.victims.get(i, []))
+            follow_every_victim(engine, op, puppet.victims.get(i, []))
             mon.after_op(op)
         if mon.violations:
             v = mon.violations[0]
@@ -84,11 +84,11 @@ def check_log_invariants(
     return OracleVerdict("OK")
 
 
-def _follow_every_victim(engine: Engine, op: Op, victims: Sequence[object]) -> None:
-    """Invariants-only mode: the log's victims the engine did not need (a cache that frees a
-    whole node) are evicted too, so the reconstructed run keeps the implementation's residency
-    instead of drifting from it. One not evictable now stays, and the comparison of later
-    decisions says the log is inconsistent."""
+def follow_every_victim(engine: Engine, op: Op, victims: Sequence[object]) -> None:
+    """Invariants-only mode and policy mode's adoption (``--keep-going``): the log's victims the
+    engine did not need (a cache that frees a whole node) are evicted too, so the reconstructed
+    run keeps the implementation's residency instead of drifting from it. One not evictable now
+    stays, and the comparison of later decisions says the log is inconsistent."""
     if not victims:
         return
     where = {b.spec.key: b for b in engine.blocks.values()}
@@ -108,5 +108,7 @@ def _keyed(message: str, engine: Engine) -> str:
         if isinstance(o, AllocObs):
             key_of[o.block] = str(o.key)
     return re.sub(
-        r"\bblock (\d+)", lambda m: f"block {key_of.get(int(m.group(1)), m.group(1))}", message
+        r"\bblock (\d+)(?: \(key [^)]*\))?",
+        lambda m: f"block {key_of.get(int(m.group(1)), m.group(1))}",
+        message,
     )

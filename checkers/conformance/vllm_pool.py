@@ -280,9 +280,10 @@ class VLLMBlockPool(PrefixCacheAdapter):
             self.events.append(rec)
         return list(out)
 
-    def lookup(self, r: Request) -> int:
+    def lookup(self, r: Request) -> list[int]:
         """The request's block hashes, as vLLM's ``Request`` computes them; then
-        ``get_cached_block`` over the prompt's full blocks until the first miss."""
+        ``get_cached_block`` over the prompt's full blocks until the first miss: the ids of the
+        blocks the pool returned."""
         self._hashes = []
         for d in range(r.full_blocks):
             parent = self._hashes[-1] if self._hashes else None
@@ -295,7 +296,7 @@ class VLLMBlockPool(PrefixCacheAdapter):
             if found is None:
                 break
             self._blocks.append(found[0])
-        return len(self._blocks)
+        return [b.block_id for b in self._blocks]
 
     def available(self, r: Request, hits: int) -> int:
         """The scheduler's admission test: free blocks, less the hits sitting in the free queue
@@ -314,12 +315,17 @@ class VLLMBlockPool(PrefixCacheAdapter):
             for h in ev.block_hashes
         ]
 
-    def insert(self, r: Request, hits: int) -> None:
-        """``cache_full_blocks``, then the request finishes: its blocks released tail-first."""
+    def insert(self, r: Request, hits: int) -> list[int | None]:
+        """``cache_full_blocks``, then the request finishes: its blocks released tail-first.
+        The blocks stored: each new full block the pool now holds under a hash."""
         blocks = self._blocks
         self.pool.cache_full_blocks(
             PoolRequest(self._hashes, list(r.tokens)), blocks, hits, len(self._hashes),
             self.block_size, 0,
         )  # fmt: skip
         self._take_events()
+        stored = [
+            b.block_id if b.block_hash is not None else None for b in blocks[hits : r.full_blocks]
+        ]
         self.pool.free_blocks(reversed(blocks))
+        return stored

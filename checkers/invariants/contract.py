@@ -14,12 +14,12 @@ from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
-from checkers.invariants.nversion import Shadow
+from checkers.invariants.nversion import Shadow, contract_refusal
 from checkers.invariants.shadow_terms import KEEP, TETHER, BlockFigures, InferFigures, Rules
 from checkers.invariants.structural import Violation
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
-from kvmodel.errors import TraceError
+from kvmodel.errors import TraceError, is_interrupt
 from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
 from kvmodel.io.observations import AllocObs, HitObs, InferObs
 from kvmodel.io.trace import Op
@@ -137,9 +137,15 @@ def diverge(
         seen = len(engine.log)
         try:
             engine.apply(op)
-        except TraceError:
-            raise  # not a valid trace (or the engine says so): no contract question
-        except Exception as err:
+        except TraceError as err:
+            # bad input is the contract model's to say, never the engine's alone
+            why = contract_refusal(ops[: k + 1])
+            if why is not None:
+                raise  # not a valid trace: no contract question
+            return Divergence(k, "the engine refused valid input", repr(err), "accepted")
+        except BaseException as err:
+            if is_interrupt(err):
+                raise
             return Divergence(k, "the engine raised", repr(err), "no error")
         records = engine.log.since(seen)
         shadow.apply(op, records if rules is None else None)

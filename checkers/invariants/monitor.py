@@ -18,7 +18,7 @@ from checkers.invariants.contract import (
     compare_state,
     whole_state_due,
 )
-from checkers.invariants.nversion import Shadow
+from checkers.invariants.nversion import Shadow, contract_refusal
 from checkers.invariants.predicates import (
     BLOCK,
     CONCRETE,
@@ -42,7 +42,7 @@ from checkers.invariants.structural import (
     check_prefix_closed,
 )
 from kvmodel.engine import Engine
-from kvmodel.errors import PolicyError, TraceError
+from kvmodel.errors import PolicyError, TraceError, is_interrupt
 from kvmodel.ids import BlockId, ContextId, TierName
 from kvmodel.io.observations import (
     AllocObs,
@@ -105,20 +105,6 @@ def _dead_verdicts(state: BlockClass, was_dead: bool, closing: bool) -> tuple[bo
     )
 
 
-def _valid_input(ops: Sequence[Op], engine: Engine) -> bool:
-    """Whether the reference model accepts ``ops`` as input (their logical semantics: what bad
-    input is, spec/trace-format.md), whatever ``engine`` made of them."""
-    from kvmodel.logical import Sequences
-
-    seq = Sequences(engine.block_size)
-    try:
-        for op in ops:
-            seq.apply(op)
-    except TraceError:
-        return False
-    return True
-
-
 def _disagreement(d: Divergence | None) -> str:
     """An engine-contract finding's message for a divergence ("": none)."""
     return "" if d is None else f"the engine disagrees with the contract on {d}"
@@ -159,9 +145,10 @@ class Monitor:
         self.stopped = False
         self.op_index = -1
         self._seen = 0
-        #: the ops applied, kept for an engine other than the reference: if it refuses an op as
-        #: bad input, the reference's logical semantics decide whether the input was bad
-        self._history: list[Op] | None = None if type(engine) is Engine else []
+        #: the ops applied: if the engine refuses an op as bad input, the contract model
+        #: decides, from them, whether the input was bad (whatever the engine's type: a patched
+        #: reference is judged like any other engine)
+        self._history: list[Op] = []
         #: each context's message states after the last op (legal-transitions)
         self._states: dict[ContextId, dict[int, MsgState]] = {}
         self._temp_indexed: set[BlockId] = set()
@@ -333,21 +320,29 @@ class Monitor:
         try:
             self.engine.apply(op)
         except TraceError as e:
-            if self._history is None or not _valid_input([*self._history, op], self.engine):
-                raise
-            self.internal_error(e, where="the engine refused valid input")
+            why = contract_refusal([*self._history, op])
+            if why is not None and why[0] == len(self._history):
+                raise  # bad input: the contract refuses it too
+            if why is None:
+                where = "the engine refused valid input"
+            else:  # (an earlier op the engine accepted is what the contract refuses)
+                where = f"the engine accepted op {why[0]}, which the contract refuses ({why[1]})"
+            self.internal_error(e, where=where)
             return self._stop()
         except PolicyError as e:
             self.policy_error(e)
             return self._stop()
-        except Exception as e:  # an engine that crashes is a finding, not a checker crash
+        except BaseException as e:  # an engine that crashes is a finding, not a checker crash
+            if is_interrupt(e):  # (SystemExit from the engine's code is a crash too)
+                raise
             self.internal_error(e)
             return self._stop()
-        if self._history is not None:
-            self._history.append(op)
+        self._history.append(op)
         try:
             self.after_op(op)
-        except Exception as e:  # a state the checks cannot read: reported with the trace
+        except BaseException as e:  # a state the checks cannot read: reported with the trace
+            if is_interrupt(e):
+                raise
             self.internal_error(e, where="the monitor could not read the engine's state")
             return self._stop()
         return True
@@ -367,7 +362,7 @@ class Monitor:
         else:  # never lost: a refusal ends the run, so it is reported whatever is monitored
             self.violations.append(Violation("policy-protocol", str(err), op=self.op_index))
 
-    def internal_error(self, err: Exception, where: str = "the engine crashed") -> None:
+    def internal_error(self, err: BaseException, where: str = "the engine crashed") -> None:
         """The engine crashed (an ``InternalError`` or worse), or left a state the checks cannot
         read: a bug in the engine under test (or in a check), never a crash of the checker."""
         self.violations.append(
@@ -456,15 +451,24 @@ class Monitor:
         if zombie:
             zombie.sort()
             self._add(
-                "no-zombie-kv", f"{len(zombie)} dead blocks resident (e.g. {zombie[0]})", zombie[0]
+                "no-zombie-kv",
+                f"{len(zombie)} dead blocks resident (e.g. {self._named(zombie[0])})",
+                zombie[0],
             )
         if killed:
             killed.sort()
             self._add(
                 "free-at-boundary",
-                f"{len(killed)} blocks killed by this op stay resident (e.g. {killed[0]})",
+                f"{len(killed)} blocks killed by this op stay resident "
+                f"(e.g. {self._named(killed[0])})",
                 killed[0],
             )
+
+    def _named(self, bid: BlockId) -> str:
+        """A resident block as a user finds it in a log: its slot and its hash-chain key (the
+        name every log record carries, and the only one another implementation shares)."""
+        b = self.engine.blocks.get(bid)
+        return f"block {bid}" if b is None else f"block {bid} (key {b.spec.key})"
 
     def _temporary(self, records: Sequence[Observation]) -> None:
         for msg, b in log_bypass(records):

@@ -53,6 +53,7 @@ from kvmodel.io.observations import (
     RejectObs,
 )
 from kvmodel.io.trace import (
+    MAX_CONTEXT_TOKENS,
     Append,
     Close,
     EndSession,
@@ -68,10 +69,10 @@ from kvmodel.io.trace import (
     Unpin,
 )
 from kvmodel.lifecycle import BlockClass, MsgState
-from kvmodel.messages import MessageKind
+from kvmodel.messages import Message, MessageKind
 from kvmodel.policy import RankTerm
 
-__all__ = ["Shadow"]
+__all__ = ["VALIDITY_BLOCK", "Shadow", "contract_refusal", "validity_model"]
 
 _COMMIT_FREES = (FreeReason.PARTIAL, FreeReason.BYPASS)
 
@@ -99,6 +100,9 @@ class Shadow(ShadowState):
         #: the index of the op being applied (the engine's ``op_index``: a use's ``last_op``)
         self.op_index = -1
         self.sessions: dict[str, list[ContextId]] = {}
+        self.ended: set[str] = set()
+        #: the last op's time (None before the first op): times never decrease
+        self._t_last: float | None = None
         self.now = 0.0
         self.last_infer: InferFigures | None = None
         #: the keys of the full blocks of the prompt of the op's inference, if it was one (B2-B3)
@@ -111,6 +115,108 @@ class Shadow(ShadowState):
         #: indexed and leave: counted afresh at every eviction, it made an inference's work
         #: quadratic in its evictions)
         self._used: Counter[str] = Counter()
+
+    # -------------------------------------------------------------- validity
+
+    def refusal(self, op: Op) -> str | None:
+        """Why ``op`` is not valid input in the model's state now (spec/trace-format.md T2-T3,
+        the rules that depend on what came before), or None if it is. Written from the spec,
+        not read from the engine: whether an op the engine under test refused was bad input is
+        the contract's to say, never the engine's (a patched engine that refuses a valid op
+        would otherwise be trusted; spec/invariants.md, Findings). Call it before
+        :meth:`apply`; the model applies only valid ops."""
+        if self._t_last is not None and op.t < self._t_last:
+            return f"time went backwards: expected t >= {self._t_last:g} (got {op.t:g})"
+        match op:
+            case Open():
+                return (
+                    self._fresh(op.ctx)
+                    or (self._open(op.parent, "parent") if op.parent is not None else None)
+                    or self._live_session(op.session)
+                )
+            case Fork():
+                if (why := self._open(op.src, "src") or self._fresh(op.ctx)) is not None:
+                    return why
+                n = len(self.ctxs[op.src].seq)
+                if op.upto is not None and op.upto > n:
+                    return f"expected upto <= {n}, the length of {op.src!r} (got {op.upto})"
+                return None
+            case Append():
+                return self._open(op.ctx) or self._admissible(self.ctxs[op.ctx], op.messages)
+            case Replace():
+                if (why := self._open(op.ctx)) is not None:
+                    return why
+                c = self.ctxs[op.ctx]
+                if not 0 <= op.index < len(c.seq):
+                    return f"expected an index in [0, {len(c.seq)}) (got {op.index})"
+                old = c.seq[op.index]
+                return self._admissible(c, [op.message], old.tokens, old.id)
+            case Remove():
+                if (why := self._open(op.ctx)) is not None:
+                    return why
+                n = len(self.ctxs[op.ctx].seq)
+                if not 0 <= op.index < n:
+                    return f"expected an index in [0, {n}) (got {op.index})"
+                if op.index + op.count > n:
+                    return f"expected index + count <= {n} (got {op.index} + {op.count})"
+                return None
+            case Pin() | Unpin():
+                if (why := self._open(op.ctx)) is not None:
+                    return why
+                n = len(self.ctxs[op.ctx].seq)
+                lo = 0 if op.start is None else op.start
+                hi = n if op.stop is None else op.stop
+                if not 0 <= lo <= hi <= n:
+                    return f"expected 0 <= start <= stop <= {n} (got start={lo}, stop={hi})"
+                return None
+            case Infer():
+                if (why := self._open(op.ctx)) is not None:
+                    return why
+                c = self.ctxs[op.ctx]
+                if not c.seq:
+                    return f"context {op.ctx!r} has no messages to infer on"
+                return self._admissible(c, op.output)
+            case TurnEnd() | Close():
+                return self._open(op.ctx)
+            case Return():
+                if (why := self._open(op.ctx) or self._open(op.into, "into")) is not None:
+                    return why
+                if op.into == op.ctx:
+                    return "expected 'into' to name another context"
+                return self._admissible(self.ctxs[op.into], [op.result])
+            case EndSession():
+                if op.session not in self.sessions:
+                    return f"expected a known session (got {op.session!r})"
+                return self._live_session(op.session)
+        return None
+
+    def _open(self, ctx: ContextId, field: str = "ctx") -> str | None:
+        c = self.ctxs.get(ctx)
+        if c is None:
+            return f"{field}: expected an open context (got unknown context {ctx!r})"
+        return None if c.open else f"{field}: expected an open context ({ctx!r} is closed)"
+
+    def _fresh(self, ctx: ContextId) -> str | None:
+        return None if ctx not in self.ctxs else f"expected a new context id ({ctx!r} exists)"
+
+    def _live_session(self, session: str) -> str | None:
+        return f"session {session!r} has ended" if session in self.ended else None
+
+    @staticmethod
+    def _admissible(
+        c: ShadowContext, msgs: Sequence[Message], freed: int = 0, leaving: str | None = None
+    ) -> str | None:
+        """Whether ``msgs`` may join ``c`` (``freed`` tokens and the id ``leaving`` go as they
+        come: a replace): ids unique among the live messages, and the context's size cap."""
+        live = {m.id for m in c.seq} - ({leaving} if leaving is not None else set())
+        for m in msgs:
+            if m.id in live:
+                return f"message id {m.id!r} is already live in context {c.id!r}"
+            live.add(m.id)
+        total = c.tokens() - freed + sum(m.tokens for m in msgs)
+        if total > MAX_CONTEXT_TOKENS:
+            return f"context {c.id!r} would hold {total:,} tokens; at most {MAX_CONTEXT_TOKENS:,}"
+        return None
 
     # -------------------------------------------------------------- ops
 
@@ -132,6 +238,7 @@ class Shadow(ShadowState):
         :attr:`evictions`. ``place_tiers``: for each new block of the op in turn, its placement's
         tiers (the probe's; none: its tier is not judged)."""
         self.now = op.t
+        self._t_last = op.t
         self.op_index += 1
         self.last_infer = None
         self.last_prompt_keys = None
@@ -205,6 +312,7 @@ class Shadow(ShadowState):
                 for cid in self.sessions[op.session]:
                     if self.ctxs[cid].open:
                         self.ctxs[cid].close()
+                self.ended.add(op.session)
         if todo is not None:
             self._follow_reclaims(todo)
         elif self.rules.reclaim:
@@ -543,3 +651,26 @@ class Shadow(ShadowState):
                     )
                 if self._drop(r.key):
                     memo = None
+
+
+#: the block size the validity check packs with: whether an op is valid input does not depend on
+#: it, and one block per context keeps an inference's packing O(messages)
+VALIDITY_BLOCK = 1 << 40
+
+
+def validity_model() -> Shadow:
+    """A contract model for judging validity alone (:meth:`Shadow.refusal`, then apply)."""
+    return Shadow(VALIDITY_BLOCK)
+
+
+def contract_refusal(ops: Sequence[Op]) -> tuple[int, str] | None:
+    """The first op of ``ops`` that is not valid input, by the contract model
+    (:meth:`Shadow.refusal`), with why; None when every op is. O(ops): asked once, when an engine
+    under test refused an op (whose engine it is does not matter: a patched reference is judged
+    like any other)."""
+    shadow = validity_model()
+    for i, op in enumerate(ops):
+        if (why := shadow.refusal(op)) is not None:
+            return i, why
+        shadow.apply(op)
+    return None

@@ -11,8 +11,9 @@ that fails on it, so Hypothesis shrinks the counterexample, and delta debugging 
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from functools import partial
+from typing import TypeVar
 
 import attrs
 from hypothesis import seed as hypothesis_seed
@@ -40,6 +41,7 @@ from checkers.search.stateful import RULES, Record, make_machine, run_machine, s
 from checkers.search.swarm import check_config, swarm_configs
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
+from kvmodel.errors import is_interrupt
 from kvmodel.io.trace import Op, Trace
 from kvmodel.policy import resolve_policy
 from kvmodel.studies.sweep import executor
@@ -52,6 +54,8 @@ __all__ = [
     "SearchResult",
     "search",
 ]
+
+_T = TypeVar("_T")
 
 #: Settings profiles: (max_examples, steps per example).
 PROFILES: dict[str, tuple[int, int]] = {"dev": (30, 25), "ci": (100, 30), "thorough": (600, 60)}
@@ -83,6 +87,27 @@ class SearchResult:
     invariants: tuple[str, ...]
     found: dict[str, Counterexample]
     stats: SearchStats
+    #: the checker's own crashes, one line each (the phase, the exception): a bug in the
+    #: checker, reported beside what the search had already found, never instead of it
+    checker_errors: tuple[str, ...] = ()
+
+
+class _Guard:
+    """Runs the phases of a search so that a crash in one (a bug in the checker, or a generator
+    refused by the engine) is recorded and the search goes on to report what it has: a finding
+    already seen is never lost to a later crash (spec/invariants.md, Findings)."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def run(self, phase: str, fn: Callable[[], _T]) -> _T | None:
+        try:
+            return fn()
+        except BaseException as e:
+            if is_interrupt(e):
+                raise
+            self.errors.append(f"{phase}: {type(e).__name__}: {e}")
+            return None
 
 
 def _search_traces(
@@ -192,32 +217,47 @@ def search(
             first[f.invariant] = _First(list(f.ops), f.violation, f.config, "walk", f.clock_scale)
             stats.found_after[f.invariant] = time.monotonic() - t0
 
+    guard = _Guard()
     if offline:
         # an offline policy must see the whole trace first: search over traces, not steps
-        _search_traces(policy, names, config, max_examples, steps, seed, explore, stats)
+        guard.run(
+            "the trace search",
+            lambda: _search_traces(
+                policy, names, config, max_examples, steps, seed, explore, stats
+            ),
+        )
     else:
         machine = make_machine(policy, names, config=config, record=explore, stats=stats)
-        run_machine(machine, search_settings(max_examples, steps), seed)
+        guard.run(
+            "the stateful machine",
+            lambda: run_machine(machine, search_settings(max_examples, steps), seed),
+        )
     if walks or walk_seconds:
-        walk.explore(
-            policy,
-            names,
-            seed=seed,
-            walks=walks,
-            # the budget counts from the search's start: the machine's time is spent from it
-            seconds=None
-            if walk_seconds is None
-            else max(0.0, walk_seconds - (time.monotonic() - t0)),
-            jobs=jobs,
-            config=config,
-            stats=stats,
-            on_find=on_find,
-            scheduler=scheduler,
-            scope=walk_scope,
+        guard.run(
+            "the random walks",
+            lambda: walk.explore(
+                policy,
+                names,
+                seed=seed,
+                walks=walks,
+                # the budget counts from the search's start: the machine's time is spent from it
+                seconds=None
+                if walk_seconds is None
+                else max(0.0, walk_seconds - (time.monotonic() - t0)),
+                jobs=jobs,
+                config=config,
+                stats=stats,
+                on_find=on_find,
+                scheduler=scheduler,
+                scope=walk_scope,
+            ),
         )
 
     if "nondeterministic" not in first and stats.sample and stats.sample_config is not None:
-        v = nondeterminism(stats.sample, policy, stats.sample_config)
+        sample, sample_config = stats.sample, stats.sample_config
+        v = guard.run(
+            "the determinism check", lambda: nondeterminism(sample, policy, sample_config)
+        )
         if v is not None:
             first["nondeterministic"] = _First(
                 list(stats.sample), v, stats.sample_config, "machine"
@@ -241,9 +281,15 @@ def search(
         # find): in parallel, merged below in the serial order, so the result is the serial one
         with executor(jobs, scheduler) as pool:
             futures = [pool.submit(_shrink_one, *t) for t in tasks]
-            shrunk = [fut.result() for fut in futures]
+            shrunk = [
+                guard.run(f"shrinking {t[1]}", fut.result) or _unshrunk(t[1], t[2])
+                for t, fut in zip(tasks, futures, strict=True)
+            ]
     else:
-        shrunk = [_shrink_one(*t) for t in tasks]
+        shrunk = [
+            guard.run(f"shrinking {t[1]}", partial(_shrink_one, *t)) or _unshrunk(t[1], t[2])
+            for t in tasks
+        ]
     for inv, (c, replayed) in zip(todo, shrunk, strict=True):
         if replayed:
             found[inv] = c
@@ -254,7 +300,10 @@ def search(
 
         engine_class = getattr(resolve_policy(policy), "engine_class", Engine)
         t_check = time.monotonic()
-        sc = engine_self_check(engine_class, traces=contract_traces, seed=seed)
+        sc = guard.run(
+            "the engine self-check",
+            lambda: engine_self_check(engine_class, traces=contract_traces, seed=seed),
+        )
         if sc is not None:
             stats.found_after["engine-contract"] = t_check - t0
             found["engine-contract"] = Counterexample(
@@ -267,7 +316,14 @@ def search(
                 "self-check",
             )
         stats.contract_traces += contract_traces
-    return SearchResult(policy, names, found, stats)
+    return SearchResult(policy, names, found, stats, tuple(guard.errors))
+
+
+def _unshrunk(inv: str, f: _First) -> tuple[Counterexample, bool]:
+    """A find whose shrinking crashed, as it was found: reported unshrunk, not lost."""
+    return Counterexample(
+        inv, tuple(f.ops), f.violation, len(f.ops), False, f.config, f.found_by
+    ), True
 
 
 @attrs.frozen

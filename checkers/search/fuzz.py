@@ -33,6 +33,8 @@ from typing import Any
 import attrs
 import numpy as np
 
+from kvmodel.errors import HarnessInterrupt
+
 __all__ = [
     "ARGV_GRAMMAR",
     "ARG_VALUES",
@@ -118,7 +120,7 @@ class Outcome:
     seconds: float = 0.0
 
 
-class _Hang(BaseException):
+class _Hang(HarnessInterrupt):
     """Raised by the alarm; a BaseException so that no ``except Exception`` swallows it."""
 
 

@@ -51,6 +51,10 @@ class PolicyReport:
         exception, a crash, nondeterminism: always failures)."""
         return sorted(set(self.result.found) & (self.claims | set(FINDINGS)))
 
+    def checker_errors(self) -> tuple[str, ...]:
+        """The checker's own crashes during this policy's search (its findings still stand)."""
+        return self.result.checker_errors
+
     def to_json(self) -> dict[str, Any]:
         inv: dict[str, Any] = {}
         for name in self.result.invariants:
@@ -79,6 +83,7 @@ class PolicyReport:
             "policy": self.policy,
             "invariants": inv,
             "findings": findings,
+            "checker_errors": list(self.result.checker_errors),
             "stats": {
                 "examples": st.examples,
                 "steps": st.steps,

@@ -64,6 +64,9 @@ _SKIP: dict[str, frozenset[str]] = {
             # changes it
             "_last_whole",
             "compared_whole",
+            # the ops applied: read only to judge a refusal, by the contract model, from the
+            # logical state they led to (which the key holds)
+            "_history",
         }
     ),
     # rank: the policy's declared rank, a constant (its floats are no time stamps)
