@@ -223,3 +223,19 @@ def test_a_crash_inside_the_checker_keeps_what_the_search_had_found(
     out = capsys.readouterr().out
     assert "CHECKER ERROR" in out
     assert "no-zombie-kv" in out
+
+
+def test_a_log_time_finding_names_the_block_by_the_key_in_the_log() -> None:
+    """Issue 57: a message named an internal slot ("e.g. 0"), not the key a user finds in
+    their own log; the log-time checks and the zombie checks now say both."""
+    from checkers.conformance.pytest_plugin import TIERED_CONFIG
+    from kvmodel.io.observations import observation_to_json
+
+    tr = random_trace(RandomParams(seed=0, ops=80)).ops
+    bad = "checkers.search.mutants:EvictsPinnedWhenFull"
+    run = check_ops(tr, bad, TIERED_CONFIG, ["pinned-never-evicted", "no-zombie-kv"])
+    keys = {r.get("key") for r in map(observation_to_json, run.engine.log)}
+    for name in ("pinned-never-evicted", "no-zombie-kv"):
+        v = run.first(name)
+        assert v is not None, name
+        assert v.message.split("(key ")[1].split(")")[0] in keys, v.message

@@ -823,6 +823,6 @@ def test_temporary_bypass_names_what_is_missing() -> None:
         alloc(4), bypass(4), free(4, FreeReason.REJECT),  # rolled back (P7.7)
     ]  # fmt: skip
     assert log_bypass(records) == [
-        ("temporary block 1 written without bypass", BlockId(1)),
-        ("temporary block 2 not freed by its op", BlockId(2)),
+        (f"temporary block 1 (key {k}) written without bypass", BlockId(1)),
+        (f"temporary block 2 (key {k}) not freed by its op", BlockId(2)),
     ]

@@ -476,7 +476,10 @@ class Monitor:
         for r in records:
             if isinstance(r, HitObs) and r.block in self._temp_indexed:
                 self._add(
-                    "temporary-bypass", f"temporary block {r.block} served as a hit", r.block, r.ctx
+                    "temporary-bypass",
+                    f"temporary block {r.block} (key {r.key}) served as a hit",
+                    r.block,
+                    r.ctx,
                 )
         for r in records:
             if isinstance(r, AllocObs) and r.state is BlockClass.TEMPORARY and not r.rewrite:

@@ -20,6 +20,7 @@ from kvmodel.io.observations import (
     EvictObs,
     FreeObs,
     FreeReason,
+    HitObs,
     Observation,
 )
 from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, TRANSITIONS, BlockClass, Event, MsgState
@@ -350,10 +351,16 @@ def place_deterministic(engine: Engine, block: NewBlock, slot: BlockId) -> str |
 # ----------------------------------------------------------------------------- log-time
 
 
+def _named(r: EvictObs | FreeObs | AllocObs | HitObs) -> str:
+    """A block as a record names it to the user: its slot and its hash-chain key (the name it
+    has in every log, another implementation's included)."""
+    return f"block {r.block}" if r.key is None else f"block {r.block} (key {r.key})"
+
+
 def log_pinned(records: Iterable[Observation]) -> list[tuple[str, BlockId]]:
     pinned = BLOCK["pinned-never-evicted"]
     return [
-        (f"{r.kind} of pinned block {r.block}", r.block)
+        (f"{r.kind} of pinned {_named(r)}", r.block)
         for r in records
         if isinstance(r, EvictObs | FreeObs)
         and pinned(
@@ -368,7 +375,7 @@ def log_pinned(records: Iterable[Observation]) -> list[tuple[str, BlockId]]:
 
 def log_reclaim_dead(records: Iterable[Observation]) -> list[tuple[str, BlockId]]:
     return [
-        (f"reclaimed {r.state.value} block {r.block}", r.block)
+        (f"reclaimed {r.state.value} {_named(r)}", r.block)
         for r in records
         if isinstance(r, FreeObs)
         and r.reason == FreeReason.RECLAIM
@@ -391,5 +398,5 @@ def log_bypass(records: Sequence[Observation]) -> list[tuple[str, BlockId]]:
             and (r.block not in bypassed or r.block not in freed)
         ):
             why = "written without bypass" if r.block not in bypassed else "not freed by its op"
-            out.append((f"temporary block {r.block} {why}", r.block))
+            out.append((f"temporary {_named(r)} {why}", r.block))
     return out
