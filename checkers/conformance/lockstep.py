@@ -31,6 +31,7 @@ from hypothesis.strategies import SearchStrategy
 
 from checkers.conformance.adapters import check_declared, refuse_undeclared, within
 from checkers.conformance.oracle import Conformance, OracleVerdict
+from checkers.invariants.deadline import HUNG, OpHung, op_deadline
 from checkers.invariants.nversion import contract_refusal
 from checkers.invariants.replay import RefusedTraceError, engine_for
 from checkers.search.pool import fixed_constants
@@ -141,7 +142,10 @@ def run_lockstep(
         refuse_undeclared(trace, declared)
     for i, op in enumerate(trace.ops):
         try:
-            records = [dict(r) for r in impl.apply(i, op)]
+            with op_deadline(impl):
+                records = [dict(r) for r in impl.apply(i, op)]
+        except OpHung as e:  # a hang is a finding too, under the checkers' op deadline
+            return OracleVerdict("ILLEGAL", i, f"the implementation {HUNG} {e.seconds:g} s")
         except BaseException as e:  # the implementation's crash (SystemExit too) is a finding
             if is_interrupt(e):
                 raise

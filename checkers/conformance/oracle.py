@@ -49,6 +49,7 @@ from checkers.conformance.oracle_log import (
     resident_state,
     self_consistent,
 )
+from checkers.invariants.deadline import HUNG, OpHung, op_deadline
 from checkers.search.shrink import op_groups, shrink
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
@@ -373,8 +374,12 @@ class Conformance:
         self._seen.append((op, wanted, False, records))
         seen = len(self.engine.log)
         try:
-            self.engine.apply(op)
+            with op_deadline(self.follow.inner):
+                self.engine.apply(op)
             self._after(op, seen, records)
+        except OpHung as e:
+            why = f"the reference under {self.follow.inner.name!r} {HUNG} {e.seconds:g} s"
+            return OracleVerdict("UNKNOWN", i, why)
         except TraceError:
             raise  # bad input: the trace's, not the reference's
         except BaseException as e:

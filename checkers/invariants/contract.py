@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
+from checkers.invariants.deadline import HUNG, OpHung, op_deadline
 from checkers.invariants.nversion import Shadow, contract_refusal
 from checkers.invariants.shadow_terms import KEEP, TETHER, BlockFigures, InferFigures, Rules
 from checkers.invariants.structural import Violation
@@ -136,7 +137,10 @@ def diverge(
     for k, op in enumerate(ops):
         seen = len(engine.log)
         try:
-            engine.apply(op)
+            with op_deadline(pol):
+                engine.apply(op)
+        except OpHung as err:
+            return Divergence(k, "the engine or its policy", f"{HUNG} {err.seconds:g} s", "done")
         except TraceError as err:
             # bad input is the contract model's to say, never the engine's alone
             why = contract_refusal(ops[: k + 1])

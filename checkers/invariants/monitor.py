@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -18,6 +18,7 @@ from checkers.invariants.contract import (
     compare_state,
     whole_state_due,
 )
+from checkers.invariants.deadline import HUNG, OpHung, op_deadline
 from checkers.invariants.nversion import Shadow, contract_refusal
 from checkers.invariants.predicates import (
     BLOCK,
@@ -42,7 +43,7 @@ from checkers.invariants.structural import (
     check_prefix_closed,
 )
 from kvmodel.engine import Engine
-from kvmodel.errors import PolicyError, TraceError, is_interrupt
+from kvmodel.errors import PolicyError, TraceError, is_interrupt, policy_raised
 from kvmodel.ids import BlockId, ContextId, TierName
 from kvmodel.io.observations import (
     AllocObs,
@@ -318,7 +319,11 @@ class Monitor:
             return False
         self.before_op(op)
         try:
-            self.engine.apply(op)
+            with op_deadline(self.engine.policy):
+                self.engine.apply(op)
+        except OpHung as e:
+            self._hung(e)
+            return self._stop()
         except TraceError as e:
             why = contract_refusal([*self._history, op])
             if why is not None and why[0] == len(self._history):
@@ -344,6 +349,32 @@ class Monitor:
             if is_interrupt(e):
                 raise
             self.internal_error(e, where="the monitor could not read the engine's state")
+            return self._stop()
+        return True
+
+    def _hung(self, e: OpHung) -> None:
+        name = "policy-protocol" if e.in_policy else "engine-internal"
+        who = f"policy {self.engine.policy.name!r}" if e.in_policy else "the engine"
+        msg = f"{who} {HUNG} {e.seconds:g} s (op {self.op_index}: a hang)"
+        self.violations.append(Violation(name, msg, op=self.op_index))
+
+    def call_policy(self, hook: str, fn: Callable[[], object]) -> bool:
+        """Call the policy's ``hook`` outside an op (an offline policy's ``prepare``) as
+        :meth:`apply` calls the engine: under the op deadline, whatever it raises but bad input
+        (a ``TraceError``, which propagates) or an interrupt a finding that stops the run.
+        False when it stopped the run."""
+        try:
+            with op_deadline(self.engine.policy):
+                fn()
+        except OpHung as e:
+            self._hung(e)
+            return self._stop()
+        except TraceError:
+            raise
+        except BaseException as e:
+            if is_interrupt(e):
+                raise
+            self.policy_error(policy_raised(self.engine.policy.name, hook, e))
             return self._stop()
         return True
 

@@ -12,7 +12,7 @@ from checkers.invariants.monitor import Monitor
 from checkers.invariants.structural import Violation
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
-from kvmodel.errors import TraceError, is_interrupt, policy_raised
+from kvmodel.errors import TraceError
 from kvmodel.io.observations import observation_to_json
 from kvmodel.io.trace import Op, Trace, TraceHeader
 from kvmodel.policy import Policy, resolve_policy
@@ -81,14 +81,13 @@ def check_ops(
     mon = Monitor(engine, invariants, endurance_years=endurance_years, contract=contract)
     prepare = getattr(pol, "prepare", None)
     if callable(prepare):
-        try:
-            prepare(Trace(TraceHeader(), tuple(ops)), config)
+        try:  # (the policy's own code: a finding, never a lost run)
+            went_on = mon.call_policy(
+                "prepare", lambda: prepare(Trace(TraceHeader(), tuple(ops)), config)
+            )
         except TraceError as e:
             return CheckRun((), engine, 0, e)
-        except BaseException as e:  # the policy's own code: a finding, never a lost run
-            if is_interrupt(e):
-                raise
-            mon.policy_error(policy_raised(pol.name, "prepare", e))
+        if not went_on:
             return CheckRun(tuple(mon.violations), engine, 0)
     applied = 0
     for op in ops:

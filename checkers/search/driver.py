@@ -22,6 +22,7 @@ from hypothesis import target
 from hypothesis.errors import Flaky
 
 from checkers.invariants import FINDINGS, INVARIANTS
+from checkers.invariants.deadline import HUNG
 from checkers.invariants.monitor import READS_CONTRACT
 from checkers.invariants.replay import check_ops, nondeterminism
 from checkers.invariants.structural import Violation
@@ -346,6 +347,8 @@ def _shrink_one(
     (False: the counterexample is a ``nondeterministic`` finding's, the find's trace replaying
     differently or not failing again)."""
     cfg = f.config
+    if HUNG in f.violation.message:
+        return _unshrunk(inv, f)  # (every try of a shrinker would wait out the op deadline)
     if inv == "nondeterministic":
         return _shrink_nondeterminism(policy, f, s.budget), True
     last: list[tuple[list[Op], EngineConfig]] = []

@@ -6,8 +6,8 @@ whatever hook, the report comes out, with what was seen before the failure. Thes
 subjects that keep the promise tested (``tests/test_findings_kept.py``), written as an outside
 author's code fails: not only ``ValueError`` but ``SystemExit`` (a stray ``sys.exit``),
 ``RecursionError``, ``StopIteration`` escaping an iterator, ``GeneratorExit`` and a bare
-``BaseException`` subclass, each at the third call of one hook, so that the run has already
-done something when it fails.
+``BaseException`` subclass -- and a hang, which the checkers' op deadline ends -- each at the
+third call of one hook, so that the run has already done something when it fails.
 
 Each subject resolves by import path like any third-party policy, e.g.
 ``checkers.search.faults:RaisesSystemExitInPlace`` or
@@ -18,6 +18,7 @@ Each subject resolves by import path like any third-party policy, e.g.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, ClassVar
@@ -31,7 +32,7 @@ from kvmodel.policy import Placement
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 from policies.lru import LRU
 
-__all__ = ["ENGINE_FAULTS", "FAULT_AT", "HOOKS", "POLICY_FAULTS", "RAISES", "Escape"]
+__all__ = ["ENGINE_FAULTS", "FAULT_AT", "HANG", "HOOKS", "POLICY_FAULTS", "RAISES", "Escape"]
 
 
 class Escape(BaseException):
@@ -50,10 +51,18 @@ RAISES: Mapping[str, Callable[[], BaseException]] = MappingProxyType(
         "Escape": lambda: Escape("planted fault"),
     }
 )
+#: the kind that does not raise but never returns (the checkers' op deadline ends it)
+HANG = "Hang"
 #: the policy hooks a fault is planted in (``prepare`` makes the policy an offline one)
 HOOKS = ("place", "eviction_order", "observe", "prepare")
 #: the call of the hook (or the op of the engine) that raises: the run has done work before it
 FAULT_AT = 3
+
+
+def _fail(kind: str) -> None:
+    if kind == HANG:
+        time.sleep(3600.0)
+    raise RAISES[kind]()
 
 
 class _FaultyLRU(LRU):
@@ -70,7 +79,7 @@ class _FaultyLRU(LRU):
         if hook == self.hook:
             self.calls += 1
             if self.calls == (1 if hook == "prepare" else FAULT_AT):  # (one prepare a run)
-                raise RAISES[self.raises]()
+                _fail(self.raises)
 
     def place(self, view: ModelView, block: NewBlock) -> Placement:
         self._maybe("place")
@@ -98,7 +107,8 @@ class _FaultyPrepare(_FaultyLRU):
 
 def _policy(hook: str, raises: str) -> type[_FaultyLRU]:
     base = {"eviction_order": _FaultyOrder, "prepare": _FaultyPrepare}.get(hook, _FaultyLRU)
-    name = f"Raises{raises}In{''.join(p.title() for p in hook.split('_'))}"
+    verb = "Hangs" if raises == HANG else f"Raises{raises}"
+    name = f"{verb}In{''.join(p.title() for p in hook.split('_'))}"
     return type(name, (base,), {"name": f"faulty-{hook}-{raises}", "hook": hook, "raises": raises,
                                 "__module__": __name__})  # fmt: skip
 
@@ -118,12 +128,12 @@ class _FaultyEngine(Engine):
         if self.ops_seen == FAULT_AT:
             if self.raises == "refuses":
                 raise TraceError("planted fault: a valid op refused", field="ctx")
-            raise RAISES[self.raises]()
+            _fail(self.raises)
         super().apply(op)
 
 
 def _engine(raises: str) -> type[LRU]:
-    name = "EngineRefuses" if raises == "refuses" else f"EngineRaises{raises}"
+    name = {"refuses": "EngineRefuses", HANG: "EngineHangs"}.get(raises, f"EngineRaises{raises}")
     engine = type(f"_{name}", (_FaultyEngine,), {"raises": raises, "__module__": __name__})
     return type(name, (LRU,), {"name": f"faulty-engine-{raises}", "engine_class": engine,
                                "__module__": __name__})  # fmt: skip
@@ -131,11 +141,11 @@ def _engine(raises: str) -> type[LRU]:
 
 #: every policy fault by import name: one per (hook, exception kind)
 POLICY_FAULTS: Mapping[str, type[_FaultyLRU]] = MappingProxyType(
-    {cls.__name__: cls for cls in (_policy(h, r) for h in HOOKS for r in RAISES)}
+    {cls.__name__: cls for cls in (_policy(h, r) for h in HOOKS for r in (*RAISES, HANG))}
 )
 #: every engine fault by import name: one per exception kind, and a refusal of a valid op
 ENGINE_FAULTS: Mapping[str, type[LRU]] = MappingProxyType(
-    {cls.__name__: cls for cls in (_engine(r) for r in ("refuses", *RAISES))}
+    {cls.__name__: cls for cls in (_engine(r) for r in ("refuses", *RAISES, HANG))}
 )
 globals().update(POLICY_FAULTS)  # (importable by path: checkers.search.faults:Name)
 globals().update(ENGINE_FAULTS)
