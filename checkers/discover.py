@@ -287,6 +287,9 @@ def gate(c: Candidate, *, profile: str = "dev", seed: int = 0, prove_depth: int 
         bad.append(name)
     if bad:
         return Gate(c, False, checked, {}, f"kvmodel check: {', '.join(bad)} violated")
+    if rep.checker_errors():  # a search that crashed in part passes nothing (issue 57)
+        why = f"kvmodel check crashed in part: {'; '.join(rep.checker_errors())}"
+        return Gate(c, False, checked, {}, why)
     covered = [n for n in claims if n in FRAGMENT_INVARIANTS]
     rungs = {a.invariant: a.rung for a in prove(c.path, covered, depth=prove_depth)}
     refuted = sorted(n for n, r in rungs.items() if r == "violated")

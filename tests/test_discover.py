@@ -241,3 +241,19 @@ def test_cli_discover_needs_real_logs_where_it_is_told(
 ) -> None:
     assert main(["discover", "--traces", str(tmp_path)]) == 2
     assert "expected mini_swe_agent_gemini3pro" in capsys.readouterr().err
+
+
+def test_a_candidate_whose_check_crashed_in_part_does_not_pass_the_gate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 57: a search that crashed in part (a checker error) reports what it found, but its
+    quiet table is no evidence: the safety gate drops the candidate and says why."""
+    from checkers.search import driver
+
+    def broken(*args: object, **kw: object) -> None:
+        raise RuntimeError("a planted checker bug")
+
+    monkeypatch.setattr(driver, "nondeterminism", broken)
+    g = gate(Candidate(), profile="dev")
+    assert not g.passed
+    assert g.reason.startswith("kvmodel check crashed in part: the determinism check")
