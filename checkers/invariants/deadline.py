@@ -47,6 +47,7 @@ class _Watch:
         self.busy = False
         self.serial = 0
         self.fired = -1
+        self.fired_at = 0.0
         self.begun = 0.0
         self.who: object = None
         self.installed = False
@@ -66,16 +67,21 @@ class _Watch:
         main = threading.main_thread().ident
         while True:
             limit = OP_SECONDS
-            time.sleep(1.0 if limit is None else min(1.0, limit / 4))
+            tick = 1.0 if limit is None else min(1.0, limit / 4)
+            time.sleep(tick)
+            now = time.monotonic()
             if (
                 limit is not None
                 and self.busy
-                and self.fired != self.serial
-                and time.monotonic() - self.begun > limit
+                and now - self.begun > limit
+                # once per op -- again only if the op is still running well after the first
+                # signal: a handler that fired inside a callback whose exceptions Python
+                # swallows (a gc callback's) must not leave the op hung for good
+                and (self.fired != self.serial or now - self.fired_at > max(limit, 4 * tick))
                 and signal.getsignal(signal.SIGALRM) is _on_alarm
                 and main is not None
             ):
-                self.fired = self.serial
+                self.fired, self.fired_at = self.serial, now
                 signal.pthread_kill(main, signal.SIGALRM)
 
 
@@ -83,12 +89,13 @@ _WATCH = _Watch()
 
 
 def _on_alarm(signum: int, frame: FrameType | None) -> None:
-    if not _WATCH.busy or OP_SECONDS is None:
-        return  # (the op ended as the signal was sent)
+    limit = OP_SECONDS
+    if not _WATCH.busy or limit is None or time.monotonic() - _WATCH.begun <= limit:
+        return  # (the op ended as the signal was sent, and another may have begun)
     mine, f = _own_code(_WATCH.who), frame
     while f is not None and f.f_code not in mine:
         f = f.f_back
-    raise OpHung(float(OP_SECONDS), f is not None)
+    raise OpHung(float(limit), f is not None)
 
 
 def _own_code(who: object) -> frozenset[object]:
