@@ -117,3 +117,18 @@ def test_bench_load_runs(capsys: pytest.CaptureFixture[str]) -> None:
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("scale  sessions  node sessions/h")
     assert len(lines) == 3
+
+
+def test_bench_real_validation_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvmodel.workloads.realsets import traces_root
+
+    bench = _load("bench_real_validation")
+    assert bench.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    if traces_root() is None:
+        assert "nothing to validate on" in out
+        return
+    assert "tau-bench: preset" in out
+    assert "tau-bench: validation, resampled" in out
+    assert "gap to the preset" in out
+    assert "KV dead by turn_end (reasoning)" in out

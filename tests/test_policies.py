@@ -106,8 +106,9 @@ def test_eager_reclaim_forgets_a_shared_prompt_that_dead_first_keeps() -> None:
 
 
 def test_mru_within_suspended_is_what_loses_where_user_and_tool_waits_mix() -> None:
-    """spec policies.md, kvtether, "MRU within Suspended": on ``tau-bench-fit`` (a quarter of
-    the waits on a user, 45x a tool's) at 0.25x its footprint, KVTether costs more than LRU; the
+    """spec policies.md, kvtether, "MRU within Suspended": on the first ``tau-bench-fit`` (fitted
+    2026-12-01 to tasks 0-2, before the fit matched structure; a quarter of the waits on a
+    user, 45x a tool's) at 0.25x its footprint, KVTether costs more than LRU; the
     same policy with LRU within Suspended costs less, and without eager reclaim it costs the
     same -- the order within Suspended, not the reclaim rule, is the loss."""
     import attrs
@@ -118,7 +119,11 @@ def test_mru_within_suspended_is_what_loses_where_user_and_tool_waits_mix() -> N
     from kvmodel.workloads import PRESETS
     from policies.space import Candidate
 
-    t = generate_agentic(attrs.evolve(PRESETS["tau-bench-fit"], sessions=24, seed=0))
+    first_fit = attrs.evolve(
+        PRESETS["single-agent"], rounds=2, compact_at_tokens=10**9, observation_scale=0.5,
+        output_scale=0.125,
+    )  # fmt: skip
+    t = generate_agentic(first_fit)
     cfg, _ = capacity_config(t, 0.25)
     k = Candidate()
     cost = {

@@ -5,22 +5,38 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
 
 from kvmodel.cli import main
 from kvmodel.ids import ContextId, MessageId, SessionId
-from kvmodel.io.trace import Append, EndSession, Infer, Open, Trace, TraceHeader, dump_trace
+from kvmodel.io.trace import (
+    Append,
+    Close,
+    EndSession,
+    Fork,
+    Infer,
+    Open,
+    Pin,
+    Remove,
+    Return,
+    Trace,
+    TraceHeader,
+    TurnEnd,
+    dump_trace,
+)
 from kvmodel.messages import AgentKind, Message, MessageKind, Role
 from kvmodel.workloads import PRESETS, generate_agentic
+from kvmodel.workloads.realsets import FAMILIES, Half, family_trace, traces_root
 from kvmodel.workloads.stats import (
-    FIT_COUNTS,
-    FIT_TARGETS,
-    WAIT_TARGETS,
+    TIME_FIELDS,
+    WorkloadStats,
     fit_error,
     fit_generator,
     render_side_by_side,
+    unreached,
     wait_error,
     workload_stats,
 )
@@ -62,12 +78,13 @@ def test_the_statistics_of_a_hand_written_trace() -> None:
     assert st.carried_share == pytest.approx(110 / 290)
     # an importer that made up the session's times lists it: no wait is measured, the rest is
     untimed = Trace(TraceHeader(1, {"untimed_sessions": ["s"]}), _trace().ops)
-    assert workload_stats(untimed) == attrs.evolve(st, wait_p50_s=None, wait_p90_s=None)
+    no_time: dict[str, Any] = dict.fromkeys(TIME_FIELDS)  # (the reuse distance too)
+    assert workload_stats(untimed) == attrs.evolve(st, **no_time)
     assert "n/a" in render_side_by_side({"untimed": workload_stats(untimed)})
 
 
 def test_the_wait_knobs_move_the_waits_alone() -> None:
-    """The main agent's tool-call time draws nothing: every statistic but the waits is the
+    """The main agent's tool-call time draws nothing: every statistic that reads no time is the
     same, which is why the fit searches it last and alone (spec R8)."""
     base = attrs.evolve(PRESETS["single-agent"], sessions=2)
     a = workload_stats(generate_agentic(base))
@@ -75,7 +92,8 @@ def test_the_wait_knobs_move_the_waits_alone() -> None:
     assert b.wait_p50_s is not None
     assert a.wait_p50_s is not None
     assert b.wait_p50_s > 2 * a.wait_p50_s
-    assert b == attrs.evolve(a, wait_p50_s=b.wait_p50_s, wait_p90_s=b.wait_p90_s)
+    assert b == attrs.evolve(a, **{f: getattr(b, f) for f in TIME_FIELDS})
+    assert {"wait_p50_s", "reuse_p50_ktok", "concurrency"} <= set(TIME_FIELDS)
 
 
 def test_generated_and_written_traces_are_measured_alike(tmp_path: Path) -> None:
@@ -91,7 +109,9 @@ def test_generated_and_written_traces_are_measured_alike(tmp_path: Path) -> None
 
 
 def test_the_fit_recovers_the_knobs_a_trace_was_made_with() -> None:
-    base = PRESETS["single-agent"]
+    # (no forks or temporaries: a one-session trace may draw none, and the fit would then
+    # switch them off, drawing differently -- the next test pins that switch)
+    base = attrs.evolve(PRESETS["single-agent"], p_fork=0.0, p_temporary=0.0)
     truth = attrs.evolve(
         base, sessions=1, observation_scale=4.0, output_scale=0.5, rounds=8,
         tool_wait_median_s=5.0, tool_wait_sigma=0.4,
@@ -110,8 +130,87 @@ def test_the_fit_switches_off_what_the_trace_does_not_have() -> None:
     assert target.compactions_per_session == 0
     params, _ = fit_generator(target, PRESETS["multi-agent-review"], passes=0)
     assert params.p_review == 0.0
+    # what no real harness of the shared families does, the fit does not make either
+    assert (params.p_fork, params.pin_system, params.p_temporary) == (0.0, False, 0.0)
+    assert params.reasoning_scale == 0.0  # (the hand-written trace has no reasoning)
+    assert params.timed_inferences  # (its inferences take time; an imported log's do not)
     assert params.compact_at_tokens == 10**9
     assert params.p_spawn == PRESETS["multi-agent-review"].p_spawn  # it has a sub-agent
+
+
+def _structured() -> Trace:
+    """One session that kills KV every way, and waits on each of a tool, a sub-agent, the
+    user (sizes in the comments: what each op writes)."""
+    c, f, w, sid = ContextId("c"), ContextId("f"), ContextId("w"), SessionId("s")
+    a, r = Role.ASSISTANT, MessageKind.OUTPUT
+    ops = (
+        Open(0.0, c, sid, AgentKind.MAIN),
+        Append(0.0, c, (_m("sys", 100, Role.SYSTEM, MessageKind.SYSTEM),)),
+        Pin(0.0, c, 0, 1),
+        Append(0.0, c, (_m("u1", 50),)),
+        Infer(0.0, c, (_m("r1", 30, a, MessageKind.REASONING), _m("o1", 20, a, r)), 1.0),
+        TurnEnd(1.0, c),  # r1 dies (a strip is no input: the wait goes on)
+        Append(3.0, c, (_m("obs", 40, Role.TOOL, MessageKind.OBSERVATION),)),  # tool wait 2 s
+        Append(3.0, c, (_m("tmp", 10),), temporary=True),
+        Infer(3.0, c, (_m("o2", 10, a, r),), 1.0),  # tmp dies; sys, u1, o1 read again
+        Fork(4.0, f, c),  # shares c's KV: writes nothing
+        Append(4.0, f, (_m("alt", 5),)),
+        Infer(4.0, f, (_m("o3", 5, a, r),), 0.5),
+        Close(4.5, f),  # alt and o3 die
+        Open(5.0, w, sid, AgentKind.WORKER, c),
+        Append(5.0, w, (_m("wi", 30),)),
+        Infer(5.0, w, (_m("wo", 10, a, r),), 1.0),
+        Return(6.0, w, c, _m("res", 10, Role.TOOL, MessageKind.RESULT)),  # sub-agent wait 2 s
+        Infer(6.0, c, (_m("o4", 5, a, r),), 1.0),
+        Append(10.0, c, (_m("u2", 20),)),  # user wait 3 s
+        Remove(10.0, c, 1, 1),  # u1 dies
+        EndSession(12.0, sid),
+    )
+    return Trace(TraceHeader(), ops)
+
+
+def test_the_structure_that_decides_a_ranking_on_a_hand_written_trace() -> None:
+    """Spec R8's structure, pinned: the KV written (345 tokens: a fork's shared prefix writes
+    nothing), what kills it and when, forks and pins, the waits by what they are on, and the
+    reuse distance of the reads (KV written between two reads of a message, token-weighted)."""
+    st = workload_stats(_structured())
+    assert st.written_tokens == 345
+    assert st.dead_turn_end_share == pytest.approx(30 / 345)
+    assert st.dead_temporary_share == pytest.approx(10 / 345)
+    assert st.dead_close_share == pytest.approx(50 / 345)  # the branch's 10, the worker's 40
+    assert st.dead_edit_share == pytest.approx(50 / 345)
+    assert st.dead_one_shot_share == 0.0
+    assert st.live_to_end_share == pytest.approx(1 - 140 / 345)
+    assert st.reasoning_share == pytest.approx(30 / 345)
+    assert (st.forks_per_session, st.pins_per_session) == (1.0, 1.0)
+    assert st.timed_inference_share == 1.0  # (a log's would be 0: it times requests)
+    assert (st.wait_tool_p50_s, st.wait_subagent_p50_s, st.wait_user_p50_s) == (2.0, 2.0, 3.0)
+    assert st.wait_user_share == st.wait_subagent_share == pytest.approx(1 / 3)
+    # reads again: at c's 2nd inference 170 tokens 100 written apart; at the fork's, 220 at
+    # 15; at c's 3rd, 220 at 55
+    assert (st.reuse_p50_ktok, st.reuse_p90_ktok) == (0.055, 0.1)
+    assert (st.session_p50_s, st.concurrency, st.session_inferences_spread) == (12.0, 1.0, 1.0)
+
+
+def test_untimed_inferences_change_times_alone() -> None:
+    """``timed_inferences=False`` (the fit's choice for a family whose logs time requests, not
+    decode): every inference takes no time, nothing else moves -- it draws nothing."""
+    base = attrs.evolve(PRESETS["single-agent"], sessions=2)
+    a = workload_stats(generate_agentic(base))
+    b = workload_stats(generate_agentic(attrs.evolve(base, timed_inferences=False)))
+    assert (a.timed_inference_share, b.timed_inference_share) == (1.0, 0.0)
+    same = {f: getattr(b, f) for f in (*TIME_FIELDS, "timed_inference_share")}
+    assert b == attrs.evolve(a, **same)
+
+
+def test_the_generator_writes_no_reasoning_at_reasoning_scale_zero() -> None:
+    """A family whose logs carry no reasoning (tau-bench) is fitted with none: no reasoning
+    message, so nothing for a turn-end strip to kill."""
+    st = workload_stats(
+        generate_agentic(attrs.evolve(PRESETS["single-agent"], reasoning_scale=0.0))
+    )
+    assert st.reasoning_share == st.dead_turn_end_share == 0.0
+    assert st.inferences > 0
 
 
 def test_the_stats_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -131,48 +230,81 @@ def test_the_stats_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "bad.jsonl" in capsys.readouterr().err
 
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
-FITTED = {
-    "mini-swe-agent-fit": sorted(SHARED.glob("mini_swe_agent_gemini3pro/*.json")),
-    "tau-bench-fit": sorted(SHARED.glob("tau_bench/*.json")),
-    "claude-code-fit": sorted(SHARED.glob("claude_code_spotter/*.jsonl")),
-}
+def test_unreached_names_what_a_fit_misses_and_skips_what_the_target_lacks() -> None:
+    st = workload_stats(_structured())
+    assert unreached(st, st) == []
+    far = attrs.evolve(st, reasoning_share=0.5, prompt_p50=st.prompt_p50 * 1.9)
+    assert [f for f, _, _ in unreached(far, st)] == ["reasoning_share"]
+    # a share a hair off zero matches zero (0.5 pp added to both sides); an untimed target's
+    # waits are nothing to reach, a fit's missing wait is a miss
+    assert unreached(attrs.evolve(st, dead_one_shot_share=0.001), st) == []
+    assert unreached(st, attrs.evolve(st, wait_p50_s=None)) == []
+    assert [f for f, _, _ in unreached(attrs.evolve(st, wait_p50_s=None), st)] == ["wait_p50_s"]
+
+
+def test_the_stats_command_reads_a_family_half(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["stats", "--family", "tau-bench:fit,tau-bench:half"]) == 2
+    assert "fit, validation" in capsys.readouterr().err
+    if traces_root() is None:
+        return
+    assert main(["stats", "--family", "tau-bench:validation"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].split()[1:] == ["tau-bench:validation"]
+
+
+FITTED = {fam.preset: name for name, fam in FAMILIES.items()}
 needs_shared = pytest.mark.skipif(
-    not all(FITTED.values()), reason=f"no shared traces under {SHARED}"
+    traces_root() is None, reason="no ../shared/traces (or $KVMODEL_SHARED_TRACES) here"
 )
 
+#: what each fitted preset's generator cannot make within 2x of its family's real fit half
+#: (spec R8, "what the generator cannot reach"), measured 2026-12-07 on the preset's 24
+#: sessions: a new miss fails, and so does one that goes away (update the spec with it)
+UNREACHED: dict[str, set[str]] = {
+    "mini-swe-agent-fit": set(),
+    "tau-bench-fit": set(),
+    # one main loop, a sub-agent and a compaction per session, fitted from two real sessions:
+    # the generator's workers are small and frequent (the real one is a long Explore run),
+    # its reasoning survives turns less, its user waits are a person's (the real logs' two
+    # are hook messages), and its sessions are shorter (untimed inferences: the real ones'
+    # decode time is in their waits, which the fit matches, but not their sub-agents' runs)
+    "claude-code-fit": {
+        "prompt_p10",
+        "subagents_per_session",
+        "dead_turn_end_share",
+        "dead_close_share",
+        "dead_one_shot_share",
+        "wait_user_p50_s",
+        "wait_user_p90_s",
+        "wait_subagent_p50_s",
+        "wait_subagent_p90_s",
+        "reuse_p50_ktok",
+        "session_p50_s",
+        "session_mean_s",
+    },
+}
 
-def _real(preset: str):  # type: ignore[no-untyped-def]
-    from kvmodel.io.importers import import_claude_code, import_openai
 
-    if preset == "claude-code-fit":
-        trace, _ = import_claude_code(FITTED[preset])
-    else:
-        trace, _ = import_openai(FITTED[preset])
-    return workload_stats(trace)
+def _real(preset: str, half: Half = "fit") -> WorkloadStats:
+    return workload_stats(family_trace(FITTED[preset], half))
 
 
 @needs_shared
 @pytest.mark.parametrize("preset", sorted(FITTED))
-def test_a_fitted_preset_is_within_a_factor_two_of_its_real_trace(preset: str) -> None:
-    """Every statistic the fit matches, on the preset's own 24 sessions, within 2x of the
-    real trace's (spec R8): the per-session counts too (sub-agents, compactions, compactions
-    inside a turn) where the real trace has any; the hand-set preset it was fitted from is not."""
+def test_a_fitted_preset_is_within_a_factor_two_of_its_real_fit_half(preset: str) -> None:
+    """Every statistic ``kvmodel stats`` prints -- sizes, waits, and the structure that
+    decides a ranking (what kills KV, reasoning, forks, pins, waits by kind, reuse distance,
+    concurrency) -- on the preset's own 24 sessions, within 2x of the family's real fit half
+    (spec R8, R9), except what :data:`UNREACHED` names; the hand-set preset is not."""
     real = _real(preset)
     got = workload_stats(generate_agentic(PRESETS[preset]))
-    counts = (*FIT_COUNTS, "compactions_in_turn_per_session")
-    logged = [f for f in WAIT_TARGETS if getattr(real, f) is not None]  # tau-bench: none
-    fields = [*FIT_TARGETS, *logged, *(f for f in counts if getattr(real, f))]
-    ratios = {f: getattr(got, f) / getattr(real, f) for f in fields}
-    assert all(0.5 <= r <= 2.0 for r in ratios.values()), ratios
-    assert all(getattr(got, f) == 0 for f in counts if not getattr(real, f))
+    assert {f for f, _, _ in unreached(got, real)} == UNREACHED[preset], unreached(got, real)
     hand = workload_stats(generate_agentic(PRESETS["single-agent"]))
-    assert not 0.5 <= hand.input_output_ratio / real.input_output_ratio <= 2.0
+    assert len(unreached(hand, real)) > 5
 
 
 @pytest.mark.slow
 @needs_shared
 @pytest.mark.parametrize("preset", sorted(FITTED))
-def test_the_fit_on_the_shared_trace_gives_the_preset_back(preset: str) -> None:
+def test_the_fit_on_the_real_fit_half_gives_the_preset_back(preset: str) -> None:
     params, _ = fit_generator(_real(preset), PRESETS["single-agent"])
     assert params == PRESETS[preset]

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,7 @@ from kvmodel.cli.common import (
 )
 from kvmodel.config import default_config
 from kvmodel.errors import ConfigError, KVModelError, TraceError
-from kvmodel.io.trace import iter_trace_lines, load_trace, parse_trace_lines
+from kvmodel.io.trace import Trace, iter_trace_lines, load_trace, parse_trace_lines
 from kvmodel.logical import Sequences
 from kvmodel.policy import resolve_policy
 from kvmodel.progress import bar, wanted
@@ -464,36 +465,61 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     """``kvmodel stats``: the calibration statistics of traces and generator presets side by
     side; ``--fit BASE`` fits BASE's generator to each trace (spec R8)."""
     from kvmodel.workloads import generate_agentic
-    from kvmodel.workloads.stats import fit_generator, render_side_by_side, workload_stats
+    from kvmodel.workloads.realsets import HALVES, family_trace
+    from kvmodel.workloads.stats import (
+        fit_generator,
+        render_side_by_side,
+        unreached,
+        workload_stats,
+    )
 
     presets = [x for x in args.presets.split(",") if x] if args.presets is not None else []
     if bad := [x for x in presets if x not in PRESETS]:
         raise ConfigError(f"unknown preset {bad[0]!r}; presets: {', '.join(PRESETS)}")
     if args.fit is not None and args.fit not in PRESETS:
         raise ConfigError(f"--fit: unknown preset {args.fit!r}; presets: {', '.join(PRESETS)}")
-    if not args.traces and not presets:
+    families = []
+    for spec in (x for x in (args.family or "").split(",") if x):
+        fam, _, half = spec.partition(":")
+        if half and half not in HALVES:
+            raise ConfigError(f"--family {spec!r}: the half is one of {', '.join(HALVES)}")
+        families.append((spec, fam, half or None))
+    if not args.traces and not presets and not families:
         presets = list(PRESETS)
     columns = {}
     fitted = {}
-    for path in args.traces:
-        name = Path(path).name.removesuffix(".jsonl")
-        columns[name] = workload_stats(load_trace(path))
+    gaps = {}
+    sources: list[tuple[str, Callable[[], Trace]]] = [
+        (Path(p).name.removesuffix(".jsonl"), functools.partial(load_trace, p)) for p in args.traces
+    ]
+    sources += [(spec, functools.partial(family_trace, f, h)) for spec, f, h in families]
+    for name, load in sources:
+        columns[name] = workload_stats(load())
         if args.fit is not None:
             params, stats = fit_generator(columns[name], PRESETS[args.fit])
             columns[f"fit:{name}"] = stats
             base = attrs.asdict(PRESETS[args.fit])
             fitted[name] = {k: v for k, v in attrs.asdict(params).items() if v != base[k]}
+            gaps[name] = unreached(stats, columns[name])
     for p in presets:
         columns[p] = workload_stats(generate_agentic(PRESETS[p]))
     if args.json:
         print(json.dumps({"stats": {k: attrs.asdict(v) for k, v in columns.items()},
-                          "fitted": fitted}, indent=2))  # fmt: skip
+                          "fitted": fitted,
+                          "unreached": {k: [list(g) for g in v] for k, v in gaps.items()}},
+                         indent=2))  # fmt: skip
         return 0
     print(render_side_by_side(columns))
     for name, changed in fitted.items():
         knobs = ", ".join(f"{k}={v}" for k, v in changed.items()) or "the preset as it is"
         print(f"fit:{name} = {args.fit} with {knobs}")
+        far = [f"{f} (real {_fmt(b)}, fit {_fmt(a)})" for f, b, a in gaps[name]]
+        print(f"fit:{name} cannot reach within 2x: " + ("; ".join(far) if far else "nothing"))
     return 0
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3g}"
 
 
 def add_stats(sub: Subparsers) -> None:
@@ -510,6 +536,12 @@ def add_stats(sub: Subparsers) -> None:
         "--fit",
         metavar="PRESET",
         help="fit this preset's generator to each trace and print the fit beside it",
+    )
+    st.add_argument(
+        "--family",
+        metavar="NAME[:HALF]",
+        help="comma-separated real trace families from ../shared/traces (mini-swe-agent, "
+        "tau-bench, claude-code), each whole or one half (fit, validation; spec R9)",
     )
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=_cmd_stats)

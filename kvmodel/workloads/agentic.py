@@ -45,6 +45,11 @@ class AgenticParams:
     sessions: int = 4
     turns: int = 3
     rounds: int = 4  # mean tool rounds per turn (Poisson, at least 1)
+    #: spread of a turn's mean rounds across turns: the Poisson mean is ``rounds - 1`` times a
+    #: mean-one log-normal of this sigma, drawn per turn (0: no draw, every turn alike). Real
+    #: sessions of one family differ several-fold in length (mini-swe-agent: 23 to 65
+    #: inferences, p10 to p90), which a Poisson of one mean cannot make
+    rounds_sigma: float = 0.0
     session_gap_s: float = 30.0  # mean gap between session starts
     system_tokens: int = 1200
     worker_system_tokens: int = 600
@@ -59,6 +64,10 @@ class AgenticParams:
     pin_system: bool = True
     pin_ttl_s: float | None = None
     tpot_s: float = 0.03
+    #: False: every inference takes no time, as in the traces imported from real logs, which
+    #: time requests and not their decode (spec R8: a generator fitted to them must not give
+    #: its contexts an Active phase the real traces do not have)
+    timed_inferences: bool = True
     prefill_tok_per_s: float = 20_000.0
     user_delay_median_s: float = 120.0
     p_fork: float = 0.1  # chance a turn ends with a discarded alternative on a fork
@@ -72,6 +81,12 @@ class AgenticParams:
     #: answers, reviews): the knobs a calibration to real traces turns (kvmodel stats --fit)
     observation_scale: float = 1.0
     output_scale: float = 1.0
+    #: a further multiplier of the reasoning messages alone (the KV a ``turn_end`` kills): real
+    #: harnesses of some families log little or none (spec R8, what decides a ranking)
+    reasoning_scale: float = 1.0
+    #: a multiplier of the tool-call message's size (60 tokens, a worker's 40): the visible
+    #: output a ReAct harness re-sends (mini-swe-agent's "THOUGHT ... command" is ~150)
+    tool_call_scale: float = 1.0
     #: the main agent's tool call takes a log-normal time with this median and sigma (its
     #: workers' tools keep their own latencies): what a calibration to a timed trace fits
     tool_wait_median_s: float = 3.0
@@ -101,34 +116,52 @@ PRESETS: dict[str, AgenticParams] = {
     ),
     "mini-swe-agent-fit": AgenticParams(
         sessions=24,
-        turns=2,
-        rounds=16,
+        turns=1,
+        rounds=32,
+        session_gap_s=78.0,
+        system_tokens=2400,
         p_spawn=0.0,
+        p_temporary=0.0,
         compact_at_tokens=10**9,
-        output_scale=0.5,
-        tool_wait_median_s=5.0,
-        tool_wait_sigma=0.4,
+        pin_system=False,
+        timed_inferences=False,
+        p_fork=0.0,
+        output_scale=0.125,
+        reasoning_scale=0.1,
+        tool_call_scale=4.0,
+        tool_wait_sigma=1.0,
     ),
     "tau-bench-fit": AgenticParams(
         sessions=24,
         turns=3,
-        rounds=2,
+        rounds=3,
         p_spawn=0.0,
+        p_temporary=0.0,
         compact_at_tokens=10**9,
-        observation_scale=0.5,
-        output_scale=0.125,
+        pin_system=False,
+        timed_inferences=False,
+        p_fork=0.0,
+        observation_scale=0.25,
+        output_scale=0.5,
+        reasoning_scale=0.0,
     ),
     "claude-code-fit": AgenticParams(
         sessions=24,
-        turns=2,
-        rounds=64,
+        rounds=48,
+        session_gap_s=7_800.0,
         system_tokens=26_000,
-        p_spawn=0.005,
+        p_spawn=0.01,
+        p_temporary=0.0,
         compact_at_tokens=200_000,
         compact_in_turn=True,
+        pin_system=False,
+        timed_inferences=False,
+        p_fork=0.0,
         observation_scale=2.0,
-        tool_wait_median_s=2.0,
-        tool_wait_sigma=1.6,
+        output_scale=0.25,
+        tool_call_scale=4.0,
+        tool_wait_median_s=1.5,
+        tool_wait_sigma=2.0,
     ),
 }
 
@@ -143,6 +176,7 @@ class _Session:
         self.ops: list[Op] = []
         self.n = 0
         self.t0 = t0
+        self.reasoning = p.output_scale * p.reasoning_scale  # a reasoning message's scale
 
     def mid(self) -> MessageId:
         self.n += 1
@@ -151,12 +185,21 @@ class _Session:
     def msg(self, role: Role, kind: MessageKind, tokens: float, h: str | None = None) -> Message:
         return Message(self.mid(), role, kind, max(1, int(tokens)), h)
 
+    def think(self, median: float) -> list[Message]:
+        """A reasoning message of about ``median`` tokens (scaled); none, and no draw for it,
+        where the harness shows no reasoning (``reasoning_scale`` 0)."""
+        if not self.p.reasoning_scale:
+            return []
+        return [
+            self.msg(Role.ASSISTANT, MessageKind.REASONING, self.lognormal(median * self.reasoning))
+        ]
+
     def lognormal(self, median: float, sigma: float = 0.8) -> float:
         return float(median * np.exp(sigma * self.rng.standard_normal()))
 
     def infer(self, t: float, ctx: ContextId, prompt: int, out: list[Message]) -> float:
         dur = prompt / self.p.prefill_tok_per_s + sum(m.tokens for m in out) * self.p.tpot_s
-        dur = round(dur, 3)
+        dur = round(dur, 3) if self.p.timed_inferences else 0.0
         self.ops.append(Infer(t, ctx, tuple(out), dur))
         return t + dur
 
@@ -236,8 +279,8 @@ def _run_worker(
     tokens = sum(m.tokens for m in seq)
     for _ in range(rounds):
         out = [
-            s.msg(Role.ASSISTANT, MessageKind.REASONING, s.lognormal(300 * s.p.output_scale)),
-            s.msg(Role.ASSISTANT, MessageKind.TOOL_CALL, 40),
+            *s.think(300),
+            s.msg(Role.ASSISTANT, MessageKind.TOOL_CALL, 40 * p.tool_call_scale),
         ]
         t = s.infer(t, wid, tokens, out)
         tool = tools[int(rng.integers(0, len(tools)))]
@@ -301,13 +344,16 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
         user = s.msg(Role.USER, MessageKind.USER, 50 + int(rng.integers(0, 250)))
         history.append(user)
         s.ops.append(Append(t, main, (user,)))
-        for _ in range(1 + int(rng.poisson(max(p.rounds - 1, 0)))):
+        mean: float = max(p.rounds - 1, 0)
+        if p.rounds_sigma:
+            mean *= float(np.exp(p.rounds_sigma * rng.standard_normal() - p.rounds_sigma**2 / 2))
+        for _ in range(1 + int(rng.poisson(mean))):
             if rng.random() < p.p_temporary:
                 note = s.msg(Role.SYSTEM, MessageKind.INSTRUCTION, 30 + int(rng.integers(0, 60)))
                 s.ops.append(Append(t, main, (note,), temporary=True))
             out = [
-                s.msg(Role.ASSISTANT, MessageKind.REASONING, s.lognormal(400 * s.p.output_scale)),
-                s.msg(Role.ASSISTANT, MessageKind.TOOL_CALL, 60),
+                *s.think(400),
+                s.msg(Role.ASSISTANT, MessageKind.TOOL_CALL, 60 * p.tool_call_scale),
             ]
             t = s.infer(t, main, sum(m.tokens for m in history), out)
             history.extend(out)
@@ -334,7 +380,7 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
             if p.compact_in_turn:
                 t, history = compact(t, history)
         out = [
-            s.msg(Role.ASSISTANT, MessageKind.REASONING, s.lognormal(300 * s.p.output_scale)),
+            *s.think(300),
             s.msg(Role.ASSISTANT, MessageKind.OUTPUT, s.lognormal(150 * s.p.output_scale)),
         ]
         t = s.infer(t, main, sum(m.tokens for m in history), out)
@@ -365,6 +411,10 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
 _LATER_KNOBS = (
     "observation_scale",
     "output_scale",
+    "reasoning_scale",
+    "tool_call_scale",
+    "rounds_sigma",
+    "timed_inferences",
     "compact_in_turn",
     "tool_wait_median_s",
     "tool_wait_sigma",

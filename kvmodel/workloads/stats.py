@@ -9,6 +9,13 @@ made up, which the trace's header lists as ``untimed_sessions``); sub-agents (wo
 contexts), reviewers and compactions (compactor contexts) per session, and how many of the
 compactions fall inside a turn; and the share of prompt tokens the previous
 inference of the same context already held (the reuse a prefix cache can have at most).
+
+And the structure that decides how lifecycle-aware policies rank (spec R8, "what decides a
+ranking"): the share of the KV written that dies before its session ends, by the op that kills
+it (a turn-end strip, an edit, a context's close or return, a one-shot context's end, a
+temporary's expiry); the reasoning share of the KV written; forks and pins per session; the
+waits split by what the context waits on (a tool, the user, a sub-agent); and the reuse distance
+of the KV an inference reads again (tokens of KV written anywhere between two reads).
 """
 
 from __future__ import annotations
@@ -18,24 +25,43 @@ from collections.abc import Mapping, Sequence
 import attrs
 import numpy as np
 
-from kvmodel.io.trace import Fork, Infer, Open, Trace, TurnEnd
+from kvmodel.ids import ContentKey, ContextId
+from kvmodel.io.trace import (
+    Append,
+    Close,
+    EndSession,
+    Fork,
+    Infer,
+    Op,
+    Open,
+    Pin,
+    Remove,
+    Replace,
+    Return,
+    Trace,
+    TurnEnd,
+)
 from kvmodel.logical import Sequences
-from kvmodel.messages import AgentKind
+from kvmodel.messages import AgentKind, Message, MessageKind, Role
 from kvmodel.workloads.agentic import AgenticParams, generate_agentic
 
 __all__ = [
     "COMPACTION_GRID",
     "FIT_COUNTS",
     "FIT_GRID",
+    "FIT_SHARES",
     "FIT_TARGETS",
     "ROWS",
     "SPAWN_GRID",
+    "TIME_FIELDS",
     "WAIT_GRID",
     "WAIT_TARGETS",
     "WorkloadStats",
     "fit_error",
     "fit_generator",
     "render_side_by_side",
+    "session_gap_for",
+    "unreached",
     "wait_error",
     "workload_stats",
 ]
@@ -46,6 +72,8 @@ class WorkloadStats:
     sessions: int
     inferences: int
     inferences_per_session: float
+    #: a session's inferences, p90 over its p50 (how unequal the sessions are: 1 when alike)
+    session_inferences_spread: float
     prompt_p10: float
     prompt_p50: float
     prompt_p90: float
@@ -62,12 +90,59 @@ class WorkloadStats:
     compactions_in_turn_per_session: float
     #: prompt tokens the same context's previous inference already held, over all prompt tokens
     carried_share: float
+    #: KV written: tokens of messages that enter the trace's contexts (a copy sharing a
+    #: message's KV, a fork's or a compactor's, writes nothing; a message written again after
+    #: it died counts again)
+    written_tokens: int
+    #: shares of the KV written that die (no context holds them any more) before their
+    #: session ends, by the op that kills them: a turn-end strip (reasoning), an edit (remove,
+    #: replace: compaction's drop of the history too), a context's close or return, a one-shot
+    #: context's end, a temporary's expiry after its inference. The rest lives to the end of
+    #: its session (``live_to_end_share``)
+    dead_turn_end_share: float
+    dead_edit_share: float
+    dead_close_share: float
+    dead_one_shot_share: float
+    dead_temporary_share: float
+    live_to_end_share: float
+    #: reasoning messages' tokens over the KV written
+    reasoning_share: float
+    #: inferences that take time (a duration above 0) over all: 0 in a trace imported from a
+    #: log, which times requests, not decode -- an inference's KV is Active only at its instant
+    timed_inference_share: float
+    forks_per_session: float
+    pins_per_session: float
+    #: waits split by what ended them: a tool's result (an append of no user message), the
+    #: user (an append holding a user message), a sub-agent (a return into the context); the
+    #: share of all waits each of the last two is. None as for the waits above
+    wait_tool_p50_s: float | None
+    wait_tool_p90_s: float | None
+    wait_user_p50_s: float | None
+    wait_user_p90_s: float | None
+    wait_subagent_p50_s: float | None
+    wait_subagent_p90_s: float | None
+    wait_user_share: float | None
+    wait_subagent_share: float | None
+    #: reuse distance: for each message an inference reads again (its KV was written by an
+    #: earlier inference), the tokens of KV written anywhere in the trace since it was last
+    #: read or written -- what a recency cache must hold for the read to hit -- weighted by
+    #: the message's tokens; p50 and p90, in thousands of tokens (None: nothing is read again,
+    #: or a session's times are made up -- the interleaving of sessions decides the distance)
+    reuse_p50_ktok: float | None
+    reuse_p90_ktok: float | None
+    #: a timed session's length (first op to end_session), p50; and the mean number of timed
+    #: sessions running at once over the span from the first's start to the last's end (None
+    #: as for the waits): with the reuse distance, how many tenants share the cache
+    session_p50_s: float | None
+    session_mean_s: float | None
+    concurrency: float | None
 
 
 #: the rows of the side-by-side table: (field, label, format)
 ROWS: tuple[tuple[str, str, str], ...] = (
     ("sessions", "sessions", "{:.0f}"),
     ("inferences_per_session", "inferences / session", "{:.1f}"),
+    ("session_inferences_spread", "inferences / session p90 : p50", "{:.2f}"),
     ("prompt_p10", "prompt tokens p10", "{:.0f}"),
     ("prompt_p50", "prompt tokens p50", "{:.0f}"),
     ("prompt_p90", "prompt tokens p90", "{:.0f}"),
@@ -79,6 +154,30 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("compactions_per_session", "compactions / session", "{:.2f}"),
     ("compactions_in_turn_per_session", "  of them inside a turn", "{:.2f}"),
     ("carried_share", "prompt carried from last inference", "{:.1%}"),
+    ("written_tokens", "KV written (tokens)", "{:.0f}"),
+    ("dead_turn_end_share", "KV dead by turn_end (reasoning)", "{:.1%}"),
+    ("dead_edit_share", "KV dead by remove/replace", "{:.1%}"),
+    ("dead_close_share", "KV dead by close/return", "{:.1%}"),
+    ("dead_one_shot_share", "KV dead by a one-shot's end", "{:.1%}"),
+    ("dead_temporary_share", "KV dead as temporary", "{:.1%}"),
+    ("live_to_end_share", "KV live until its session ends", "{:.1%}"),
+    ("reasoning_share", "reasoning share of KV written", "{:.1%}"),
+    ("timed_inference_share", "inferences that take time", "{:.1%}"),
+    ("forks_per_session", "forks / session", "{:.2f}"),
+    ("pins_per_session", "pins / session", "{:.2f}"),
+    ("wait_tool_p50_s", "wait on a tool p50 s", "{:.1f}"),
+    ("wait_tool_p90_s", "wait on a tool p90 s", "{:.1f}"),
+    ("wait_user_p50_s", "wait on the user p50 s", "{:.1f}"),
+    ("wait_user_p90_s", "wait on the user p90 s", "{:.1f}"),
+    ("wait_subagent_p50_s", "wait on a sub-agent p50 s", "{:.1f}"),
+    ("wait_subagent_p90_s", "wait on a sub-agent p90 s", "{:.1f}"),
+    ("wait_user_share", "waits on the user", "{:.1%}"),
+    ("wait_subagent_share", "waits on a sub-agent", "{:.1%}"),
+    ("reuse_p50_ktok", "reuse distance p50 (k tokens)", "{:.1f}"),
+    ("reuse_p90_ktok", "reuse distance p90 (k tokens)", "{:.1f}"),
+    ("session_p50_s", "session length p50 s", "{:.0f}"),
+    ("session_mean_s", "session length mean s", "{:.0f}"),
+    ("concurrency", "sessions running at once (mean)", "{:.2f}"),
 )
 
 
@@ -86,39 +185,150 @@ def _pct(xs: Sequence[float], q: float) -> float:
     return float(np.percentile(xs, q)) if len(xs) else 0.0
 
 
+#: the op kinds that kill KV, as the dead-share fields name them (an ``infer`` kills a
+#: temporary, or the whole of a one-shot context that ends with it)
+_KILLERS = ("turn_end", "edit", "close", "one_shot", "temporary", "session_end")
+
+
+def _killer(op: Op, closed: bool) -> str:
+    if isinstance(op, TurnEnd):
+        return "turn_end"
+    if isinstance(op, Remove | Replace):
+        return "edit"
+    if isinstance(op, Close | Return):
+        return "close"
+    if isinstance(op, Infer):
+        return "one_shot" if closed else "temporary"
+    return "session_end"  # (EndSession: nothing else takes a message out of a context)
+
+
+class _Lifetimes:
+    """Who holds each piece of KV (by content key, B1), after every op: what is written, what
+    dies and by which op, and how far apart in KV written its reads are."""
+
+    def __init__(self, seqs: Sequences) -> None:
+        self.seqs = seqs
+        self.held: dict[ContextId, dict[ContentKey, Message]] = {}  # ctx -> key -> message
+        self.holders: dict[ContentKey, int] = {}
+        self.written = 0
+        self.reasoning = 0
+        self.dead = dict.fromkeys(_KILLERS, 0)
+        self.last_read: dict[ContentKey, int] = {}  # key -> self.written when last read/written
+        self.reuse: list[tuple[int, int]] = []  # (distance in tokens written, tokens)
+
+    def read(self, ctx: ContextId, output: tuple[Message, ...]) -> None:
+        """An inference of ``ctx``: its prompt read (a message read before is a reuse; the
+        rest is read for the first time), its output written."""
+        for m in self.seqs.messages(ctx):
+            k = m.content_key
+            was = self.last_read.get(k)
+            if was is not None:
+                self.reuse.append((self.written - was, m.tokens))
+            self.last_read[k] = self.written
+        for m in output:
+            self.last_read[m.content_key] = self.written
+
+    def after(self, op: Op, contexts: list[ContextId]) -> None:
+        """``op`` has been applied: what entered and left each of the ``contexts`` it touched."""
+        for c in contexts:
+            before = self.held.get(c, {})
+            now = {m.content_key: m for m in self.seqs.messages(c)}
+            for k, m in now.items():
+                if k not in before:
+                    n = self.holders.get(k, 0)
+                    self.holders[k] = n + 1
+                    if not n:
+                        self.written += m.tokens
+                        if m.kind is MessageKind.REASONING:
+                            self.reasoning += m.tokens
+            killer = _killer(op, closed=not now)
+            for k, m in before.items():
+                if k not in now:
+                    n = self.holders[k] - 1
+                    if n:
+                        self.holders[k] = n
+                    else:
+                        del self.holders[k]
+                        self.last_read.pop(k, None)  # (written afresh if it ever returns)
+                        self.dead[killer] += m.tokens
+            self.held[c] = now
+
+
+def _touched(op: Op, of_session: dict[str, list[ContextId]]) -> list[ContextId]:
+    """The contexts whose messages ``op`` can change."""
+    if isinstance(op, EndSession):
+        return of_session.get(op.session, [])
+    if isinstance(op, Return):
+        return [op.ctx, op.into]
+    if isinstance(op, Pin):
+        return []
+    return [op.ctx]
+
+
+def _wait_kind(op: Op, ctx: ContextId) -> str | None:
+    """What ``ctx``'s wait that ``op`` ends was on: None if ``op`` gives the context no input
+    (a turn-end strip, a pin, ... : the harness's bookkeeping, the context still waits)."""
+    if isinstance(op, Return):
+        return "subagent" if op.into == ctx else None
+    if isinstance(op, Append):
+        user = any(m.role is Role.USER and m.kind is MessageKind.USER for m in op.messages)
+        return "user" if user else "tool"
+    if isinstance(op, Infer | Replace | Remove):
+        return "other"
+    return None
+
+
 def workload_stats(trace: Trace) -> WorkloadStats:
     """The statistics of ``trace``, in one pass. Prompt sizes are logical, whatever the memory:
     the context's sequence at each ``infer``, from :class:`kvmodel.logical.Sequences` (the trace's
     meaning alone, no KV kept)."""
     seqs = Sequences(16)
+    life = _Lifetimes(seqs)
     prompts: list[float] = []
     outputs = 0
     carried = 0
     last: dict[str, int] = {}  # context -> its previous inference's prompt + output
     sessions: set[str] = set()
     kinds: dict[AgentKind, int] = {}
-    waits: list[float] = []
+    waits: dict[str, list[float]] = {"tool": [], "user": [], "subagent": [], "other": []}
     untimed = frozenset(trace.header.meta.get("untimed_sessions", ()))
-    ended: dict[str, float] = {}  # context -> end of its last inference, until its next op
+    ended: dict[str, float] = {}  # context -> end of its last inference, until its next input
     session_of: dict[str, str] = {}  # context -> its session (a fork's is its source's)
+    of_session: dict[str, list[ContextId]] = {}
     in_turn: set[str] = set()  # contexts with an inference since their last turn_end
     compactions_in_turn = 0
+    forks = pins = 0
+    spans: dict[str, list[float]] = {}  # timed session -> [first op, end]
+    infers_of: dict[str, int] = {}  # session -> its inferences
+    timed_infers = 0
     for op in trace.ops:
         ctx = getattr(op, "ctx", None)
-        if ctx is not None and ctx in ended:
-            waits.append(max(0.0, op.t - ended.pop(ctx)))
+        waiting = op.into if isinstance(op, Return) else ctx
+        if waiting is not None and waiting in ended:
+            kind = _wait_kind(op, waiting)
+            if kind is not None:
+                waits[kind].append(max(0.0, op.t - ended.pop(waiting)))
+            elif isinstance(op, Close):
+                del ended[waiting]
         if isinstance(op, Open):
             sessions.add(op.session)
             session_of[op.ctx] = op.session
+            of_session.setdefault(op.session, []).append(op.ctx)
             kinds[op.agent] = kinds.get(op.agent, 0) + 1
             if op.agent is AgentKind.COMPACTOR and op.parent in in_turn:
                 compactions_in_turn += 1
         elif isinstance(op, Fork):
             session_of[op.ctx] = session_of[op.src]
+            of_session[session_of[op.ctx]].append(op.ctx)
+            forks += 1
+        elif isinstance(op, Pin):
+            pins += 1
         elif isinstance(op, TurnEnd):
             in_turn.discard(op.ctx)
         elif isinstance(op, Infer):
             in_turn.add(op.ctx)
+            infers_of[session_of[op.ctx]] = infers_of.get(session_of[op.ctx], 0) + 1
+            timed_infers += op.duration > 0
             prompt = sum(m.tokens for m in seqs.messages(op.ctx))
             out = sum(m.tokens for m in op.output)
             prev = last.get(op.ctx)
@@ -127,26 +337,88 @@ def workload_stats(trace: Trace) -> WorkloadStats:
             last[op.ctx] = prompt + out
             prompts.append(float(prompt))
             outputs += out
+            life.read(op.ctx, op.output)
             if session_of.get(op.ctx) not in untimed:
                 ended[op.ctx] = op.t + op.duration
         seqs.apply(op)
+        life.after(op, _touched(op, of_session))
+        sid = op.session if isinstance(op, EndSession) else session_of.get(ctx or "")
+        if sid is not None and sid not in untimed:
+            spans.setdefault(sid, [op.t, op.t])[1] = op.t
     n = max(1, len(sessions))
+    timed = [w for ws in waits.values() for w in ws]
+    written = max(1, life.written)
+    dead = {k: v / written for k, v in life.dead.items()}
+
+    def pct(kind: str, q: float) -> float | None:
+        return _pct(waits[kind], q) if waits[kind] else None
+
+    def share(kind: str) -> float | None:
+        return len(waits[kind]) / len(timed) if timed else None
+
+    # (how sessions interleave on one timeline: made-up times make a made-up distance)
+    reuse = None if untimed else _weighted_pcts(life.reuse, (50, 90))
+    per_session = [float(v) for v in infers_of.values()]
+    lengths = [b - a for a, b in spans.values()]
+    window = max((b for _, b in spans.values()), default=0.0) - min(
+        (a for a, _ in spans.values()), default=0.0
+    )
     return WorkloadStats(
         sessions=len(sessions),
         inferences=len(prompts),
         inferences_per_session=len(prompts) / n,
+        session_inferences_spread=_pct(per_session, 90) / max(1e-9, _pct(per_session, 50))
+        if per_session
+        else 0.0,
         prompt_p10=_pct(prompts, 10),
         prompt_p50=_pct(prompts, 50),
         prompt_p90=_pct(prompts, 90),
         input_output_ratio=sum(prompts) / outputs if outputs else float("inf"),
-        wait_p50_s=_pct(waits, 50) if waits else None,
-        wait_p90_s=_pct(waits, 90) if waits else None,
+        wait_p50_s=_pct(timed, 50) if timed else None,
+        wait_p90_s=_pct(timed, 90) if timed else None,
         subagents_per_session=kinds.get(AgentKind.WORKER, 0) / n,
         reviewers_per_session=kinds.get(AgentKind.REVIEWER, 0) / n,
         compactions_per_session=kinds.get(AgentKind.COMPACTOR, 0) / n,
         compactions_in_turn_per_session=compactions_in_turn / n,
         carried_share=carried / sum(prompts) if prompts else 0.0,
+        written_tokens=life.written,
+        dead_turn_end_share=dead["turn_end"],
+        dead_edit_share=dead["edit"],
+        dead_close_share=dead["close"],
+        dead_one_shot_share=dead["one_shot"],
+        dead_temporary_share=dead["temporary"],
+        live_to_end_share=1.0 - sum(v for k, v in dead.items() if k != "session_end")
+        if life.written
+        else 0.0,
+        reasoning_share=life.reasoning / written,
+        timed_inference_share=timed_infers / len(prompts) if prompts else 0.0,
+        forks_per_session=forks / n,
+        pins_per_session=pins / n,
+        wait_tool_p50_s=pct("tool", 50),
+        wait_tool_p90_s=pct("tool", 90),
+        wait_user_p50_s=pct("user", 50),
+        wait_user_p90_s=pct("user", 90),
+        wait_subagent_p50_s=pct("subagent", 50),
+        wait_subagent_p90_s=pct("subagent", 90),
+        wait_user_share=share("user"),
+        wait_subagent_share=share("subagent"),
+        reuse_p50_ktok=None if reuse is None else reuse[0] / 1000,
+        reuse_p90_ktok=None if reuse is None else reuse[1] / 1000,
+        session_p50_s=_pct(lengths, 50) if lengths else None,
+        session_mean_s=sum(lengths) / len(lengths) if lengths else None,
+        concurrency=sum(lengths) / window if window > 0 else None,
     )
+
+
+def _weighted_pcts(xs: list[tuple[int, int]], qs: tuple[float, ...]) -> tuple[float, ...] | None:
+    """Percentiles of the values of ``(value, weight)`` pairs, each counted ``weight`` times."""
+    if not xs:
+        return None
+    v = np.array([x for x, _ in xs], dtype=np.float64)
+    w = np.array([x for _, x in xs], dtype=np.float64)
+    order = np.argsort(v, kind="stable")
+    v, cum = v[order], np.cumsum(w[order])
+    return tuple(float(v[np.searchsorted(cum, q / 100 * cum[-1])]) for q in qs)
 
 
 def _cell(fmt: str, v: float | None) -> str:
@@ -166,14 +438,18 @@ def render_side_by_side(columns: Mapping[str, WorkloadStats]) -> str:
 
 #: what :func:`fit_generator` matches, and the grids it searches (deterministic)
 FIT_TARGETS = ("prompt_p10", "prompt_p50", "prompt_p90", "input_output_ratio",
-               "inferences_per_session")  # fmt: skip
+               "inferences_per_session", "session_inferences_spread")  # fmt: skip
 FIT_GRID: dict[str, tuple[float, ...]] = {
     # rounds first: it alone sets inferences per session, which the size knobs cannot mend
-    "rounds": (2, 4, 8, 16, 32, 64),
+    "rounds": (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
     "observation_scale": (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0),
     "output_scale": (0.125, 0.25, 0.5, 1.0, 2.0),
     "system_tokens": (600, 1200, 2400, 6000, 12000, 26000, 50000),
     "turns": (1, 2, 3, 5, 8),
+    # the reasoning the turn-end strips kill: real logs of some families carry almost none
+    "reasoning_scale": (0.01, 0.03, 0.1, 0.3, 1.0, 2.0),
+    "rounds_sigma": (0.0, 0.25, 0.5, 0.75, 1.0),
+    "tool_call_scale": (0.5, 1.0, 2.0, 3.0, 4.0, 8.0),
 }
 #: searched as well when the target compacts (otherwise compaction is switched off)
 COMPACTION_GRID: tuple[int, ...] = (12_000, 25_000, 50_000, 100_000, 150_000, 200_000)
@@ -187,21 +463,38 @@ _COUNT_SMOOTHING = 0.5
 
 #: the per-session counts :func:`fit_error` also scores where the target has any
 FIT_COUNTS = ("subagents_per_session", "compactions_per_session")
-
+#: the shares :func:`fit_error` scores too (each side plus :data:`_SHARE_SMOOTHING`, so that a
+#: real share of 0.8% is told from 23% and 0 is reachable): the structure that decides how a
+#: lifecycle policy ranks -- the KV a turn-end strip kills, the prompt an inference adds to
+#: what its context's last inference held, the waits that are on the user -- where the target
+#: has the statistic at all (an untimed trace has no waits)
+FIT_SHARES = ("reasoning_share", "new_share", "wait_user_share")
+_SHARE_SMOOTHING = 0.005
 #: what the fit's last stage matches where the target logged its times (:func:`wait_error`), and
 #: the grid it searches: the main agent's tool-call time. No other statistic reads a time, and
 #: these knobs draw nothing, so they move the waits alone and are searched last, jointly
 WAIT_TARGETS = ("wait_p50_s", "wait_p90_s")
 WAIT_GRID: dict[str, tuple[float, ...]] = {
-    "tool_wait_median_s": (0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 12.0),
-    "tool_wait_sigma": (0.4, 0.8, 1.2, 1.6, 2.0),
+    "tool_wait_median_s": (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 8.0, 12.0),
+    "tool_wait_sigma": (0.4, 0.6, 0.8, 1.0, 1.2, 1.6, 2.0),
 }
 
 
+def _share(st: WorkloadStats, f: str) -> float | None:
+    return 1.0 - st.carried_share if f == "new_share" else getattr(st, f)
+
+
 def fit_error(got: WorkloadStats, target: WorkloadStats) -> float:
-    """Sum of squared log ratios over :data:`FIT_TARGETS`, and over each of
-    :data:`FIT_COUNTS` (smoothed) that the target has."""
+    """Sum of squared log ratios over :data:`FIT_TARGETS`, over each of :data:`FIT_COUNTS`
+    (smoothed) that the target has, and over each of :data:`FIT_SHARES` (smoothed) the target
+    has a value for."""
     err = 0.0
+    for f in FIT_SHARES:
+        a, b = _share(got, f), _share(target, f)
+        if b is None:
+            continue
+        a = 0.0 if a is None else a
+        err += float(np.log((a + _SHARE_SMOOTHING) / (b + _SHARE_SMOOTHING))) ** 2
     for f in FIT_TARGETS:
         a, b = getattr(got, f), getattr(target, f)
         err += float(np.log(max(a, 1e-9) / max(b, 1e-9))) ** 2
@@ -210,6 +503,45 @@ def fit_error(got: WorkloadStats, target: WorkloadStats) -> float:
         if b:
             err += float(np.log((a + _COUNT_SMOOTHING) / (b + _COUNT_SMOOTHING))) ** 2
     return err
+
+
+#: the statistics that read op times: the waits, the sessions' lengths and overlap, and the
+#: reuse distance (how sessions interleave on one timeline); the rest read the ops alone
+TIME_FIELDS = tuple(
+    f
+    for f, _, _ in ROWS
+    if f.startswith(("wait_", "session_p", "session_mean", "reuse_")) or f == "concurrency"
+)
+#: the fields :func:`unreached` reads as shares (compared with :data:`_SHARE_SMOOTHING` added)
+_SHARES = {f for f, _, fmt in ROWS if fmt.endswith("%}")}
+#: fields that say how much of a trace there is, not what shape it has
+_SIZE_ONLY = {"sessions", "written_tokens"}
+
+
+def unreached(
+    got: WorkloadStats, target: WorkloadStats, factor: float = 2.0
+) -> list[tuple[str, float | None, float | None]]:
+    """The statistics of :data:`ROWS` (sizes aside) where a fit is more than ``factor`` from
+    its target: ``(field, target's, fit's)``. A share is compared with 0.5 pp added to both
+    sides (0.8% against 1.2% is a match, 0% against 23% is not); a statistic the target has
+    and the fit does not is unreached, one the target lacks (an untimed trace's waits) is not."""
+    out: list[tuple[str, float | None, float | None]] = []
+    for f, _, _ in ROWS:
+        if f in _SIZE_ONLY:
+            continue
+        a, b = getattr(got, f), getattr(target, f)
+        if b is None:  # (nothing to reach: an untimed trace has no waits)
+            continue
+        if a is None:
+            out.append((f, b, a))
+            continue
+        eps = _SHARE_SMOOTHING if f in _SHARES else 1e-9
+        if f.endswith("per_session"):
+            eps = _COUNT_SMOOTHING
+        r = (a + eps) / (b + eps)
+        if not 1 / factor <= r <= factor:
+            out.append((f, b, a))
+    return out
 
 
 def wait_error(got: WorkloadStats, target: WorkloadStats) -> float:
@@ -223,6 +555,17 @@ def wait_error(got: WorkloadStats, target: WorkloadStats) -> float:
             return float("inf")
         err += float(np.log(max(a, 1e-3) / max(b, 1e-3))) ** 2
     return err
+
+
+def session_gap_for(concurrency: float, session_s: float, sessions: int) -> float:
+    """The mean gap between session starts at which ``sessions`` sessions of mean length
+    ``session_s`` run ``concurrency`` at once on average, over the span from the first start to
+    the last end: ``n W / ((n - 1) gap + W) = L`` solved for the gap (the expected span of
+    Poisson arrivals), at least a second, two significant digits."""
+    if sessions < 2 or concurrency <= 0:
+        return 30.0
+    gap = session_s * (sessions / concurrency - 1) / (sessions - 1)
+    return float(f"{max(1.0, gap):.2g}")
 
 
 def fit_generator(
@@ -243,6 +586,18 @@ def fit_generator(
         p = attrs.evolve(p, p_spawn=0.0, lead=False)
     if not target.reviewers_per_session:
         p = attrs.evolve(p, p_review=0.0)
+    # what a real harness of the family never does, the generator does not do either: a fork,
+    # a pin, a temporary message the log never shows would each change the ranking on its own
+    if not target.forks_per_session:
+        p = attrs.evolve(p, p_fork=0.0)
+    if not target.pins_per_session:
+        p = attrs.evolve(p, pin_system=False)
+    if not target.dead_temporary_share:
+        p = attrs.evolve(p, p_temporary=0.0)
+    if not target.reasoning_share:
+        p = attrs.evolve(p, reasoning_scale=0.0)
+    if not target.timed_inference_share:
+        p = attrs.evolve(p, timed_inferences=False)
     if not target.compactions_per_session:
         p = attrs.evolve(p, compact_at_tokens=10**9)
     elif 2 * target.compactions_in_turn_per_session >= target.compactions_per_session:
@@ -271,6 +626,8 @@ def fit_generator(
             if e < best:
                 best, best_stats, p = e, st, q
     grids = dict(FIT_GRID)
+    if not p.reasoning_scale:
+        del grids["reasoning_scale"]
     if target.compactions_per_session:
         grids["compact_at_tokens"] = COMPACTION_GRID
     if target.subagents_per_session:
@@ -299,4 +656,12 @@ def fit_generator(
                 e = wait_error(st, target)
                 if e < waited:
                     waited, best_stats, p = e, st, q
-    return attrs.evolve(p, sessions=base.sessions), best_stats
+    p = attrs.evolve(p, sessions=base.sessions)
+    if target.concurrency is not None and best_stats.session_mean_s is not None and passes:
+        p = attrs.evolve(
+            p,
+            session_gap_s=session_gap_for(
+                target.concurrency, best_stats.session_mean_s, p.sessions
+            ),
+        )
+    return p, best_stats

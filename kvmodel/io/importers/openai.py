@@ -113,7 +113,23 @@ def _reasoning_of(resp: dict[str, Any]) -> str | None:
     return r if isinstance(r, str) and r else None
 
 
-def _from_final(name: str, msgs: Sequence[Any], report: ImportReport) -> Conversation | None:
+def _from_final(
+    name: str, msgs: Sequence[Any], report: ImportReport, *, observations: bool = False
+) -> Conversation | None:
+    """``observations``: the harness sends every tool result as a ``user`` message and has no
+    user after the task (mini-swe-agent, R10): a user message after the first assistant
+    message is an observation."""
+    if observations:
+        first = next(
+            (i for i, m in enumerate(msgs) if isinstance(m, dict) and m.get("role") == "assistant"),
+            len(msgs),
+        )
+        msgs = [
+            {**m, "_kind": "observation"}
+            if i > first and isinstance(m, dict) and m.get("role") == "user"
+            else m
+            for i, m in enumerate(msgs)
+        ]
     reqs = []
     for i, m in enumerate(msgs):
         if not isinstance(m, dict) or "role" not in m:
@@ -153,7 +169,7 @@ def conversations(path: Path, report: ImportReport) -> Iterator[Conversation]:
         raise TraceError("not a JSON log: nested too deeply", file=str(path)) from None
     stem = path.name.split(".")[0]
     if isinstance(data, dict) and isinstance(data.get("messages"), list):
-        c = _from_final(stem, data["messages"], report)
+        c = _from_final(stem, data["messages"], report, observations=True)
         if c:
             yield c
     elif isinstance(data, dict) and isinstance(data.get("trajectory"), list):
@@ -209,6 +225,8 @@ _ROLE = {
 def _kind(m: dict[str, Any]) -> MessageKind:
     if m.get("_kind") == "reasoning":
         return MessageKind.REASONING
+    if m.get("_kind") == "observation":
+        return MessageKind.OBSERVATION
     role = m.get("role")
     if role == "system":
         return MessageKind.SYSTEM

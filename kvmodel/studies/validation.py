@@ -1,0 +1,133 @@
+"""Every fitted preset's comparison beside the same comparison on real sessions the fit never
+saw (spec/metrics.md E9).
+
+For each trace family (:data:`kvmodel.workloads.realsets.FAMILIES`): the cache comparison of
+``kvmodel compare --capacity C`` (one tier of C x the workload's footprint, spec E8), cost of
+each policy against LRU's, at each capacity, on three workloads --
+
+* ``preset``: the family's fitted preset (fitted to the fit half only), ``sessions`` sessions;
+* ``validation, resampled``: the validation half's real sessions resampled into the same number
+  of sessions arriving at the preset's own mean gap (R7): the same tenancy as the preset, the
+  real sessions' structure;
+* ``validation, own times``: the validation half replayed on its own timestamps (R5), where
+  the log has them (tau-bench logs none: its times are made up, so no such row).
+
+The gap between the preset's delta and the real ones is the claim a preset's figure cannot make
+on its own. Rankings: the policies ordered by cost, two costs within :data:`TIE` of LRU's
+counted as a tie (a difference smaller than that is below what a fit can promise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from kvmodel.io.trace import Trace
+from kvmodel.studies.compare import capacity_config, measure
+from kvmodel.workloads.agentic import PRESETS, generate_agentic
+from kvmodel.workloads.realsets import FAMILIES, family_trace
+from kvmodel.workloads.resample import ResampleParams, resample_sessions
+
+__all__ = [
+    "CAPACITIES",
+    "POLICIES",
+    "TIE",
+    "Cell",
+    "cost_cells",
+    "family_workloads",
+    "ranking",
+    "render_validation",
+]
+
+CAPACITIES: tuple[float, ...] = (0.25, 0.5)
+POLICIES: tuple[str, ...] = ("lru", "kvtether", "mori", "belady")
+#: two policies whose costs differ by less than this share of LRU's are tied in a ranking
+TIE = 0.01
+
+
+@attrs.frozen
+class Cell:
+    """One workload at one capacity: each policy's cost in USD (spec E1-E3)."""
+
+    workload: str
+    capacity: float
+    blocks: int
+    cost: Mapping[str, float]
+
+    def delta(self, policy: str) -> float:
+        """The policy's cost against LRU's (-0.3: 30% cheaper)."""
+        return self.cost[policy] / self.cost["lru"] - 1.0
+
+
+def ranking(cell: Cell) -> tuple[frozenset[str], ...]:
+    """The policies by cost, cheapest first, in tie groups: a policy joins the group before it
+    when its cost is within :data:`TIE` x LRU's cost of that group's cheapest."""
+    order = sorted(cell.cost, key=lambda p: (cell.cost[p], p))
+    groups: list[set[str]] = []
+    lead = 0.0
+    for p in order:
+        if groups and cell.cost[p] - lead <= TIE * cell.cost["lru"]:
+            groups[-1].add(p)
+        else:
+            groups.append({p})
+            lead = cell.cost[p]
+    return tuple(frozenset(g) for g in groups)
+
+
+def cost_cells(
+    name: str,
+    trace: Trace,
+    capacities: Sequence[float] = CAPACITIES,
+    policies: Sequence[str] = POLICIES,
+) -> list[Cell]:
+    """The comparison on ``trace``, one :class:`Cell` per capacity."""
+    out = []
+    for c in capacities:
+        cfg, (_, _, blocks) = capacity_config(trace, c)
+        cost = {p: measure(trace, p, cfg).cost_usd for p in policies}
+        out.append(Cell(name, c, blocks, cost))
+    return out
+
+
+def family_workloads(
+    family: str, *, sessions: int | None = None, seed: int = 0
+) -> dict[str, Trace]:
+    """The three workloads of the module docstring for ``family`` (one draw: ``seed``), of
+    ``sessions`` sessions (default: the family's)."""
+    fam = FAMILIES[family]
+    sessions = fam.sessions if sessions is None else sessions
+    preset = attrs.evolve(PRESETS[fam.preset], sessions=sessions, seed=seed)
+    real = family_trace(family, "validation")
+    out = {
+        "preset": generate_agentic(preset),
+        "validation, resampled": resample_sessions(
+            [real],
+            ResampleParams(seed=seed, sessions=sessions, session_gap_s=preset.session_gap_s),
+            (f"{family}/validation",),
+        ),
+    }
+    if not real.header.meta.get("untimed_sessions"):
+        out["validation, own times"] = real
+    return out
+
+
+def render_validation(cells: Mapping[str, Sequence[Cell]], policies: Sequence[str]) -> str:
+    """One row per (family/workload, capacity): each policy's delta against LRU, the gap of
+    each real row to its family's preset row, and whether the rankings agree."""
+    others = [p for p in policies if p != "lru"]
+    head = f"{'workload':<44}{'C':>6}" + "".join(f"{p:>12}" for p in others) + "  ranking"
+    lines = [head]
+    for name, row in cells.items():
+        family, _, workload = name.partition(": ")
+        base = cells.get(f"{family}: preset")
+        for k, cell in enumerate(row):
+            ds = "".join(f"{cell.delta(p):>+12.1%}" for p in others)
+            order = " < ".join("=".join(sorted(g)) for g in ranking(cell))
+            lines.append(f"{name:<44}{cell.capacity:>6.2f}{ds}  {order}")
+            if base is not None and workload != "preset":
+                ref = base[k]
+                gaps = "".join(f"{100 * (cell.delta(p) - ref.delta(p)):>+10.1f}pp" for p in others)
+                same = "same" if ranking(cell) == ranking(ref) else "DIFFERENT"
+                lines.append(f"{'  gap to the preset':<44}{'':>6}{gaps}  {same}")
+    return "\n".join(lines)

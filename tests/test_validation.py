@@ -1,0 +1,80 @@
+"""Fitted presets judged on real sessions the fit never saw (spec/metrics.md E9): rankings with
+ties, the workloads each family is compared on, and -- ``slow`` -- the rankings themselves."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvmodel.studies.validation import (
+    CAPACITIES,
+    POLICIES,
+    Cell,
+    cost_cells,
+    family_workloads,
+    ranking,
+    render_validation,
+)
+from kvmodel.workloads import PRESETS
+from kvmodel.workloads.realsets import FAMILIES, traces_root
+
+
+def _cell(**cost: float) -> Cell:
+    return Cell("w", 0.5, 100, cost)
+
+
+def test_a_ranking_groups_costs_within_one_percent_of_lrus() -> None:
+    cell = _cell(lru=100.0, kvtether=99.5, mori=103.0, belady=80.0)
+    assert ranking(cell) == (
+        frozenset({"belady"}),
+        frozenset({"kvtether", "lru"}),
+        frozenset({"mori"}),
+    )
+    assert cell.delta("belady") == pytest.approx(-0.2)
+    # a chain of near-ties is one group only while each is within 1% of the group's cheapest
+    assert ranking(_cell(lru=100.0, kvtether=100.9, mori=101.8, belady=90.0))[1:] == (
+        frozenset({"lru", "kvtether"}),
+        frozenset({"mori"}),
+    )
+
+
+def test_the_table_states_each_real_rows_gap_to_its_preset() -> None:
+    pre = [_cell(lru=100.0, kvtether=70.0, mori=90.0, belady=60.0)]
+    real = [_cell(lru=100.0, kvtether=101.0, mori=95.0, belady=80.0)]
+    out = render_validation({"f: preset": pre, "f: validation, resampled": real}, POLICIES)
+    assert "-30.0%" in out
+    assert "+1.0%" in out
+    assert "+31.0pp" in out  # kvtether: +1.0% real against -30.0% on the preset
+    assert "DIFFERENT" in out
+
+
+needs_shared = pytest.mark.skipif(
+    traces_root() is None, reason="no ../shared/traces (or $KVMODEL_SHARED_TRACES) here"
+)
+
+
+@needs_shared
+def test_the_workloads_of_a_family_share_the_presets_tenancy() -> None:
+    """The resampled validation sessions arrive at the preset's own mean gap, as many as the
+    preset's; an untimed family (tau-bench) has no own-times row."""
+    ws = family_workloads("tau-bench", sessions=4)
+    assert set(ws) == {"preset", "validation, resampled"}
+    res = ws["validation, resampled"].header.meta
+    assert res["sessions"] == 4
+    assert res["session_gap_s"] == PRESETS["tau-bench-fit"].session_gap_s
+    [cell] = cost_cells("t", ws["validation, resampled"], (0.5,), ("lru", "belady"))
+    assert cell.cost["belady"] <= cell.cost["lru"]
+    assert "validation, own times" in family_workloads("mini-swe-agent", sessions=2)
+
+
+@pytest.mark.slow
+@needs_shared
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_fitted_presets_ranking_is_the_real_validation_sessions(family: str) -> None:
+    """Issue 58's rule: the order of lru, kvtether, mori and belady by cost on the fitted
+    preset is the order on the validation half's real sessions (resampled into the preset's
+    tenancy), at each capacity (ties within 1% of LRU's cost)."""
+    ws = family_workloads(family)
+    pre = cost_cells("preset", ws["preset"], CAPACITIES)
+    real = cost_cells("real", ws["validation, resampled"], CAPACITIES)
+    for p, r in zip(pre, real, strict=True):
+        assert ranking(p) == ranking(r), (p.capacity, p.cost, r.cost)
