@@ -60,6 +60,26 @@ ABLATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
 )
 
 
+def seed_means(cells: dict[str, list[Cell]]) -> dict[str, list[Cell]]:
+    """Per workload drawn on several seeds, one row per capacity: each policy's cost as a share
+    of LRU's, averaged over the seeds (a workload of one draw -- own times -- as it is)."""
+    groups: dict[str, list[list[Cell]]] = {}
+    for name, row in cells.items():
+        groups.setdefault(name.split(" (seed ")[0], []).append(row)
+    out = {}
+    for name, rows in groups.items():
+        out[f"{name} (seed mean)"] = [
+            Cell(
+                name,
+                col[0].capacity,
+                col[0].blocks,
+                {p: sum(c.cost[p] / c.cost["lru"] for c in col) / len(col) for p in col[0].cost},
+            )
+            for col in zip(*rows, strict=True)
+        ]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--families", default=",".join(FAMILIES))
@@ -73,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no ../shared/traces here (set KVMODEL_SHARED_TRACES): nothing to validate on")
         return 0
     families = args.families.split(",")
+    seeds = [int(x) for x in args.seeds.split(",")]
     capacities = tuple(float(c) for c in args.capacity.split(","))
     sessions = args.sessions
     if args.quick:
@@ -92,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         print(render_validation(cells, POLICIES))
         return 0
     for family in families:
-        for seed in (int(s) for s in args.seeds.split(",")):
+        for seed in seeds:
             for name, trace in family_workloads(family, sessions=sessions, seed=seed).items():
                 if name.endswith("own times") and seed:
                     continue  # (the same trace on every seed)
@@ -102,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{key}: {len(trace.ops)} ops, {time.perf_counter() - t0:.1f} s",
                       file=sys.stderr, flush=True)  # fmt: skip
     print(render_validation(cells, POLICIES))
+    if len(seeds) > 1:
+        print(f"\nmean over seeds {args.seeds} (each cost as a share of LRU's):")
+        print(render_validation(seed_means(cells), POLICIES))
     for family in families:
         preset = FAMILIES[family].preset
         cols = {

@@ -114,13 +114,15 @@ def family_workloads(
 
 def render_validation(cells: Mapping[str, Sequence[Cell]], policies: Sequence[str]) -> str:
     """One row per (family/workload, capacity): each policy's delta against LRU, the gap of
-    each real row to its family's preset row, and whether the rankings agree."""
+    each real row to its family's preset row of the same seed (a name's `` (seed K)``
+    suffix), and whether the rankings agree."""
     others = [p for p in policies if p != "lru"]
     head = f"{'workload':<44}{'C':>6}" + "".join(f"{p:>12}" for p in others) + "  ranking"
     lines = [head]
     for name, row in cells.items():
         family, _, workload = name.partition(": ")
-        base = cells.get(f"{family}: preset")
+        workload, _, seed = workload.partition(" (seed ")
+        base = cells.get(f"{family}: preset" + (f" (seed {seed}" if seed else ""))
         for k, cell in enumerate(row):
             ds = "".join(f"{cell.delta(p):>+12.1%}" for p in others)
             order = " < ".join("=".join(sorted(g)) for g in ranking(cell))
