@@ -225,6 +225,45 @@ def test_lockstep_and_the_oracle_report_a_fault_as_a_verdict(name: str) -> None:
         assert _kind(name) in v.reason
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["RaisesSystemExitInPlace", "RaisesEscapeInObserve", "EngineRaisesSystemExit", "HangsInPlace"],
+)
+def test_prove_reach_reports_a_fault_as_a_finding(name: str) -> None:
+    """The exhaustive search too: a fault is a finding at the depth it first occurs, never a
+    crash of the prover. (An engine class made at run time does not pickle, which crashed the
+    search with a PicklingError traceback: the search now copies such a state another way.)"""
+    from checkers.symbolic.reach import reach
+
+    found = reach(f"checkers.search.faults:{name}", max_states=2000, until=[_expected(name)])
+    depth, _, message = found.failing[_expected(name)]
+    assert depth >= 1
+    assert _kind(name) in message
+
+
+class _Unpicklable(BasePolicy):
+    """An outside author's policy whose state neither pickles nor deep-copies (it holds a
+    lock): the search cannot branch from its states."""
+
+    name = "holds-a-lock"
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+
+
+def test_prove_reach_on_a_state_it_cannot_copy_is_bounded_and_says_why() -> None:
+    from checkers.symbolic.reach import reach
+
+    found = reach(_Unpicklable(), max_states=60)
+    assert not found.proves
+    rung, detail = found.verdict("no-zombie-kv")
+    assert rung == "bounded"
+    assert "cannot copy a state of the run" in detail
+    assert "lock" in detail
+
+
 def test_a_crash_inside_the_checker_keeps_what_the_search_had_found(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

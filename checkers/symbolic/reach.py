@@ -29,9 +29,10 @@ not; a search that is not exact, or that stops at its caps, reports **bounded**,
 
 from __future__ import annotations
 
+import copy
 import pickle
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -416,7 +417,11 @@ def reach(
         depth += 1
         nxt: list[_Node] = []
         for node in frontier:
-            frozen = pickle.dumps(node, protocol=pickle.HIGHEST_PROTOCOL)
+            try:
+                thaw = _copier(node)
+            except _UncopyableError as e:
+                capped = str(e)
+                break
             for s in node.harness.enabled():
                 if len(seen) >= max_states:
                     capped = f"state cap {max_states}"
@@ -424,7 +429,7 @@ def reach(
                 if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
                     capped = f"time cap {max_seconds:g} s"
                     break
-                child = pickle.loads(frozen)  # a deep copy (twice as fast as copy.deepcopy)
+                child = thaw()
                 child.path = (*node.path, s)
                 op = child.harness.op(s, float(depth))
                 before = len(child.monitor.violations)
@@ -466,6 +471,29 @@ def reach(
     )
 
 
+class _UncopyableError(Exception):
+    """A state the search cannot copy: the search stops there (bounded, never a crash)."""
+
+
+def _copier(node: _Node) -> Callable[[], _Node]:
+    """A maker of deep copies of ``node``: by pickle (twice as fast as ``copy.deepcopy``), or,
+    where the state does not pickle (a policy or an engine written outside the project may hold
+    a lambda, a class made at run time, ...), by ``copy.deepcopy``; :class:`_UncopyableError` where
+    neither can copy it -- the search cannot branch from such a state, and says so."""
+    try:
+        frozen = pickle.dumps(node, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:  # (pickle raises PicklingError, TypeError, AttributeError, ...)
+        try:
+            copy.deepcopy(node)
+        except Exception as e2:
+            raise _UncopyableError(
+                f"the search cannot copy a state of the run ({type(e2).__name__}: {e2}; "
+                f"pickle: {type(e).__name__}: {e}), so it cannot branch from it"
+            ) from None
+        return lambda: copy.deepcopy(node)
+    return lambda: pickle.loads(frozen)
+
+
 def check_merges(
     policy: str | Policy,
     wide: Wide | None = None,
@@ -489,11 +517,11 @@ def check_merges(
     monitor = Monitor(engine, REACH_INVARIANTS)
     for op in w.prelude():
         monitor.apply(op)
-    root = pickle.dumps(_Node(engine, monitor, WideHarness(w), ()))
-    first: dict[tuple[object, ...], tuple[bytes, int]] = {}
+    root = _copier(_Node(engine, monitor, WideHarness(w), ()))
+    first: dict[tuple[object, ...], tuple[Callable[[], _Node], int]] = {}
     pairs, bad = 0, []
     for _ in range(walks):
-        node: _Node = pickle.loads(root)
+        node: _Node = root()
         for d in range(1, steps + 1):
             options = node.harness.enabled()
             if not options:
@@ -505,13 +533,13 @@ def check_merges(
             key = state_key(node.engine, node.monitor, node.harness)
             seen = first.get(key)
             if seen is None:
-                first[key] = (pickle.dumps(node), d)
+                first[key] = (_copier(node), d)
                 continue
-            other: _Node = pickle.loads(seen[0])
+            other: _Node = seen[0]()
             if other.path == node.path:
                 continue
             pairs += 1
-            a, b = pickle.loads(pickle.dumps(node)), other
+            a, b = _copier(node)(), other
             for k in range(1, follow + 1):
                 opts = a.harness.enabled()
                 if not opts:
