@@ -88,6 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--ablate", action="store_true")
+    ap.add_argument(
+        "--decode-tpot",
+        type=float,
+        help="assume every inference takes time: its prompt at the generator's prefill rate and "
+        "this many seconds an output token, cut to the gap the log shows (preset and real alike)",
+    )
     args = ap.parse_args(argv)
     if traces_root() is None:
         print("no ../shared/traces here (set KVMODEL_SHARED_TRACES): nothing to validate on")
@@ -114,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for family in families:
         for seed in seeds:
-            for name, trace in family_workloads(family, sessions=sessions, seed=seed).items():
+            drawn = family_workloads(
+                family, sessions=sessions, seed=seed, decode_tpot=args.decode_tpot
+            )
+            for name, trace in drawn.items():
                 if name.endswith("own times") and seed:
                     continue  # (the same trace on every seed)
                 t0 = time.perf_counter()

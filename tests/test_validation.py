@@ -101,3 +101,32 @@ def test_the_fitted_presets_ranking_is_the_real_validation_sessions(family: str)
     real = cost_cells("real", ws["validation, resampled"], CAPACITIES)
     for p, r in zip(pre, real, strict=True):
         assert ranking(p) == ranking(r), (p.capacity, p.cost, r.cost)
+
+
+def test_inference_time_is_prefill_and_decode_cut_to_the_logged_gap() -> None:
+    """spec E9, "decode time": each inference takes its prompt at the prefill rate plus its
+    output at ``tpot_s``, never past its context's next op (the next request came when the log
+    says); nothing else changes, and the header says what was assumed."""
+    from kvmodel.ids import ContextId, MessageId, SessionId
+    from kvmodel.io.trace import Append, EndSession, Infer, Open, Trace, TraceHeader
+    from kvmodel.messages import AgentKind, Message, MessageKind, Role
+    from kvmodel.workloads.decode import with_inference_time
+
+    c, s = ContextId("c"), SessionId("s")
+
+    def m(i: str, n: int, kind: MessageKind = MessageKind.USER) -> Message:
+        return Message(MessageId(i), Role.USER, kind, n)
+
+    o1, o2 = (m(i, 100, MessageKind.OUTPUT) for i in ("o1", "o2"))
+    ops = (
+        Open(0.0, c, s, AgentKind.MAIN),
+        Append(0.0, c, (m("u", 1000),)),
+        Infer(0.0, c, (o1,)),  # 1000 / 1000 + 100 x 0.01 = 2 s; the next op at 5 s
+        Append(5.0, c, (m("t", 1000, MessageKind.OBSERVATION),)),
+        Infer(5.0, c, (o2,)),  # 2100 / 1000 + 1 = 3.1 s, cut to the 1.5 s before end_session
+        EndSession(6.5, s),
+    )
+    got = with_inference_time(Trace(TraceHeader(), ops), tpot_s=0.01, prefill_tok_per_s=1000.0)
+    assert [op.duration for op in got.ops if isinstance(op, Infer)] == [2.0, 1.5]
+    assert [op.t for op in got.ops] == [op.t for op in ops]
+    assert got.header.meta["inference_time"] == {"tpot_s": 0.01, "prefill_tok_per_s": 1000.0}

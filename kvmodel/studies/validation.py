@@ -26,6 +26,7 @@ import attrs
 from kvmodel.io.trace import Trace
 from kvmodel.studies.compare import capacity_config, measure
 from kvmodel.workloads.agentic import PRESETS, generate_agentic
+from kvmodel.workloads.decode import with_inference_time
 from kvmodel.workloads.realsets import FAMILIES, family_trace
 from kvmodel.workloads.resample import ResampleParams, resample_sessions
 
@@ -91,14 +92,21 @@ def cost_cells(
 
 
 def family_workloads(
-    family: str, *, sessions: int | None = None, seed: int = 0
+    family: str, *, sessions: int | None = None, seed: int = 0, decode_tpot: float | None = None
 ) -> dict[str, Trace]:
     """The three workloads of the module docstring for ``family`` (one draw: ``seed``), of
-    ``sessions`` sessions (default: the family's)."""
+    ``sessions`` sessions (default: the family's). ``decode_tpot``: under the assumption that
+    every inference takes time -- its prompt at the generator's prefill rate and this many
+    seconds an output token, cut to the gap the log shows -- on both sides: the preset with
+    timed inferences at that rate, the real sessions through
+    :func:`~kvmodel.workloads.decode.with_inference_time` (E9, "decode time")."""
     fam = FAMILIES[family]
     sessions = fam.sessions if sessions is None else sessions
     preset = attrs.evolve(PRESETS[fam.preset], sessions=sessions, seed=seed)
     real = family_trace(family, "validation")
+    if decode_tpot is not None:
+        preset = attrs.evolve(preset, timed_inferences=True, tpot_s=decode_tpot)
+        real = with_inference_time(real, tpot_s=decode_tpot)
     out = {
         "preset": generate_agentic(preset),
         "validation, resampled": resample_sessions(
@@ -107,6 +115,7 @@ def family_workloads(
             (f"{family}/validation",),
         ),
     }
+
     if not real.header.meta.get("untimed_sessions"):
         out["validation, own times"] = real
     return out
