@@ -301,3 +301,26 @@ def test_a_log_time_finding_names_the_block_by_the_key_in_the_log() -> None:
         v = run.first(name)
         assert v is not None, name
         assert v.message.split("(key ")[1].split(")")[0] in keys, v.message
+
+
+@pytest.mark.parametrize(
+    ("mutant", "invariant"),
+    [("MRUInverted", "suspended-mru"), ("LateDeadReclaim", "no-live-eviction-before-dead-reclaim")],
+)
+def test_an_eviction_order_finding_names_both_blocks_by_their_keys(
+    mutant: str, invariant: str
+) -> None:
+    """The eviction-order messages named slots alone ("evicted block 0 ... before block 1"),
+    which no log a user holds carries; both blocks now carry the key the log gives them."""
+    from kvmodel.io.observations import observation_to_json
+
+    r = search(f"checkers.search.mutants:{mutant}", [invariant], max_examples=20, steps=15,
+               walks=4, hypothesis_shrink=False)  # fmt: skip
+    cex = r.found[invariant]
+    run = check_ops(cex.ops, f"checkers.search.mutants:{mutant}", cex.config, [invariant])
+    keys = {r.get("key") for r in map(observation_to_json, run.engine.log)}
+    v = run.first(invariant)
+    assert v is not None
+    named = [part.split(")")[0] for part in v.message.split("(key ")[1:]]
+    assert len(named) == 2, v.message
+    assert set(named) <= keys, v.message

@@ -24,6 +24,7 @@ from checkers.invariants.predicates import (
     BLOCK,
     CONCRETE,
     BlockAt,
+    block_name,
     contested,
     evict_live_before_dead,
     evict_mru,
@@ -211,7 +212,9 @@ class Monitor:
             victim = ev.victim.id
             self.widest_choice = max(self.widest_choice, ev.count)
             if ev.in_flight:
-                self._add("no-eviction-in-flight", f"evicted in-flight block {victim}", victim)
+                self._add(
+                    "no-eviction-in-flight", f"evicted in-flight {block_name(ev.victim)}", victim
+                )
             # (the order invariants read a block's class and suspension alone: judged on one
             # block of each such pair, the first in key order -- shadow_terms.Eviction)
             for name, check in order:

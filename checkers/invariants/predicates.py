@@ -37,6 +37,7 @@ __all__ = [
     "EvictionTerms",
     "Logic",
     "OrderTerm",
+    "block_name",
     "contested",
     "evict_live_before_dead",
     "evict_mru",
@@ -276,13 +277,20 @@ def contested(
     return [n for n in names if any(_ordered(n, a, b) for a, b in pairs)]
 
 
+def block_name(b: EvictionTerms | Featured) -> str:
+    """A block in an eviction-order finding: its slot and, where known, its hash-chain key (the
+    name it has in every log, another implementation's included)."""
+    key = getattr(b, "key", None)
+    return f"block {b.id}" if key is None else f"block {b.id} (key {key})"
+
+
 def evict_live_before_dead(victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> str | None:
     c = _passed_over("no-live-eviction-before-dead-reclaim", victim, cands)
     if c is None:
         return None
     return (
-        f"evicted {victim.state.value} block {victim.id} while "
-        f"{c.state.value} block {c.id} was evictable"
+        f"evicted {victim.state.value} {block_name(victim)} while "
+        f"{c.state.value} {block_name(c)} was evictable"
     )
 
 
@@ -290,7 +298,9 @@ def evict_priority(victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> str
     c = _passed_over("state-priority-eviction", victim, cands)
     if c is None:
         return None
-    return f"evicted {victim.state.value} block {victim.id} before {c.state.value} block {c.id}"
+    return (
+        f"evicted {victim.state.value} {block_name(victim)} before {c.state.value} {block_name(c)}"
+    )
 
 
 def evict_mru(victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> str | None:
@@ -299,7 +309,7 @@ def evict_mru(victim: EvictionTerms, cands: Iterable[EvictionTerms]) -> str | No
         return None
     mine = -1e300 if victim.suspend_time is None else victim.suspend_time
     return (
-        f"evicted block {victim.id} suspended at {mine:g} before block {c.id} "
+        f"evicted {block_name(victim)} suspended at {mine:g} before {block_name(c)} "
         f"suspended later, at {c.suspend_time:g}"
     )
 
@@ -318,8 +328,8 @@ def evict_rank_first(
     if first is None or not k(first) < mine:
         return None
     return (
-        f"evicted block {victim.id} (rank key {_key_text(mine)}) while block {first.id} "
-        f"(rank key {_key_text(k(first))}) was evictable and the declared rank orders it first"
+        f"evicted {block_name(victim)}, rank key {_key_text(mine)}, while {block_name(first)}, "
+        f"rank key {_key_text(k(first))}, was evictable and the declared rank orders it first"
     )
 
 

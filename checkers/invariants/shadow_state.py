@@ -119,4 +119,5 @@ class ShadowState:
             f.last_op,
             f.alloc_time,
             tuple(ContextId(h) for h in f.holders),
+            key,
         )

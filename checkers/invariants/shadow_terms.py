@@ -269,6 +269,8 @@ class EvictionTerms(NamedTuple):
     last_op: int
     alloc_time: float
     holders: tuple[ContextId, ...]
+    #: its hash-chain key: the name a user finds in a log (the slot is the engine's)
+    key: BlockKey | None = None
 
 
 @attrs.frozen
