@@ -166,6 +166,7 @@ def test_reuse_may_be_logged_as_hits_of_the_own_prefix() -> None:
 @pytest.mark.parametrize("policy", [*RANKED, "mori", "ttl", "belady"])
 @given(seed=st.integers(0, 2**32 - 1))
 @example(seed=57338)  # a hit kept the writer's message instances (tests/test_policies.py)
+@example(seed=28353)  # MORI evicts a key and rewrites it in one op: followed twice, a false alarm
 def test_invariants_only_accepts_every_reference_log_on_its_claims(policy: str, seed: int) -> None:
     tr = random_trace(RandomParams(seed=seed, ops=60))
     claims = set(claimed_invariants(resolve_policy(policy))) & set(INVARIANTS)

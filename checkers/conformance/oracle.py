@@ -317,9 +317,8 @@ class Conformance:
             self.engine.apply(op)
         finally:
             self.follow.adopt = None
-        taken = {str(o.key) for o in self.engine.log.since(seen) if o.kind == "evict"}
-        extra = [r.get("key") for r in records if r["kind"] == "evict"]
-        follow_every_victim(self.engine, op, [k for k in extra if str(k) not in taken])
+        victims = [r.get("key") for r in records if r["kind"] == "evict"]
+        follow_every_victim(self.engine, op, victims, seen)
         self._after(op, seen, records)
         return puppet
 
