@@ -29,15 +29,12 @@ from kvmodel.io.trace import (
 )
 from kvmodel.messages import AgentKind, Message, MessageKind, Role
 from kvmodel.workloads import PRESETS, generate_agentic
+from kvmodel.workloads.fit import fit_error, fit_generator, unreached, wait_error
 from kvmodel.workloads.realsets import FAMILIES, Half, family_trace, traces_root
 from kvmodel.workloads.stats import (
     TIME_FIELDS,
     WorkloadStats,
-    fit_error,
-    fit_generator,
     render_side_by_side,
-    unreached,
-    wait_error,
     workload_stats,
 )
 

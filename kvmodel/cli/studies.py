@@ -465,13 +465,9 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     """``kvmodel stats``: the calibration statistics of traces and generator presets side by
     side; ``--fit BASE`` fits BASE's generator to each trace (spec R8)."""
     from kvmodel.workloads import generate_agentic
+    from kvmodel.workloads.fit import fit_generator, unreached
     from kvmodel.workloads.realsets import HALVES, family_trace
-    from kvmodel.workloads.stats import (
-        fit_generator,
-        render_side_by_side,
-        unreached,
-        workload_stats,
-    )
+    from kvmodel.workloads.stats import render_side_by_side, workload_stats
 
     presets = [x for x in args.presets.split(",") if x] if args.presets is not None else []
     if bad := [x for x in presets if x not in PRESETS]:

@@ -27,7 +27,7 @@ from typing import Literal
 import attrs
 
 from kvmodel.errors import ConfigError
-from kvmodel.io.trace import Trace, TraceHeader
+from kvmodel.io.trace import EndSession, Op, Open, Trace, TraceHeader
 from kvmodel.workloads.resample import sessions_of
 
 __all__ = [
@@ -125,9 +125,7 @@ def split_sessions(trace: Trace, keep: Callable[[str], bool], **meta: object) ->
     return Trace(TraceHeader(trace.header.version, header), tuple(ops))
 
 
-def _session_name(ops: Sequence[object]) -> str:
-    from kvmodel.io.trace import EndSession, Open
-
+def _session_name(ops: Sequence[Op]) -> str:
     for op in ops:
         if isinstance(op, Open | EndSession):
             return str(op.session)
