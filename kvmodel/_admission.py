@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from kvmodel._eviction import PolicyOrder
+from kvmodel._movement import Movement, MovementHost
 from kvmodel._rank_index import RankIndex
 from kvmodel._resident import Placed, ResidentBlock
 from kvmodel.blocks import BlockSpec
@@ -24,53 +25,28 @@ from kvmodel.io.observations import (
     FreeReason,
     HitObs,
     InferObs,
-    ObservationLog,
     RejectObs,
 )
 from kvmodel.io.trace import Infer
 from kvmodel.lifecycle import BlockClass, Event
-from kvmodel.memory import Memory
 from kvmodel.policy import Placement, Policy
 from kvmodel.probe import EngineProbe, EngineStats
 from kvmodel.residency import Residency
-from kvmodel.view import ModelView, NewBlock
+from kvmodel.view import NewBlock
 
 __all__ = ["AdmissionHost", "evict", "infer"]
 
 
-class AdmissionHost(Protocol):
-    """What admission reads and drives of the engine: its store, memory, log, totals, policy
-    and view, and the three engine operations an inference may need (spec P7)."""
-
-    @property
-    def block_size(self) -> int: ...
-
-    @property
-    def now(self) -> float: ...
-
-    @property
-    def op_index(self) -> int: ...
-
-    @property
-    def observing(self) -> bool: ...
-
-    @property
-    def log(self) -> ObservationLog: ...
+class AdmissionHost(MovementHost, Protocol):
+    """What admission reads and drives of the engine: beyond what the movement layer reads
+    (its store, memory, log, policy and view), its totals, victim source, declarations, probe
+    and movement layer, and the engine operations an inference may need (spec P7)."""
 
     @property
     def stats(self) -> EngineStats: ...
 
     @property
-    def memory(self) -> Memory: ...
-
-    @property
-    def residency(self) -> Residency: ...
-
-    @property
     def victims(self) -> PolicyOrder | RankIndex: ...
-
-    @property
-    def view(self) -> ModelView: ...
 
     @property
     def policy(self) -> Policy: ...
@@ -84,13 +60,14 @@ class AdmissionHost(Protocol):
     @property
     def probe(self) -> EngineProbe | None: ...
 
+    @property
+    def movement(self) -> Movement | None: ...
+
     def context(self, ctx: ContextId, field: str = "ctx") -> Context: ...
 
     def close(self, c: Context) -> None: ...
 
     def free(self, b: ResidentBlock, reason: str) -> None: ...
-
-    def block_class(self, b: ResidentBlock) -> BlockClass: ...
 
 
 def allocate(
@@ -103,7 +80,10 @@ def allocate(
     mem = e.memory
     for tn in tiers:
         if mem.free_count(tn):
-            return ResidentBlock(mem.alloc(tn), spec, tn, e.now, ctx.id, ctx.agent, state)
+            b = ResidentBlock(mem.alloc(tn), spec, tn, e.now, ctx.id, ctx.agent, state)
+            if e.movement is not None:
+                e.movement.fit(tn)  # copies hold free space only (spec/movement.md MV1)
+            return b
     victim = e.victims.next_victim(tiers)
     if victim is None:
         return None
@@ -118,7 +98,10 @@ def allocate(
 def evict(
     e: AdmissionHost, victim: ResidentBlock, ctx: ContextId, *, keep_slot: bool = False
 ) -> None:
-    """Evict ``victim`` for an inference of ``ctx``: the record, the count, the drop (M4.3)."""
+    """Evict ``victim`` for an inference of ``ctx``: the policy's demotion (a copy kept below,
+    spec/movement.md MV2), the record, the count, the drop (M4.3)."""
+    if e.movement is not None:
+        e.movement.demote(victim, ctx)
     if e.observing:
         e.log.add(
             EvictObs(
@@ -168,6 +151,8 @@ def infer(e: AdmissionHost, op: Infer) -> None:
             break
         hits.append(b)
     misses = specs[len(hits) :]
+    moving = e.movement
+    loads = moving.loadable(misses, prompt_full) if moving is not None else 0
     res.begin_flight(c, v, hits)
 
     hit_tokens = (v + len(hits)) * bs
@@ -205,7 +190,9 @@ def infer(e: AdmissionHost, op: Infer) -> None:
     needed = admission(e, c, misses, free)
     ok = needed is not None and write_misses(e, c, misses, placed, needed, prompt_full)
     if ok:
-        commit(e, c, v, hits, specs[: len(hits)], placed, cut)
+        kept = commit(e, c, v, hits, specs[: len(hits)], placed, cut)
+        if moving is not None:
+            moving.committed(c, placed, loads, kept)
         st = e.stats
         st.infers += 1
         st.prompt_tokens += prompt_tokens
@@ -455,8 +442,9 @@ def commit(
     hit_specs: Sequence[BlockSpec],
     placed: list[Placed],
     cut: int | None,
-) -> None:
-    """Attach the new chain tail, release what is not kept, update recency (spec P7.5).
+) -> int:
+    """Attach the new chain tail, release what is not kept, update recency (spec P7.5); how
+    many of ``placed`` joined the chain.
 
     A hit enters the chain as *this* context's packed spec, not the resident block's: the key is
     the same, but the covered message instances (``uids``, which decide the block's class here,
@@ -490,3 +478,4 @@ def commit(
             e.free(b, FreeReason.PARTIAL)
         elif bypass:
             e.free(b, FreeReason.BYPASS)
+    return kept

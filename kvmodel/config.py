@@ -93,6 +93,13 @@ def _float(where: str, table: Mapping[str, Any], key: str) -> float | None:
     return float(v)
 
 
+def _copies(where: str, table: Mapping[str, Any]) -> str:
+    v = table.get("copies", "inclusive")
+    if v not in ("inclusive", "exclusive"):
+        raise ConfigError(f'{where}: key \'copies\' must be "inclusive" or "exclusive" (got {v!r})')
+    return str(v)
+
+
 def _unknown(where: str, table: Mapping[str, Any], allowed: set[str]) -> None:
     extra = sorted(set(table) - allowed)
     if extra:
@@ -137,6 +144,7 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<config>") -> Engine
                 "write_amplification",
                 "read_gbps",
                 "write_gbps",
+                "copies",
             },
         )
         name = t.get("name")
@@ -156,6 +164,7 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<config>") -> Engine
                     write_amplification=1.0 if wa is None else wa,
                     read_gbps=_float(where, t, "read_gbps"),
                     write_gbps=_float(where, t, "write_gbps"),
+                    copies=_copies(where, t),
                 )
             )
         except ConfigError as e:

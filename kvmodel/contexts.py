@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from kvmodel.blocks import ROOT_KEY, BlockSpec, pack
+from kvmodel.copies import PackedRefs
 from kvmodel.errors import InternalError, TraceError
 from kvmodel.ids import BlockKey, ContextId, MessageId, SessionId
 from kvmodel.io.trace import MAX_CONTEXT_TOKENS
@@ -56,6 +57,7 @@ class Context:
         "parent",
         "phase",
         "pin_deadline",
+        "refs",
         "session",
         "spawn",
         "starts",
@@ -105,6 +107,9 @@ class Context:
         #: blocks it has not packed before -- whatever is resident (a rejected inference, or a
         #: chain evicted under pressure, re-packed the whole context every time)
         self.packed: list[BlockSpec] = []
+        #: told of every key :attr:`packed` gains or loses, when the engine tracks which copies
+        #: are live (a policy that moves KV, spec/movement.md MV6); None otherwise
+        self.refs: PackedRefs | None = None
         self.last_infer: float | None = None
         self.last_infer_op = -1
         self.suspended_at: float | None = None
@@ -207,9 +212,13 @@ class Context:
     def pack_from(self, first_block: int) -> list[BlockSpec]:
         """Packed blocks of the logical sequence from ``first_block`` on (tail may be partial),
         ``first_block <= valid``. Packs only what :attr:`packed` does not hold yet."""
+        refs = self.refs
         if first_block > len(self.packed):
             # (the valid chain is a prefix of the logical sequence: it is what packing gives)
-            self.packed[len(self.packed) :] = self.materialized[len(self.packed) : first_block]
+            more = self.materialized[len(self.packed) : first_block]
+            self.packed[len(self.packed) :] = more
+            if refs is not None:
+                refs.add(more)
         done = len(self.packed)
         parent = self.packed[done - 1].key if done else ROOT_KEY
         if parent is None:
@@ -217,6 +226,8 @@ class Context:
         fresh = pack(
             self.entries, self.starts, first_block=done, parent=parent, block_size=self.block_size
         )
+        if refs is not None:
+            refs.add(fresh)  # (the partial tail has no key: not counted)
         if fresh and fresh[-1].key is None:  # the partial tail is never kept
             self.packed += fresh[:-1]
             return [*self.packed[first_block:], fresh[-1]]
@@ -275,6 +286,8 @@ class Context:
         if index < len(self.starts):
             cut = self.starts[index] // self.block_size
             self.valid = min(self.valid, cut)
+            if self.refs is not None:
+                self.refs.remove(self.packed[cut:])
             del self.packed[cut:]
 
     def _restart(self, index: int) -> None:
@@ -441,6 +454,8 @@ class Context:
             self._expire(uid, Event.CLOSE)
         self.entries = []
         self.starts = []
+        if self.refs is not None:
+            self.refs.remove(self.packed)
         self.packed = []  # a closed context never infers again: keep no specs for it
         self._first_reasoning = -1
         self.is_open = False
@@ -476,4 +491,10 @@ class Context:
         keep = min(self.valid, shared_tokens // self.block_size)
         child.materialized = list(self.materialized[:keep])
         child.valid = keep
+        if self.refs is not None:
+            # the branch has packed what the parent packed inside the shared messages (the same
+            # keys): a parent's copies stay live for it (spec/movement.md MV6)
+            child.refs = self.refs
+            child.packed = self.packed[: min(len(self.packed), shared_tokens // self.block_size)]
+            self.refs.add(child.packed)
         return child

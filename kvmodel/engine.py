@@ -28,6 +28,7 @@ from typing import Any
 from kvmodel._admission import evict, infer
 from kvmodel._engine_view import EngineView, named_contexts
 from kvmodel._eviction import PolicyOrder
+from kvmodel._movement import Movement
 from kvmodel._rank_index import RankIndex
 from kvmodel._resident import ResidentBlock
 from kvmodel.config import EngineConfig
@@ -76,6 +77,7 @@ from kvmodel.policy import (
     declared_bypass,
     declared_rank,
     declared_reclaim,
+    moves,
 )
 from kvmodel.probe import EngineProbe, EngineStats
 from kvmodel.residency import Residency
@@ -168,6 +170,8 @@ class Engine:
             else PolicyOrder(self)
         )
         self.residency.marks = self.victims
+        #: the movement layer (spec/movement.md), for a policy that moves KV; None otherwise
+        self.movement: Movement | None = Movement(self) if moves(policy) else None
 
     def use_view(self, view: EngineView) -> None:
         """Show policies ``view`` from now on, and key the rank index by its features (an
@@ -227,6 +231,8 @@ class Engine:
         reclaims = self._reclaims(op)
         for bid in reclaims:
             self._policy_free(bid)
+        if self.movement is not None:
+            self.movement.after_op(self.reclaim_rule is Reclaim.DEAD)
         self.stats.dead_resident_max = max(self.stats.dead_resident_max, len(self.dead))
 
     def _reclaims(self, op: Op) -> list[BlockId]:
@@ -288,6 +294,8 @@ class Engine:
     def _register(self, c: Context) -> None:
         if c.session in self.ended_sessions:
             raise TraceError(f"session {c.session!r} has ended", field="session")
+        if self.movement is not None:
+            c.refs = self.movement.refs
         self.contexts[c.id] = c
         self.sessions.setdefault(c.session, []).append(c.id)
 

@@ -60,8 +60,15 @@ class TierConfig:
     write_amplification: float = 1.0
     read_gbps: float | None = None
     write_gbps: float | None = None
+    #: what a load does to the copy it read (spec/movement.md MV1): kept, or moved up
+    copies: str = "inclusive"
 
     def __attrs_post_init__(self) -> None:
+        if self.copies not in ("inclusive", "exclusive"):
+            raise ConfigError(
+                f"tier {self.name!r}: copies must be 'inclusive' or 'exclusive' "
+                f"(got {self.copies!r})"
+            )
         if self.pe_cycles is not None and self.pe_cycles < 1:
             raise ConfigError(f"tier {self.name!r}: pe_cycles must be >= 1 (got {self.pe_cycles})")
         if self.write_amplification < 1.0:
@@ -160,6 +167,11 @@ class Memory:
             raise InternalError(f"reuse of free block {block}")
         self.writes[self._tier_of[block]] += 1
         return block
+
+    def write_copy(self, tier: TierName) -> None:
+        """Count one block write to ``tier`` for a copy moved into it (spec/movement.md MV3):
+        a copy holds free space, not a slot, so no slot is taken."""
+        self.writes[tier] += 1
 
     def rewrite(self, block: BlockId) -> None:
         """Write a resident block again in place (a recomputed orphan, spec B6.3)."""

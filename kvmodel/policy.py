@@ -61,6 +61,8 @@ __all__ = [
     "fixed_positions",
     "key_function",
     "key_source",
+    "moves",
+    "next_tier",
     "raised_by_contexts",
     "rank_key",
     "registered_policies",
@@ -79,9 +81,12 @@ BUILTIN_POLICIES: Mapping[str, str] = {
     "hbm-first": "policies.hbm_first:HBMFirst",
     "hbm-first-static": "policies.hbm_first:HBMFirstStatic",
     "kvtether": "policies.kvtether:KVTether",
+    "kvtether-offload": "policies.offload:KVTetherOffload",
     "lachesis": "policies.lachesis:Lachesis",
     "lachesis-det": "policies.lachesis:LachesisDet",
     "lru": "policies.lru:LRU",
+    "lru-demote": "policies.offload:LRUDemote",
+    "lru-offload": "policies.offload:LRUOffload",
     "mori": "policies.prediction:MORI",
     "opt-placement": "policies.offline:OptPlacement",
     "tether-lachesis": "policies.tether_lachesis:TetherLachesis",
@@ -389,6 +394,12 @@ class BasePolicy:
     #: None: bypass is code the engine does not check. It speaks for the ``place`` of the class
     #: that sets it (:func:`declared_bypass`): a subclass overriding ``place`` declares again.
     bypasses: ClassVar[frozenset[BlockClass] | None] = frozenset()
+    #: Movement (spec/movement.md MV2), as data: a victim of one of these classes is *demoted*
+    #: (a copy kept in the next tier below its own) when it is evicted ...
+    demotes: ClassVar[frozenset[BlockClass]] = frozenset()
+    #: ... and a block of one of these classes that an inference wrote into its chain is
+    #: *offloaded* (a copy written through to the next tier below) when the inference commits.
+    offloads: ClassVar[frozenset[BlockClass]] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -437,6 +448,17 @@ class BasePolicy:
             self._kvmodel_rank_cache = cache
         return cache
 
+    def demote_to(self, view: ModelView, victim: BlockInfo) -> TierName | None:
+        """The tier to keep a copy of ``victim`` in as it is evicted, or None to drop it
+        (MV2): by default the next tier below the victim's when its class is in
+        :attr:`demotes`."""
+        return next_tier(view, victim.tier) if victim.state in self.demotes else None
+
+    def offload_to(self, view: ModelView, block: BlockInfo) -> TierName | None:
+        """The tier to write a copy of ``block`` through to as its inference commits, or None
+        (MV2): by default the next tier below its own when its class is in :attr:`offloads`."""
+        return next_tier(view, block.tier) if block.state in self.offloads else None
+
     def observe(self, view: ModelView, op: Op) -> None:
         """Learn from the op just applied (a predictor's or tracker's update); frees nothing.
         Called by ``BasePolicy.on_op`` after every op, before the rule's reclaim."""
@@ -447,6 +469,34 @@ class BasePolicy:
         if self.reclaim is Reclaim.DEAD:
             return view.dead()
         return ()
+
+
+def next_tier(view: ModelView, tier: TierName) -> TierName | None:
+    """The tier after ``tier`` in configuration order (the next slower), or None."""
+    names = view.tier_names()
+    i = names.index(tier) + 1
+    return names[i] if i < len(names) else None
+
+
+def moves(policy: object) -> bool:
+    """True when ``policy`` may move KV between tiers (spec/movement.md MV2, MV9): it declares
+    ``demotes`` or ``offloads``, or its ``demote_to`` / ``offload_to`` is code of its own (or it
+    is not a :class:`BasePolicy` and has either). The engine tracks copies only for such a
+    policy, and the symbolic rungs answer ``unknown`` for it."""
+    if not isinstance(policy, BasePolicy):
+        return callable(getattr(policy, "demote_to", None)) or callable(
+            getattr(policy, "offload_to", None)
+        )
+    cls = type(policy)
+    inst = getattr(policy, "__dict__", {})
+    return bool(
+        policy.demotes
+        or policy.offloads
+        or cls.demote_to is not BasePolicy.demote_to
+        or cls.offload_to is not BasePolicy.offload_to
+        or "demote_to" in inst
+        or "offload_to" in inst
+    )
 
 
 def claimed_invariants(policy: object) -> frozenset[str]:

@@ -50,6 +50,9 @@ class Summary:
     duration_s: float
     device_years: dict[str, float | None]
     hbf_device_years: float | None
+    #: the movement layer's totals (spec/movement.md), for a policy that moves KV; absent from
+    #: the JSON otherwise, so a run without moves prints what it printed before
+    movement: dict[str, Any] | None = None
 
     @property
     def token_hit_rate(self) -> float:
@@ -63,6 +66,8 @@ class Summary:
             d[k] = {n: (None if v is None else round(v, 6)) for n, v in d[k].items()}
         if d["hbf_device_years"] is not None:
             d["hbf_device_years"] = round(d["hbf_device_years"], 6)
+        if d["movement"] is None:
+            del d["movement"]
         return d
 
 
@@ -100,6 +105,7 @@ def summarize(engine: Engine, ops: int) -> Summary:
         duration_s=seconds,
         device_years={k: (None if v is None or math.isinf(v) else v) for k, v in years.items()},
         hbf_device_years=min(worn) if worn and any_endurance else None,
+        movement=None if engine.movement is None else engine.movement.summary(),
     )
 
 

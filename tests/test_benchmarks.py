@@ -132,3 +132,15 @@ def test_bench_real_validation_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert "tau-bench: validation, resampled" in out
     assert "gap to the preset" in out
     assert "KV dead by turn_end (reasoning)" in out
+
+
+def test_bench_movement_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _load("bench_movement")
+    assert bench.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "multi-agent, HBM 0.25 x footprint" in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    assert set(rows) == {p for p, _ in bench.POLICIES}
+    assert "+0.0%" in rows["lru-drop"]  # (each baseline against itself)
+    assert "hbf writes        0" in rows["kvtether-drop"]  # (no copies: nothing below)
+    assert "loaded          0 tok" not in rows["kvtether-offload"]  # (it did load KV back)

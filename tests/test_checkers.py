@@ -15,6 +15,7 @@ from hypothesis import given, settings
 
 import checkers.search.claim_mutants
 import checkers.search.engine_mutants
+import checkers.search.movement_mutants
 import checkers.search.mutants
 import checkers.search.outside_mutants
 from checkers.invariants import FINDINGS, INVARIANTS, STRUCTURAL
@@ -48,6 +49,7 @@ def test_expected_verdicts_cover_every_policy_and_mutant() -> None:
         checkers.search.claim_mutants,
         checkers.search.engine_mutants,
         checkers.search.outside_mutants,
+        checkers.search.movement_mutants,
     )
     mutants = {p for p in EXPECTED if p.split(":")[0] in {m.__name__ for m in zoo}}
     defined = {

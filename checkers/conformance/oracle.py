@@ -57,7 +57,15 @@ from kvmodel.errors import ConfigError, PolicyError, TraceError, is_interrupt
 from kvmodel.ids import BlockId, BlockKey, ContextId
 from kvmodel.io.observations import observation_to_json
 from kvmodel.io.trace import Infer, Op, Trace, dumps_op
-from kvmodel.policy import BasePolicy, Placement, Policy, declared_rank, rank_key, resolve_policy
+from kvmodel.policy import (
+    BasePolicy,
+    Placement,
+    Policy,
+    declared_rank,
+    moves,
+    rank_key,
+    resolve_policy,
+)
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 
 __all__ = [
@@ -208,6 +216,12 @@ def rank_policy(policy: str | Policy) -> BasePolicy:
         raise ConfigError(
             f"policy {inner.name!r} has no declarative rank: the oracle needs one "
             "to know which victims its rule admits"
+        )
+    if moves(inner):
+        raise ConfigError(
+            f"policy {inner.name!r} moves KV between tiers: the oracle does not yet judge "
+            "demotions, offloads and loads against a reference (spec/movement.md MV11); "
+            "kvmodel check judges the policy itself"
         )
     return inner
 

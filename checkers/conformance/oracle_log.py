@@ -27,6 +27,7 @@ from kvmodel.policy import BasePolicy, Placement
 from kvmodel.view import BlockInfo, ModelView, NewBlock
 
 __all__ = [
+    "MOVE_KINDS",
     "Divergence",
     "OracleVerdict",
     "Puppet",
@@ -168,6 +169,10 @@ def load_log(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
+#: the records of the movement layer (spec/movement.md MV8)
+MOVE_KINDS = frozenset({"copy", "load", "drop-copy"})
+
+
 def records_by_op(log: Iterable[Record]) -> dict[int, list[Record]]:
     out: dict[int, list[Record]] = defaultdict(list)
     for r in log:
@@ -198,6 +203,16 @@ def decisions(records: Iterable[Record], own_keys: Sequence[BlockKey]) -> list[s
             out.append(f"reclaim {r.get('key')}")
         elif k == "reject":
             out.append("reject")
+        # moves (spec/movement.md MV8): copies and loads by key; a drop for room by its tier
+        # alone, since the contract does not order Dead copies (MV5)
+        elif k == "copy":
+            out.append(f"copy {r.get('key')} to {r.get('tier')}: {r.get('result')}")
+        elif k == "load":
+            out.append(f"load {r.get('key')} from {r.get('from_tier')}")
+        elif k == "drop-copy":
+            why = r.get("reason")
+            what = "a copy" if why == "room" else r.get("key")
+            out.append(f"drop {what} from {r.get('tier')} ({why})")
     if "reject" in out:  # a refused inference reused nothing, whatever its lookup found
         out = [d for d in out if not d.startswith("reuse ")]
     return sorted(out)

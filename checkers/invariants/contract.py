@@ -130,7 +130,12 @@ def diverge(
     )
     cfg = config if config is not None else ample_config(ops, block_size)
     engine = cls(cfg, pol)
-    shadow = Shadow(cfg.block_size, rules or KEEP)
+    shadow = Shadow(
+        cfg.block_size,
+        rules or KEEP,
+        tiers=[t.name for t in cfg.tiers],
+        exclusive=frozenset(t.name for t in cfg.tiers if t.copies == "exclusive"),
+    )
     cov = coverage if coverage is not None else ContractCoverage()
     last_whole = -1
     end = len(ops) - 1

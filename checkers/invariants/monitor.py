@@ -48,6 +48,7 @@ from kvmodel.errors import PolicyError, TraceError, is_interrupt, policy_raised
 from kvmodel.ids import BlockId, ContextId, TierName
 from kvmodel.io.observations import (
     AllocObs,
+    CopyObs,
     EvictObs,
     FreeObs,
     HitObs,
@@ -165,6 +166,7 @@ class Monitor:
                 tiers=engine.memory.names,
                 capacity={t.name: t.blocks for t in engine.memory.tiers},
                 rank=self._rank,
+                exclusive=frozenset(t.name for t in engine.memory.tiers if t.copies == "exclusive"),
             )
             if contract
             else None
@@ -419,17 +421,24 @@ class Monitor:
         self._contract(op, records, now)
         self._evictions()
         for r in records:
-            if isinstance(r, AllocObs):
+            if isinstance(r, AllocObs) or (isinstance(r, CopyObs) and r.result == "written"):
                 self._writes[r.tier] += 1
         if "accounting" in a:
             for v in check_accounting(e):
                 self._add("accounting", v.message, v.block)
+            if e.movement is not None:  # copies hold free space only (spec/movement.md MV1)
+                for tn in e.memory.names:
+                    if (n := e.movement.copies.count(tn)) > e.memory.free_count(tn):
+                        self._add(
+                            "accounting",
+                            f"tier {tn}: {n} copies in {e.memory.free_count(tn)} free slots",
+                        )
             for tier, n in self._writes.items():
                 if e.memory.writes[TierName(tier)] != n:
                     self._add(
                         "accounting",
                         f"tier {tier}: {e.memory.writes[TierName(tier)]} "
-                        f"writes counted, {n} alloc records",
+                        f"writes counted, {n} alloc and copy records",
                     )
         if "chains" in a:
             for v in check_chains(e):
@@ -464,6 +473,13 @@ class Monitor:
                 self._add("prefix-closed-residency", v.message, v.block)
         if "no-zombie-kv" in a or ("free-at-boundary" in a and self._pending.closing):
             self._block_states()
+        if "no-zombie-kv" in a and e.movement is not None and e.movement.copies.dead_count():
+            key, tier = e.movement.copies.dead_copies()[0]
+            self._add(
+                "no-zombie-kv",
+                f"{e.movement.copies.dead_count()} copies of dead KV kept below "
+                f"(e.g. key {key} in tier {tier}; spec/movement.md MV6)",
+            )
 
     def _block_states(self) -> None:
         """no-zombie-kv and free-at-boundary: their :data:`BLOCK` predicates over every resident

@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from checkers.invariants.shadow_candidates import Candidates, KeptTerms
+from checkers.invariants.shadow_copies import ShadowCopies
 from checkers.invariants.shadow_state import ShadowState
 from checkers.invariants.shadow_terms import (
     KEEP,
@@ -44,11 +45,14 @@ from kvmodel.ids import BlockKey, ContextId
 from kvmodel.io.observations import (
     AllocObs,
     BypassObs,
+    CopyObs,
+    DropCopyObs,
     EvictObs,
     FreeObs,
     FreeReason,
     HitObs,
     InferObs,
+    LoadObs,
     Observation,
     RejectObs,
 )
@@ -87,6 +91,7 @@ class Shadow(ShadowState):
         tiers: Sequence[str] = (),
         capacity: Mapping[str, int] | None = None,
         rank: tuple[RankTerm, ...] | None = None,
+        exclusive: frozenset[str] = frozenset(),
     ) -> None:
         """``tiers``: the configured tier order (a block's ``tier_index``, spec PP3).
         ``capacity``: each tier's slots; following the log, each inference's admission (M4.4)
@@ -115,6 +120,8 @@ class Shadow(ShadowState):
         #: indexed and leave: counted afresh at every eviction, it made an inference's work
         #: quadratic in its evictions)
         self._used: Counter[str] = Counter()
+        #: following: the copies in each tier (spec/movement.md), as the log's records make them
+        self.copies = ShadowCopies(tiers, exclusive)
 
     # -------------------------------------------------------------- validity
 
@@ -337,6 +344,7 @@ class Shadow(ShadowState):
         keep = min(src.valid, shared // self.bs)  # P5
         c.chain = list(src.chain[:keep])
         c.valid = keep
+        c.packed = min(src.packed, shared // self.bs)  # (the same keys: MV6)
 
     def _end_pins(self, t: float) -> None:
         for c in self.ctxs.values():
@@ -368,6 +376,7 @@ class Shadow(ShadowState):
         v = c.valid
         c.chain = c.chain[:v]  # the invalid tail goes first (P7.2), committed or not
         packed = self.packer.pack(c.seq)  # the prompt's full blocks are its first prompt // bs
+        c.packed = sum(1 for k, _ in packed if k is not None)
         self.last_prompt_keys = [k for k, _ in packed[: prompt // bs] if k is not None]
         blocks = packed[v:]
         hits = 0
@@ -498,6 +507,14 @@ class Shadow(ShadowState):
             elif not pre.fits and not (todo and isinstance(todo[0], RejectObs)):
                 bad(f"admitted an inference that cannot fit: it {pre} (M4.4)")
         rejected = False
+        # MV4: the leading misses with a copy and no primary are loads, in order
+        full = len(self.last_prompt_keys or ())
+        want: list[tuple[BlockKey, int]] = []
+        for d, (key, _) in enumerate(misses, start=v + hits):
+            if key is None or d >= full or key in self.resident or not self.copies.source(key):
+                break
+            want.append((key, d))
+        loaded: tuple[BlockKey, str] | None = None  # the last load, for its exclusive drop
         loose: Counter[str] = Counter()  # slots of this inference's unindexed writes, by tier
         freed: str | None = None  # the tier of the slot an eviction just freed
         at_refusal: dict[str, int] | None = None  # free slots before a roll-back's frees
@@ -587,6 +604,24 @@ class Shadow(ShadowState):
                         cands.leave(r.key)
                 else:  # (a partial or bypassed write, rolled back)
                     loose[r.tier] -= 1
+            elif isinstance(r, CopyObs):
+                self._follow_copy(r, loose, todo)
+            elif isinstance(r, DropCopyObs):
+                self._follow_drop(r, loose, loaded)
+            elif isinstance(r, LoadObs):
+                while want and not self.copies.source(want[0][0]):
+                    want.pop(0)  # its copy left for room while the request wrote: recomputed
+                if not want or (r.key, r.depth) != want[0]:
+                    bad(f"load of {r.key} at depth {r.depth}; the next load is {want[:1]} (MV4)")
+                    continue
+                want.pop(0)
+                src = self.copies.source(r.key)
+                if r.from_tier != src:
+                    bad(f"load of {r.key} from tier {r.from_tier}; the first copy is in {src}")
+                    continue
+                loaded = (r.key, r.from_tier)
+                if r.from_tier not in self.copies.exclusive:
+                    self.copies.use(r.key, r.from_tier)
             elif not (isinstance(r, FreeObs) and r.reason in _COMMIT_FREES):
                 bad(f"unexpected record in an inference: {r.kind}")
         if rejected:
@@ -594,7 +629,77 @@ class Shadow(ShadowState):
         if len(placed) != len(misses):
             bad(f"{len(placed)} of {len(misses)} blocks written and no rejection")
             return False
+        missed = [k for k, _ in want if self.copies.source(k)]
+        if missed:
+            bad(f"block {missed[0]} had a copy below and was recomputed, not loaded (MV4)")
         return True
+
+    # -------------------------------------------------------------- movement (spec/movement.md)
+
+    def _live_keys(self) -> set[BlockKey]:
+        """The keys some open context has packed (MV6), from the model's own packing."""
+        return {
+            k
+            for c in self.ctxs.values()
+            if c.open and c.packed
+            for k, _ in self.packer.pack(c.seq)[: c.packed]
+            if k is not None
+        }
+
+    def _follow_copy(self, r: CopyObs, loose: Counter[str], todo: list[Observation]) -> None:
+        """A demotion's or an offload's copy (MV2, MV3): where it may go, what it came to."""
+        bad = self.problems.append
+        ti = self.tier_index
+        if ti and (r.tier not in ti or ti[r.tier] <= ti.get(r.from_tier, len(ti))):
+            bad(f"copy of {r.key} from tier {r.from_tier} into {r.tier}, not a tier below (MV2)")
+            return
+        if r.reason == "demote":
+            nxt = todo[0] if todo else None
+            if not (isinstance(nxt, EvictObs) and nxt.key == r.key):
+                bad(f"demotion of {r.key} not followed by its eviction (MV2)")
+        elif r.reason != "offload" or r.key not in self.resident:
+            bad(f"copy of {r.key} ({r.reason}): an offload of a resident block is the only other")
+        if self.copies.has(r.key, r.tier):
+            expect = "held"
+        else:
+            free = self._free_slots(loose).get(r.tier)
+            if free is None:
+                expect = r.result if r.result != "held" else "written"
+            elif free <= 0:
+                expect = "no-room"
+            else:
+                expect = "written"
+                if self.copies.count(r.tier) >= free:
+                    bad(f"copy of {r.key} written into full tier {r.tier} (MV1)")
+        if r.result != expect:
+            bad(f"copy of {r.key} into {r.tier} logged {r.result}; it is {expect} (MV3)")
+        if expect != "no-room":
+            self.copies.use(r.key, r.tier)
+
+    def _follow_drop(
+        self, r: DropCopyObs, loose: Counter[str] | None, loaded: tuple[BlockKey, str] | None
+    ) -> None:
+        """A copy leaving its tier (MV2, MV5)."""
+        bad = self.problems.append
+        if not self.copies.has(r.key, r.tier):
+            bad(f"dropped a copy of {r.key} from tier {r.tier}, which holds none")
+            return
+        if r.reason == "room":
+            free = self._free_slots(loose or Counter()).get(r.tier)
+            if free is not None and self.copies.count(r.tier) < free:
+                bad(f"dropped a copy of {r.key} from tier {r.tier} with room for it (MV1)")
+            first = self.copies.first_out(r.tier, self._live_keys())
+            if r.key not in first:
+                bad(f"dropped the copy of {r.key} for room; first out is one of {sorted(first)}")
+        elif r.reason == "load":
+            if loaded != (r.key, r.tier) or r.tier not in self.copies.exclusive:
+                bad(f"dropped the copy of {r.key} as loaded, not a load from an exclusive tier")
+        elif r.reason == "reclaim":
+            if r.key in self._live_keys():
+                bad(f"reclaimed the copy of {r.key} in tier {r.tier}, which is live (MV6)")
+        else:
+            bad(f"dropped the copy of {r.key} for an unknown reason {r.reason!r}")
+        self.copies.drop(r.key, r.tier)
 
     def _free_slots(self, loose: Counter[str]) -> dict[str, int]:
         """Each tier's free slots by the model's own count (none without ``capacity``): its
@@ -638,7 +743,9 @@ class Shadow(ShadowState):
         # reclaim, they made the op's work quadratic in its reclaims
         memo: tuple[dict[BlockKey, list[ShadowContext]], dict[ContextId, int]] | None = None
         for r in todo:
-            if not (isinstance(r, FreeObs) and r.reason == FreeReason.RECLAIM):
+            if isinstance(r, DropCopyObs) and r.reason == "reclaim":
+                self._follow_drop(r, None, None)
+            elif not (isinstance(r, FreeObs) and r.reason == FreeReason.RECLAIM):
                 self.problems.append(f"unexpected record after the op: {r.kind}")
             elif r.key is None or r.key not in self.resident:
                 self.problems.append(f"reclaimed block {r.block}, which is not resident")

@@ -133,6 +133,9 @@ class ShadowContext:
     deadline: dict[int, float | None] = attrs.Factory(dict)
     chain: list[tuple[BlockKey, tuple[int, ...]]] = attrs.Factory(list)  # (key, covered uids)
     valid: int = 0
+    #: the full blocks of its sequence packed at its last inference, cut by edits and not by
+    #: evictions (spec/movement.md MV6: what keeps a copy live)
+    packed: int = 0
     next_uid: int = 0
     suspended_at: float | None = None
     last_infer: float | None = None
@@ -175,12 +178,15 @@ class ShadowContext:
     def invalidate(self, index: int, block_size: int) -> None:
         """B5: every block from the edit's token offset on is invalid."""
         if index < len(self.seq):
-            self.valid = min(self.valid, self.starts()[index] // block_size)
+            cut = self.starts()[index] // block_size
+            self.valid = min(self.valid, cut)
+            self.packed = min(self.packed, cut)
 
     def close(self) -> None:
         for m in self.seq:
             self.state[m.uid] = MsgState.EXPIRED
         self.seq, self.chain, self.valid, self.deadline, self.open = [], [], 0, {}, False
+        self.packed = 0
 
     def span(self, start: int | None, stop: int | None) -> list[ShadowMessage]:
         """The messages an op's ``start``/``stop`` range names (None: from the first, to the

@@ -29,6 +29,10 @@ def config_to_toml(config: EngineConfig) -> str:
         if t.pe_cycles is not None:
             lines.append(f"pe_cycles = {t.pe_cycles}")
             lines.append(f"write_amplification = {t.write_amplification}")
+        if t.read_gbps is not None:
+            lines.append(f"read_gbps = {t.read_gbps}")
+        if t.copies != "inclusive":
+            lines.append(f'copies = "{t.copies}"')
     return "\n".join(lines) + "\n"
 
 

@@ -26,6 +26,7 @@ from policies.discovered import Discovered
 from policies.kvtether import KVTether
 from policies.lachesis import Lachesis, LachesisDet, SegmentClass
 from policies.offline import Belady, OptPlacement
+from policies.offload import KVTetherOffload, LRUDemote, LRUOffload
 from policies.prediction import TTL
 from policies.tether_lachesis import TetherLachesis
 from policies.vllm_prefix import VLLMPrefix
@@ -37,37 +38,47 @@ __all__ = [
     "AllHBMFirstTetherLachesis",
     "BoundaryReclaimDiscovered",
     "BoundaryReclaimKVTether",
+    "BoundaryReclaimKVTetherOffload",
     "BoundaryReclaimLachesis",
     "BoundaryReclaimLachesisDet",
     "BoundaryReclaimOptPlacement",
     "BoundaryReclaimTetherLachesis",
     "CappedReclaimDiscovered",
     "CappedReclaimKVTether",
+    "CappedReclaimKVTetherOffload",
     "CappedReclaimLachesis",
     "CappedReclaimLachesisDet",
     "CappedReclaimTetherLachesis",
     "DeadAfterSuspendedDiscovered",
+    "DeadAfterSuspendedKVTetherOffload",
     "DeadAfterSuspendedLachesis",
     "DeadAfterSuspendedLachesisDet",
     "DeadAfterSuspendedTetherLachesis",
     "LateReclaimDiscovered",
     "LateReclaimKVTether",
+    "LateReclaimKVTetherOffload",
     "LateReclaimLachesis",
     "LateReclaimLachesisDet",
     "LateReclaimOptPlacement",
     "LateReclaimTetherLachesis",
     "MRUInvertedDiscovered",
+    "MRUInvertedKVTetherOffload",
     "MRUInvertedTetherLachesis",
     "NoBypassDiscovered",
+    "NoBypassKVTetherOffload",
     "NoBypassTetherLachesis",
     "ReclaimsExpiredDiscovered",
+    "ReclaimsExpiredKVTetherOffload",
     "ReclaimsExpiredLachesis",
     "ReclaimsExpiredLachesisDet",
     "ReclaimsExpiredOptPlacement",
     "ReclaimsExpiredTetherLachesis",
     "ShallowFirstBelady",
+    "ShallowFirstLRUDemote",
+    "ShallowFirstLRUOffload",
     "ShallowFirstTTL",
     "ShallowFirstVLLM",
+    "StateBlindKVTetherOffload",
     "StateBlindTetherLachesis",
     "suspended_lru",
 ]
@@ -322,10 +333,68 @@ class AllHBMFirstDiscovered(_AllHBMFirst, Discovered):
     name: ClassVar[str] = "mutant-all-hbm-first-discovered"
 
 
+class CappedReclaimKVTetherOffload(_CappedReclaim, KVTetherOffload):
+    name: ClassVar[str] = "mutant-capped-reclaim-kvtether-offload"
+
+
+class BoundaryReclaimKVTetherOffload(_ReclaimAtBoundaries, KVTetherOffload):
+    name: ClassVar[str] = "mutant-boundary-reclaim-kvtether-offload"
+
+
+class LateReclaimKVTetherOffload(_ReclaimOneOpLate, KVTetherOffload):
+    name: ClassVar[str] = "mutant-late-reclaim-kvtether-offload"
+
+
+class ReclaimsExpiredKVTetherOffload(_ReclaimsExpired, KVTetherOffload):
+    name: ClassVar[str] = "mutant-reclaims-expired-kvtether-offload"
+
+
+class DeadAfterSuspendedKVTetherOffload(_DeadAfterSuspended, KVTetherOffload):
+    name: ClassVar[str] = "mutant-dead-after-suspended-kvtether-offload"
+
+
+class MRUInvertedKVTetherOffload(KVTetherOffload):
+    """kvtether-offload with KVTether's Suspended order inverted (LRU where MRU is claimed)."""
+
+    name: ClassVar[str] = "mutant-mru-inverted-kvtether-offload"
+    rank: ClassVar[tuple[RankTerm, ...]] = suspended_lru(KVTetherOffload.rank)
+
+
+class StateBlindKVTetherOffload(KVTetherOffload):
+    """kvtether-offload ranking by recency alone (the lifecycle rank dropped in a refactor)."""
+
+    name: ClassVar[str] = "mutant-state-blind-kvtether-offload"
+    rank: ClassVar[tuple[RankTerm, ...]] = (RankTerm("last_access"), RankTerm("depth", True))
+
+
+class NoBypassKVTetherOffload(_NoBypass, KVTetherOffload):
+    name: ClassVar[str] = "mutant-no-bypass-kvtether-offload"
+
+
+class ShallowFirstLRUOffload(_ShallowFirst, LRUOffload):
+    name: ClassVar[str] = "mutant-shallow-first-lru-offload"
+
+
+class ShallowFirstLRUDemote(_ShallowFirst, LRUDemote):
+    name: ClassVar[str] = "mutant-shallow-first-lru-demote"
+
+
 #: import path -> the invariant it must be caught breaking (merged into ``MUTANTS``)
 CLAIM_MUTANTS: Mapping[str, str] = MappingProxyType(
     {
         "checkers.search.claim_mutants:ShallowFirstBelady": "prefix-closed-residency",
+        "checkers.search.claim_mutants:CappedReclaimKVTetherOffload": "prefix-closed-residency",
+        "checkers.search.claim_mutants:BoundaryReclaimKVTetherOffload": "no-zombie-kv",
+        "checkers.search.claim_mutants:LateReclaimKVTetherOffload": "free-at-boundary",
+        "checkers.search.claim_mutants:ReclaimsExpiredKVTetherOffload": "reclaim-dead-only",
+        "checkers.search.claim_mutants:DeadAfterSuspendedKVTetherOffload": (
+            "no-live-eviction-before-dead-reclaim"
+        ),
+        "checkers.search.claim_mutants:MRUInvertedKVTetherOffload": "suspended-mru",
+        "checkers.search.claim_mutants:StateBlindKVTetherOffload": "state-priority-eviction",
+        "checkers.search.claim_mutants:NoBypassKVTetherOffload": "temporary-bypass",
+        "checkers.search.claim_mutants:ShallowFirstLRUOffload": "prefix-closed-residency",
+        "checkers.search.claim_mutants:ShallowFirstLRUDemote": "prefix-closed-residency",
         "checkers.search.claim_mutants:CappedReclaimKVTether": "prefix-closed-residency",
         "checkers.search.claim_mutants:CappedReclaimLachesis": "prefix-closed-residency",
         "checkers.search.claim_mutants:CappedReclaimLachesisDet": "prefix-closed-residency",

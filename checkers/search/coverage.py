@@ -22,10 +22,13 @@ from kvmodel.engine import Engine
 from kvmodel.io.observations import (
     AllocObs,
     BypassObs,
+    CopyObs,
+    DropCopyObs,
     EvictObs,
     FreeObs,
     FreeReason,
     InferObs,
+    LoadObs,
     RejectObs,
 )
 from kvmodel.io.trace import OP_NAMES, Op, Pin, op_name
@@ -96,6 +99,13 @@ def run_coverage(engine: Engine, ops: Sequence[Op], seconds_bound: float = 5.0) 
             cov["reclaims"] += 1
         elif isinstance(r, InferObs) and r.prompt_tokens > cov["largest prompt"]:
             cov["largest prompt"] = r.prompt_tokens  # (what a policy reading sizes saw)
+        elif isinstance(r, CopyObs):  # the movement layer's decisions (spec/movement.md)
+            cov["demotions" if r.reason == "demote" else "offloads"] += 1
+            cov[f"copy:{r.result}"] += 1
+        elif isinstance(r, LoadObs):
+            cov["loads"] += 1
+        elif isinstance(r, DropCopyObs):
+            cov["copies dropped"] += 1
     st = engine.stats
     seconds = (st.t_last or 0.0) - (st.t_first or 0.0)
     cov["latest clock"] = int(st.t_last or 0.0)  # (whole seconds: what a clock rule saw)
@@ -105,6 +115,7 @@ def run_coverage(engine: Engine, ops: Sequence[Op], seconds_bound: float = 5.0) 
             cov["worn tiers"] += 1
     cov["dead resident"] = len(engine.dead)
     cov["tiers>1"] = len(engine.memory.tiers) > 1
+    cov["moving runs"] = engine.movement is not None
     if isinstance(engine.probe, Monitor):  # a checked run: the evictions each order constrained
         for name, n in engine.probe.contested.items():
             cov[f"contested:{name}"] += n
@@ -203,6 +214,13 @@ class SearchStats:
         parts[-1] += f" ({self.coverage['at deadlines']} ops at a TTL deadline)"
         parts.append(f"worn tiers {self.coverage['worn tiers']}")
         parts.append(f"multi-tier runs {self.coverage['tiers>1']}/{self.coverage['runs']}")
+        if self.coverage["moving runs"]:  # a policy that moves KV: how much moved
+            c = self.coverage
+            parts.append(
+                f"moves: demotions {c['demotions']}, offloads {c['offloads']} (copies written "
+                f"{c['copy:written']}, renewed {c['copy:held']}, no room {c['copy:no-room']}), "
+                f"loads {c['loads']}, copies dropped {c['copies dropped']}"
+            )
         return "coverage: " + ", ".join(parts)
 
     def unexercised(self, invariants: Iterable[str]) -> list[str]:
@@ -216,6 +234,8 @@ class SearchStats:
                 if need.startswith("contested:"):
                     what = "eviction it constrained (each chose among blocks it does not order)"
                 out.append(f"{inv} never exercised: no {what}")
+        if self.coverage["moving runs"] and not self.coverage["loads"]:
+            out.append("moves never exercised: no load read a copy back (spec/movement.md MV4)")
         return out
 
     def never_fired(self) -> list[str]:

@@ -19,6 +19,7 @@ from typing import ClassVar
 
 from checkers.search.claim_mutants import CLAIM_MUTANTS, _DeadAfterSuspended
 from checkers.search.engine_mutants import ENGINE_MUTANTS
+from checkers.search.movement_mutants import MOVEMENT_MUTANTS
 from checkers.search.outside_mutants import OUTSIDE_MUTANTS
 from kvmodel._rank_index import RankIndex
 from kvmodel.engine import Engine
@@ -398,5 +399,7 @@ MUTANTS: Mapping[str, str] = MappingProxyType(
         **ENGINE_MUTANTS,
         # written after the search, to test it on bugs it was not shaped for
         **OUTSIDE_MUTANTS,
+        # the movement layer's (spec/movement.md MV10)
+        **MOVEMENT_MUTANTS,
     }
 )

@@ -44,6 +44,7 @@ from kvmodel.policy import (
     declared_bypass,
     declared_rank,
     declared_reclaim,
+    moves,
     resolve_policy,
 )
 
@@ -83,6 +84,8 @@ def profile(policy: str | Policy, fragment: Fragment | None = None) -> PolicyPro
         return PolicyProfile(name, unsupported="it brings its own engine")
     if callable(getattr(pol, "prepare", None)):
         return PolicyProfile(name, unsupported="it plans from the whole trace (offline)")
+    if moves(pol):  # the fragment has one tier and no copies (spec/movement.md MV9)
+        return PolicyProfile(name, unsupported="moves")
     rule = declared_reclaim(pol)
     if rule is None:
         return PolicyProfile(name, unsupported="its reclaim rule is code (on_op is overridden)")

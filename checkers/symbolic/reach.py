@@ -58,7 +58,14 @@ from kvmodel.io.trace import (
 )
 from kvmodel.memory import TierConfig
 from kvmodel.messages import AgentKind, Message, MessageKind, Role
-from kvmodel.policy import BasePolicy, Policy, declared_rank, declared_reclaim, resolve_policy
+from kvmodel.policy import (
+    BasePolicy,
+    Policy,
+    declared_rank,
+    declared_reclaim,
+    moves,
+    resolve_policy,
+)
 
 __all__ = [
     "REACH_ACTIONS",
@@ -266,6 +273,8 @@ def exact_merge(policy: Policy) -> str | None:
         return "it brings its own engine, whose state the key does not read"
     if callable(getattr(policy, "prepare", None)):
         return "it plans from the whole trace (offline)"
+    if moves(policy):
+        return "it moves KV between tiers, and the state key does not read copies (MV9)"
     if declared_rank(policy) is None:
         return "its eviction order is code, which may measure time"
     if declared_reclaim(policy) is None:

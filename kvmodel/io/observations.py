@@ -21,11 +21,14 @@ from kvmodel.lifecycle import BlockClass
 __all__ = [
     "AllocObs",
     "BypassObs",
+    "CopyObs",
+    "DropCopyObs",
     "EvictObs",
     "FreeObs",
     "FreeReason",
     "HitObs",
     "InferObs",
+    "LoadObs",
     "Observation",
     "ObservationLog",
     "RejectObs",
@@ -143,7 +146,67 @@ class RejectObs:
     available: int
 
 
-Observation: TypeAlias = InferObs | HitObs | AllocObs | EvictObs | FreeObs | BypassObs | RejectObs
+@attrs.frozen(slots=True)
+class CopyObs:
+    """A copy of ``key`` into ``tier`` decided by a demotion or an offload (spec/movement.md
+    MV3, MV8): ``result`` is ``written`` (one block write to the tier), ``held`` (the tier held
+    one already: renewed, nothing written) or ``no-room`` (the tier is full of primaries)."""
+
+    kind: ClassVar[Literal["copy"]] = "copy"
+    seq: int
+    t: float
+    op: int
+    ctx: ContextId
+    key: BlockKey
+    depth: int
+    from_tier: TierName
+    tier: TierName
+    reason: str
+    result: str
+
+
+@attrs.frozen(slots=True)
+class LoadObs:
+    """A block of the prompt written from a copy in ``from_tier`` instead of recomputed
+    (spec/movement.md MV4): ``block`` is its new slot, in ``tier``."""
+
+    kind: ClassVar[Literal["load"]] = "load"
+    seq: int
+    t: float
+    op: int
+    ctx: ContextId
+    block: BlockId
+    key: BlockKey
+    depth: int
+    from_tier: TierName
+    tier: TierName
+
+
+@attrs.frozen(slots=True)
+class DropCopyObs:
+    """A copy left its tier (spec/movement.md MV2): ``room``, ``load`` or ``reclaim``."""
+
+    kind: ClassVar[Literal["drop-copy"]] = "drop-copy"
+    seq: int
+    t: float
+    op: int
+    key: BlockKey
+    tier: TierName
+    reason: str
+
+
+Observation: TypeAlias = (
+    InferObs
+    | HitObs
+    | AllocObs
+    | EvictObs
+    | FreeObs
+    | BypassObs
+    | RejectObs
+    | CopyObs
+    | LoadObs
+    | DropCopyObs
+)
 
 
 def _jsonable(v: object) -> Any:

@@ -22,7 +22,7 @@ import attrs
 import numpy as np
 
 from kvmodel.engine import Engine
-from kvmodel.io.observations import AllocObs, EvictObs, InferObs, RejectObs
+from kvmodel.io.observations import AllocObs, CopyObs, EvictObs, InferObs, LoadObs, RejectObs
 from kvmodel.memory import device_years
 from kvmodel.replay import ReplayResult
 
@@ -82,9 +82,16 @@ class Metrics:
     #: the settled window of the load model (spec E6), and device-years from its writes alone
     settled_window: tuple[float, float] | None = None
     device_years_settled: dict[str, float | None] = attrs.field(factory=dict)
+    #: for a policy that moves KV (spec/movement.md MV4): tokens loaded from a lower tier
+    #: instead of recomputed, the seconds their transfers add to TTFT, and bytes per source tier;
+    #: None (and absent from the JSON) for a policy that moves nothing
+    movement: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        d = attrs.asdict(self)
+        if d["movement"] is None:
+            del d["movement"]
+        return d
 
 
 def regretted_evictions(engine: Engine) -> int:
@@ -126,7 +133,9 @@ def settled_device_years(
     mem = result.engine.memory
     written: dict[str, int] = {}
     for o in result.engine.log:
-        if isinstance(o, AllocObs) and a <= o.t < b:
+        if (isinstance(o, AllocObs) or (isinstance(o, CopyObs) and o.result == "written")) and (
+            a <= o.t < b
+        ):  # (a copy moved into a worn tier is a P/E write too: spec/movement.md MV3)
             written[o.tier] = written.get(o.tier, 0) + 1
     out: dict[str, float | None] = {}
     for name in mem.names:
@@ -159,22 +168,47 @@ def compute_metrics(
     rejected_ops = {o.op for o in result.engine.log if isinstance(o, RejectObs)}
     served = [o for o in infers if o.op not in rejected_ops]
     refused = [o for o in infers if o.op in rejected_ops]
-    ttfts = [o.miss_tokens / tm.prefill_tok_per_s + tm.ttft_overhead_s for o in served]
+    # loads (spec/movement.md MV4): a loaded block is not recomputed; its tokens are priced as
+    # cached input and its transfer (bytes / the source tier's read bandwidth) adds to TTFT
+    bs = result.engine.block_size
+    mem = result.engine.memory
+    loaded: dict[int, int] = {}
+    load_s: dict[int, float] = {}
+    load_bytes: dict[str, int] = {}
+    for o in result.engine.log:
+        if isinstance(o, LoadObs):
+            loaded[o.op] = loaded.get(o.op, 0) + bs
+            c = mem.config(o.from_tier)
+            if c.bytes_per_block is not None:
+                load_bytes[o.from_tier] = load_bytes.get(o.from_tier, 0) + c.bytes_per_block
+                if c.read_gbps is not None:
+                    secs = c.bytes_per_block / (c.read_gbps * 1e9)
+                    load_s[o.op] = load_s.get(o.op, 0.0) + secs
+    load_tokens = sum(loaded.values())
+    ttfts = [
+        (o.miss_tokens - loaded.get(o.op, 0)) / tm.prefill_tok_per_s
+        + load_s.get(o.op, 0.0)
+        + tm.ttft_overhead_s
+        for o in served
+    ]
     decode = sum(o.output_tokens * tm.tpot_s for o in served)
     refused_prompt = sum(o.prompt_tokens for o in refused)
-    queued = queued_ttfts(
-        [(o.t, o.seq, o.miss_tokens) for o in served]
-        + [(o.t, o.seq, o.prompt_tokens) for o in refused],  # retried from nothing (E3)
-        tm,
+    requests = sorted(
+        [(o.t, o.seq, o.miss_tokens - loaded.get(o.op, 0)) for o in served]
+        + [(o.t, o.seq, o.prompt_tokens) for o in refused]  # retried from nothing (E3)
     )
-    input_cost = (
-        s.miss_tokens * p.input + s.hit_tokens * p.cached_input + refused_prompt * p.input
-    ) / 1e6
+    queued = queued_ttfts(requests, tm)  # (in the requests' order)
+    if load_s:  # a transfer is not prefill work: it adds to its own request's TTFT only
+        extra = {o.seq: load_s.get(o.op, 0.0) for o in served}
+        queued = [q + extra.get(r[1], 0.0) for q, r in zip(queued, requests, strict=True)]
+    recomputed = s.miss_tokens - load_tokens
+    cached = s.hit_tokens + load_tokens
+    input_cost = (recomputed * p.input + cached * p.cached_input + refused_prompt * p.input) / 1e6
     output_cost = (s.output_tokens + sum(o.output_tokens for o in refused)) * p.output / 1e6
     return Metrics(
         policy=s.policy,
         token_hit_rate=s.token_hit_rate,
-        recomputed_tokens=s.miss_tokens,
+        recomputed_tokens=recomputed,
         cost_usd=input_cost + output_cost,
         input_cost_usd=input_cost,
         output_cost_usd=output_cost,
@@ -191,6 +225,13 @@ def compute_metrics(
         device_years=dict(s.device_years),
         settled_window=window,
         device_years_settled=settled_device_years(result, window) if window else {},
+        movement=None
+        if result.engine.movement is None
+        else {
+            "load_tokens": load_tokens,
+            "load_s_total": sum(load_s.values()),
+            "load_bytes": dict(sorted(load_bytes.items())),
+        },
     )
 
 

@@ -1,0 +1,202 @@
+"""Copies of KV in other tiers: the movement layer's store (spec/movement.md MV1-MV6).
+
+A copy is a keyed instance of a block's KV in a tier, outside every chain: written by a
+*demotion* (the primary evicted, a copy kept below) or an *offload* (a copy written through while
+the primary stays), read by a *load*, dropped for room, by a load from an exclusive tier, or by a
+reclaim. Copies hold free space, never a slot (MV1): ``copies(t) <= free(t)`` at every point,
+which :meth:`CopyStore.fit` restores after a primary allocation takes a free slot.
+
+Which copies are live is decided by :class:`PackedRefs`: how many open contexts have packed each
+key (``Context.packed``, MV6). The engine builds both only for a policy that moves KV, so a run
+without moves does no work here.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+
+from kvmodel.blocks import BlockSpec
+from kvmodel.errors import ConfigError
+from kvmodel.ids import BlockKey, TierName
+from kvmodel.memory import Memory
+
+__all__ = ["COPY_MODES", "CopyStore", "DropReason", "PackedRefs"]
+
+#: what a load does to the copy it read, per tier (MV1)
+COPY_MODES = frozenset({"inclusive", "exclusive"})
+
+
+class DropReason:
+    """Why a copy left its tier (MV2, MV8)."""
+
+    ROOM = "room"  # a primary or another copy needed the space (MV3, MV1)
+    LOAD = "load"  # read by a load from an exclusive tier (MV4)
+    RECLAIM = "reclaim"  # the policy's reclaim (Reclaim.DEAD drops dead copies)
+
+
+class PackedRefs:
+    """How many open contexts have packed each key (MV6). ``on_change(key, live)`` is told when
+    a key's count goes from 0 to 1 (live) or back to 0 (dead)."""
+
+    __slots__ = ("counts", "on_change")
+
+    def __init__(self) -> None:
+        self.counts: dict[BlockKey, int] = {}
+        self.on_change: Callable[[BlockKey, bool], None] | None = None
+
+    def add(self, specs: Iterable[BlockSpec]) -> None:
+        counts, told = self.counts, self.on_change
+        for s in specs:
+            k = s.key
+            if k is None:
+                continue
+            n = counts.get(k, 0)
+            counts[k] = n + 1
+            if n == 0 and told is not None:
+                told(k, True)
+
+    def remove(self, specs: Iterable[BlockSpec]) -> None:
+        counts, told = self.counts, self.on_change
+        for s in specs:
+            k = s.key
+            if k is None:
+                continue
+            n = counts[k] - 1
+            if n:
+                counts[k] = n
+            else:
+                del counts[k]
+                if told is not None:
+                    told(k, False)
+
+    def live(self, key: BlockKey) -> bool:
+        return key in self.counts
+
+
+class CopyStore:
+    """Per tier, the copies it holds in use order (least recently used first), and which of
+    them are Dead, in the order they died (MV5). ``dropped(key, tier, reason)`` is told of every
+    drop (the engine logs it)."""
+
+    def __init__(
+        self,
+        memory: Memory,
+        refs: PackedRefs,
+        modes: Mapping[TierName, str],
+        dropped: Callable[[BlockKey, TierName, str], None],
+    ) -> None:
+        for tier, mode in modes.items():
+            if mode not in COPY_MODES:
+                raise ConfigError(
+                    f"tier {tier!r}: copies must be one of {sorted(COPY_MODES)} (got {mode!r})"
+                )
+        self.memory = memory
+        self.refs = refs
+        self.modes = dict(modes)
+        self._dropped = dropped
+        #: every copy of each tier, least recently used first
+        self.order: dict[TierName, OrderedDict[BlockKey, None]] = {
+            t: OrderedDict() for t in memory.names
+        }
+        #: the Dead ones among them, in the order they died
+        self.dead: dict[TierName, OrderedDict[BlockKey, None]] = {
+            t: OrderedDict() for t in memory.names
+        }
+        #: key -> the tiers holding a copy of it
+        self.at: dict[BlockKey, set[TierName]] = {}
+        refs.on_change = self._liveness
+
+    # ------------------------------------------------------------------ queries
+
+    def count(self, tier: TierName) -> int:
+        return len(self.order[tier])
+
+    def __len__(self) -> int:
+        return sum(len(o) for o in self.order.values())
+
+    def holds(self, key: BlockKey | None) -> bool:
+        return key is not None and key in self.at
+
+    def source(self, key: BlockKey) -> TierName | None:
+        """The tier a load of ``key`` reads from: the first in configuration order holding a
+        copy (MV4)."""
+        tiers = self.at.get(key)
+        if not tiers:
+            return None
+        return next(t for t in self.memory.names if t in tiers)
+
+    def dead_count(self) -> int:
+        return sum(len(d) for d in self.dead.values())
+
+    def dead_copies(self) -> list[tuple[BlockKey, TierName]]:
+        """Every copy of a Dead key, tier by tier in configuration order (MV6)."""
+        return [(k, t) for t in self.memory.names for k in self.dead[t]]
+
+    def copies(self) -> list[tuple[BlockKey, TierName]]:
+        """Every copy, tier by tier in configuration order, each tier's in use order."""
+        return [(k, t) for t in self.memory.names for k in self.order[t]]
+
+    # ------------------------------------------------------------------ changes
+
+    def write(self, key: BlockKey, tier: TierName) -> bool | None:
+        """A copy of ``key`` into ``tier`` (MV3): None if the tier already held one (renewed,
+        nothing written), True if written (one block write, counted), False if the tier is full
+        of primaries (no copy made)."""
+        order = self.order[tier]
+        if key in order:
+            order.move_to_end(key)
+            return None
+        if len(order) >= self.memory.free_count(tier):
+            if not order:
+                return False
+            self._drop_first(tier)
+        order[key] = None
+        if not self.refs.live(key):
+            self.dead[tier][key] = None
+        self.at.setdefault(key, set()).add(tier)
+        self.memory.write_copy(tier)
+        return True
+
+    def read(self, key: BlockKey, tier: TierName) -> None:
+        """A load read ``key``'s copy in ``tier``: used now, or dropped from an exclusive tier."""
+        if self.modes.get(tier, "inclusive") == "exclusive":
+            self.drop(key, tier, DropReason.LOAD)
+        else:
+            self.order[tier].move_to_end(key)
+
+    def fit(self, tier: TierName) -> None:
+        """After a primary took a free slot of ``tier``: drop copies until they fit (MV1)."""
+        while len(self.order[tier]) > self.memory.free_count(tier):
+            self._drop_first(tier)
+
+    def drop(self, key: BlockKey, tier: TierName, reason: str) -> None:
+        del self.order[tier][key]
+        self.dead[tier].pop(key, None)
+        tiers = self.at[key]
+        tiers.discard(tier)
+        if not tiers:
+            del self.at[key]
+        self._dropped(key, tier, reason)
+
+    def drop_dead(self) -> int:
+        """Drop every Dead copy (the policy's ``Reclaim.DEAD``); how many."""
+        gone = self.dead_copies()
+        for k, t in gone:
+            self.drop(k, t, DropReason.RECLAIM)
+        return len(gone)
+
+    def _drop_first(self, tier: TierName) -> None:
+        """Room in ``tier``: its first Dead copy, else its least recently used (MV5)."""
+        dead = self.dead[tier]
+        self.drop(next(iter(dead if dead else self.order[tier])), tier, DropReason.ROOM)
+
+    def _liveness(self, key: BlockKey, live: bool) -> None:
+        tiers = self.at.get(key)
+        if not tiers:
+            return
+        for t in tiers:
+            if live:
+                del self.dead[t][key]
+            else:
+                self.dead[t][key] = None

@@ -1,0 +1,213 @@
+"""KV that moves between tiers (spec/movement.md): demotions, offloads, loads and copy drops in the
+engine, the contract model and the checkers."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import pytest
+from scenario import msg, trace, turn
+
+from checkers.conformance.oracle import check_log
+from checkers.conformance.oracle_invariants import check_log_invariants
+from checkers.invariants import INVARIANTS
+from checkers.invariants.registry import STRUCTURAL
+from checkers.invariants.replay import check_ops
+from checkers.search.driver import search
+from kvmodel.config import EngineConfig, parse_config
+from kvmodel.errors import ConfigError, PolicyError
+from kvmodel.ids import TierName
+from kvmodel.io.observations import CopyObs, DropCopyObs, LoadObs, observation_to_json
+from kvmodel.memory import TierConfig
+from kvmodel.policy import claimed_invariants, moves, resolve_policy
+from kvmodel.replay import replay
+from kvmodel.view import BlockInfo, ModelView
+from kvmodel.workloads.random_ops import RandomParams, random_trace
+from policies.offload import LRUDemote
+
+MOVING = ("lru-offload", "lru-demote", "kvtether-offload")
+
+
+def _cfg(hbm: int, cpu: int, *, copies: str = "inclusive", bs: int = 4) -> EngineConfig:
+    return EngineConfig(
+        bs,
+        (
+            TierConfig(TierName("hbm"), hbm),
+            TierConfig(TierName("cpu"), cpu, bytes_per_block=1000, read_gbps=10.0, copies=copies),
+        ),
+    )
+
+
+def _scenario() -> list[dict[str, object]]:
+    return [
+        *turn(0, "a", "s", "A", 8),  # a0 a1 in hbm
+        *turn(1, "b", "s", "B", 8),  # b0 free; b1 evicts a1, demoted to cpu
+        {"op": "append", "t": 2, "ctx": "a", "messages": [msg("A2", 4)]},
+        {"op": "infer", "t": 2, "ctx": "a", "output": []},  # a1 loaded; b1, b0 demoted
+        {"op": "close", "t": 3, "ctx": "b"},
+    ]
+
+
+def _kinds(records: object) -> list[str]:
+    return [r.kind for r in records]  # type: ignore[attr-defined]
+
+
+def test_golden_demote_then_load() -> None:
+    """The movement golden scenario, record by record (MV2-MV4, MV8)."""
+    r = replay(trace(*_scenario()), "lru-demote", _cfg(3, 4))
+    log = r.engine.log
+    by_op = {i: [o for o in log if o.op == i] for i in range(9)}
+    assert _kinds(by_op[5]) == ["infer", "alloc", "copy", "evict", "alloc"]
+    demote = by_op[5][2]
+    assert isinstance(demote, CopyObs)
+    assert (demote.depth, demote.from_tier, demote.tier, demote.reason, demote.result) == (
+        1,
+        "hbm",
+        "cpu",
+        "demote",
+        "written",
+    )
+    assert _kinds(by_op[7]) == ["infer", "copy", "evict", "alloc", "copy", "evict", "alloc", "load"]
+    load = by_op[7][-1]
+    assert isinstance(load, LoadObs)
+    assert (load.key, load.depth, load.from_tier, load.tier) == (demote.key, 1, "cpu", "hbm")
+    infer = by_op[7][0]
+    assert (infer.prompt_tokens, infer.hit_tokens, infer.miss_tokens) == (12, 4, 8)  # type: ignore[union-attr]
+    s = r.summary
+    assert s.writes == {"hbm": 6, "cpu": 3}  # every copy is a write to its tier (MV3)
+    assert s.movement == {
+        "demotions": 3,
+        "offloads": 0,
+        "copies_written": {"hbm": 0, "cpu": 3},
+        "copies_held": 0,
+        "copies_no_room": 0,
+        "loads": {"cpu": 1},
+        "load_tokens": 4,
+        "load_bytes": {"cpu": 1000},
+        "copy_drops": {},
+        "copies_final": 3,
+        "dead_copies_final": 2,  # b closed: its two copies are dead KV below (MV6)
+        "dead_copies_max": 2,
+    }
+    assert "movement" in s.to_json()
+    assert "movement" not in replay(trace(*_scenario()), "lru", _cfg(3, 4)).summary.to_json()
+
+
+def test_exclusive_tier_drops_the_copy_it_loads() -> None:
+    r = replay(trace(*_scenario()), "lru-demote", _cfg(3, 4, copies="exclusive"))
+    drops = [o for o in r.engine.log if isinstance(o, DropCopyObs)]
+    loads = [o for o in r.engine.log if isinstance(o, LoadObs)]
+    assert [(d.key, d.tier, d.reason) for d in drops] == [(loads[0].key, "cpu", "load")]
+
+
+def test_kvtether_offload_drops_dead_copies_and_demotes_only_suspended() -> None:
+    r = replay(trace(*_scenario()), "kvtether-offload", _cfg(3, 4))
+    drops = [o for o in r.engine.log if isinstance(o, DropCopyObs)]
+    assert {d.reason for d in drops} == {"reclaim"}
+    assert len(drops) == 2
+    assert r.summary.movement is not None
+    assert r.summary.movement["dead_copies_final"] == 0
+    copies = [o for o in r.engine.log if isinstance(o, CopyObs)]
+    assert copies
+    assert all(c.reason == "demote" for c in copies)
+
+
+def test_a_copy_holds_free_space_only() -> None:
+    """A tier full of primaries takes no copy (MV3 step 4), and a primary written into a tier
+    whose free space its copies fill drops the least recently used copy (MV1, MV5)."""
+    cfg = _cfg(1, 1)
+    ops = [*turn(0, "a", "s", "A", 4), *turn(1, "b", "s", "B", 4), *turn(2, "c", "s", "C", 4)]
+    r = replay(trace(*ops), "lru-demote", cfg)
+    made = [o.result for o in r.engine.log if isinstance(o, CopyObs)]
+    assert made == ["written", "written"]  # a's copy, then b's after a's is dropped for room
+    drops = [(o.reason) for o in r.engine.log if isinstance(o, DropCopyObs)]
+    assert drops == ["room"]
+
+
+def test_no_moving_policy_changes_nothing() -> None:
+    """Only a policy that moves KV gets the movement layer; one that could move but never has
+    to (no eviction) leaves the same log as its base policy, byte for byte (every golden test
+    pins the policies that do not move)."""
+    assert not moves(resolve_policy("lru"))
+    assert not moves(resolve_policy("kvtether"))
+    assert all(moves(resolve_policy(p)) for p in MOVING)
+    ample = _cfg(64, 8)
+    base = replay(trace(*_scenario()), "lru", ample).engine.log.to_jsonl()
+    assert replay(trace(*_scenario()), "lru-demote", ample).engine.log.to_jsonl() == base
+
+
+def test_a_copy_goes_below_or_is_refused() -> None:
+    class Up(LRUDemote):
+        name: ClassVar[str] = "up"
+
+        def demote_to(self, view: ModelView, victim: BlockInfo) -> TierName | None:
+            return TierName("hbm")
+
+    with pytest.raises(PolicyError) as e:
+        replay(trace(*_scenario()), Up(), _cfg(3, 4))
+    assert e.value.kind == "bad-movement"
+    assert "below" in str(e.value)
+
+
+def test_copies_mode_in_config() -> None:
+    data = {"tiers": [{"name": "hbm", "blocks": 4}, {"name": "cpu", "blocks": 8}]}
+    data["tiers"][1]["copies"] = "exclusive"
+    assert parse_config(data).tiers[1].copies == "exclusive"
+    data["tiers"][1]["copies"] = "both"
+    with pytest.raises(ConfigError, match=r"\[\[tiers\]\] #2: key 'copies'"):
+        parse_config(data)
+
+
+@pytest.mark.parametrize("policy", MOVING)
+def test_moving_policies_keep_their_claims_and_the_contract(policy: str) -> None:
+    """Random traces (seeded: the same every run) on two tiers under pressure: every claim
+    holds and the contract model follows every move; the runs did move KV."""
+    rng = np.random.default_rng(7)
+    moved = 0
+    for seed in range(12):
+        ops = random_trace(RandomParams(seed=seed, ops=80)).ops
+        cfg = _cfg(int(rng.integers(4, 13)), int(rng.integers(8, 33)))
+        run = check_ops(ops, policy, cfg, INVARIANTS)
+        claimed = claimed_invariants(resolve_policy(policy)) | {"engine-contract"}
+        assert [v for v in run.violations if v.invariant in claimed] == [], (policy, seed)
+        moved += sum(1 for o in run.engine.log if isinstance(o, LoadObs))
+    assert moved > 0
+
+
+@pytest.mark.parametrize(
+    ("mutant", "caught"),
+    [
+        ("DemoteIntoFullTier", {"accounting"}),
+        ("UncountedCopyWrite", {"accounting"}),
+        ("LoadsFirstBlockOnly", {"engine-contract"}),
+        ("TetherOffloadCodeReclaim", {"no-zombie-kv"}),
+    ],
+)
+def test_the_search_catches_movement_mutants(mutant: str, caught: set[str]) -> None:
+    found = search(
+        f"checkers.search.movement_mutants:{mutant}",
+        INVARIANTS,
+        max_examples=30,
+        steps=20,
+        walks=60,
+        hypothesis_shrink=False,
+    )
+    assert caught & set(found.found), (mutant, sorted(found.found))
+
+
+def test_the_oracle_never_passes_or_invents_on_moves() -> None:
+    """A log with movement records is never OK by omission: policy mode refuses a moving
+    reference (exit 2 from the CLI), a non-moving reference sees the moves as decisions it did
+    not make, and invariants-only mode says UNKNOWN rather than inventing an inconsistency."""
+    tr = trace(*_scenario())
+    cfg = _cfg(3, 4)
+    log = [observation_to_json(o) for o in replay(tr, "lru-demote", cfg).engine.log]
+    with pytest.raises(ConfigError, match="moves KV between tiers"):
+        check_log(tr, log, "lru-demote", cfg)
+    v = check_log(tr, log, "lru", cfg, shorten=False)
+    assert v.verdict == "ILLEGAL"
+    assert any(d.startswith("copy ") for d in v.got)
+    u = check_log_invariants(tr, log, cfg, STRUCTURAL)
+    assert u.verdict == "UNKNOWN"
+    assert "moves KV between tiers" in u.reason
