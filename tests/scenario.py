@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
+
+import attrs
 
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
@@ -18,7 +21,7 @@ from kvmodel.io.observations import (
     Observation,
     RejectObs,
 )
-from kvmodel.io.trace import Trace, parse_trace_lines
+from kvmodel.io.trace import Infer, Op, Trace, carried_messages, parse_trace_lines, with_messages
 from kvmodel.memory import TierConfig
 from kvmodel.policy import Policy
 from kvmodel.replay import ReplayResult, replay
@@ -95,3 +98,36 @@ def describe(o: Observation) -> str:
 
 def log_of(engine: Engine, op: int | None = None) -> list[str]:
     return [describe(o) for o in engine.log if op is None or o.op == op]
+
+
+def simpler_by_one(ops: Sequence[Op]) -> list[list[Op]]:
+    """Every trace one step simpler than ``ops``: the messages of one content key one token
+    smaller (each message on its own where the key's sizes differ), an op at the previous op's
+    time or, at a whole time, a second earlier, an inference with no duration (what
+    value-minimal rules out)."""
+    where: dict[str, list[tuple[int, int]]] = {}
+    for i, op in enumerate(ops):
+        for j, m in enumerate(carried_messages(op)):
+            where.setdefault(m.content_key, []).append((i, j))
+    out: list[list[Op]] = []
+    for places in where.values():
+        sizes = {carried_messages(ops[i])[j].tokens for i, j in places}
+        for group in [places] if len(sizes) == 1 else [[p] for p in places]:
+            fewer = list(ops)
+            for i, j in group:
+                ms = list(carried_messages(fewer[i]))
+                if ms[j].tokens == 1:
+                    break
+                ms[j] = attrs.evolve(ms[j], tokens=ms[j].tokens - 1)
+                fewer[i] = with_messages(fewer[i], ms)
+            else:
+                out.append(fewer)
+    for i, op in enumerate(ops):
+        prev = ops[i - 1].t if i else 0.0
+        if op.t > prev:
+            out.append([*ops[:i], attrs.evolve(op, t=prev), *ops[i + 1 :]])
+        if op.t == int(op.t) and op.t - 1 > prev:
+            out.append([*ops[:i], attrs.evolve(op, t=op.t - 1), *ops[i + 1 :]])
+        if isinstance(op, Infer) and op.duration:
+            out.append([*ops[:i], attrs.evolve(op, duration=0.0), *ops[i + 1 :]])
+    return out

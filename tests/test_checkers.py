@@ -12,6 +12,7 @@ from pathlib import Path
 import attrs
 import pytest
 from hypothesis import given, settings
+from scenario import simpler_by_one
 
 import checkers.search.claim_mutants
 import checkers.search.engine_mutants
@@ -19,21 +20,19 @@ import checkers.search.movement_mutants
 import checkers.search.mutants
 import checkers.search.outside_mutants
 from checkers.invariants import FINDINGS, INVARIANTS, STRUCTURAL
-from checkers.invariants.contract import contract_violation
-from checkers.invariants.replay import check_ops, nondeterminism
+from checkers.invariants.replay import check_ops
 from checkers.search.controls import CONTROLS
 from checkers.search.driver import search
 from checkers.search.mutants import MUTANTS
-from checkers.search.outside_mutants import SCOPE_NEEDED
 from checkers.search.report import check_policies, expected_verdicts
-from checkers.search.scope import TIER_BLOCKS, WALK_OPS, WIDE_EVERY, WIDE_TIER_BLOCKS, WalkScope
+from checkers.search.scope import TIER_BLOCKS, WALK_OPS, WIDE_EVERY, WIDE_TIER_BLOCKS
 from checkers.search.shrink import numbered, op_groups, shrink, shrink_engine, shrink_values
 from checkers.search.stateful import check_config, make_machine
 from checkers.search.strategies import agent_traces
 from kvmodel.cli import main
-from kvmodel.config import EngineConfig, load_config
+from kvmodel.config import EngineConfig
 from kvmodel.ids import TierName
-from kvmodel.io.trace import Append, Infer, Op, Pin, carried_messages, load_trace, with_messages
+from kvmodel.io.trace import Append, Infer, Op, Pin
 from kvmodel.memory import TierConfig
 from kvmodel.policy import BasePolicy, claimed_invariants, registered_policies, resolve_policy
 from kvmodel.replay import replay
@@ -131,95 +130,6 @@ def test_policies_searched_in_parallel_report_what_a_serial_check_reports(tmp_pa
     assert sorted(runs[0].found) == names  # two shrunk at once
     assert {c.found_by for c in runs[0].found.values()} == {"machine"}  # (targeted runs too)
     assert runs[0].found == runs[1].found
-
-
-#: mutants the dev profile's 50 walks miss, and the walks that catch them
-WALKS = {
-    "checkers.search.mutants:StaleGroupIndex": 100,
-    "checkers.search.outside_mutants:LatestHolderMRU": 200,
-    "checkers.search.outside_mutants:WriterMRU": 200,
-    "checkers.search.outside_mutants:LastPinWinsTether": 200,
-}
-#: mutants that need more machine examples than the dev profile's (none now: a pin ended one
-#: op late, which shows only on the ops at a TTL deadline, needed the ci profile until the
-#: walks aimed ops at deadlines -- seed 0's 30 machine examples miss it, its walks 6 and 7 find it)
-PROFILE: dict[str, str] = {}
-
-
-#: the zoo, each mutant with its expected invariant; those outside the default search's scope
-#: are searched within the scope they need (SCOPE_NEEDED) in the slow suite (13-17 s each: long
-#: walks, or wide engines of hundreds of blocks), while the default run checks that the default
-#: walks miss them and the wider walks find them (tests/test_search.py)
-ZOO = [
-    pytest.param(m, inv, marks=pytest.mark.slow) if m in SCOPE_NEEDED else (m, inv)
-    for m, inv in sorted(MUTANTS.items())
-]
-
-
-@pytest.mark.parametrize(("mutant", "invariant"), ZOO)
-def test_every_mutant_is_caught_with_a_replayable_bundle(
-    mutant: str, invariant: str, tmp_path: Path
-) -> None:
-    # the smallest profile (30 examples, 50 walks) and delta debugging alone (the CLI tests
-    # cover Hypothesis's shrinking): the zoo is caught without the default budget -- but for
-    # the stale group index, which needs 100 walks (its traces fill a context's group, cut the
-    # context mid-way, then evict from the group: 1 walk in 33), and the outside authors'
-    # suspension rules and last-pin-wins, which get the ci profile's 200 (about 1 walk in 100
-    # each; last-pin-wins needs a second, shorter pin over a pinned message); PROFILE names any
-    # that needs more machine examples
-    [report] = check_policies(
-        [mutant],
-        [invariant],
-        profile=PROFILE.get(mutant, "dev"),
-        out=tmp_path,
-        hypothesis_shrink=False,
-        walks=WALKS.get(mutant),
-        walk_scope=SCOPE_NEEDED.get(mutant, WalkScope()),
-    )
-    assert report.verdict(invariant) == EXPECTED[mutant][invariant] == "violated"
-    # and a deterministic policy is never called nondeterministic: a find made after the run
-    # had stopped mid-op, on a state no trace reaches, does not replay, and had been reported so
-    # (AgentWeightTable, whose order raises while an inference's blocks are being written)
-    assert invariant == "nondeterministic" or "nondeterministic" not in report.result.found
-    c = report.result.found[invariant]
-    # (a long walk's too: HourClockLRU's 1,024-op find had stopped at the shrink budget at 488
-    # ops, before delta debugging deleted whole contexts first)
-    assert c.one_minimal
-    bundle = report.bundles[invariant]
-    trace = load_trace(bundle / "trace.jsonl")
-    config = load_config(bundle / "config.toml")
-    assert trace.ops == c.ops
-    if invariant == "nondeterministic":
-        again_nd = nondeterminism(trace.ops, mutant, config)
-        assert again_nd is not None
-        assert again_nd.op == c.violation.op
-        return
-    if invariant == "engine-contract":
-        # the reference engine agrees with the contract on the same trace, both ways
-        assert contract_violation(trace.ops, block_size=config.block_size) is None
-        assert check_ops(trace.ops, "kvtether", config, ()).first(invariant) is None
-    if c.found_by == "self-check":  # the predicting comparison, after the search found nothing
-        engine = resolve_policy(mutant).engine_class  # type: ignore[attr-defined]
-        assert contract_violation(trace.ops, engine, block_size=config.block_size) == c.violation
-        return
-    again = check_ops(trace.ops, mutant, config, [invariant], stop_at=invariant).first(invariant)
-    assert again == c.violation  # bit for bit: same op, same message
-    if invariant in INVARIANTS:  # its ids numbered from 1, unless the numbered trace passes
-        named = numbered(trace.ops)
-        assert named == list(trace.ops) or (
-            check_ops(named, mutant, config, [invariant], stop_at=invariant).first(invariant)
-            is None
-        )
-    # the header says whether the numbers were shrunk to the end (a finding keeps its values)
-    assert trace.header.meta["value_minimal"] is c.value_minimal is (invariant in INVARIANTS)
-    if invariant in INVARIANTS:  # and value-minimal means what it says
-        for simpler in _simpler_by_one(trace.ops):
-            run = check_ops(simpler, mutant, config, [invariant], stop_at=invariant)
-            assert run.trace_error is not None or run.first(invariant) is None
-    assert (bundle / "steps.txt").read_text().startswith(f"counterexample: {mutant} violates")
-    assert ">>" in (bundle / "steps.txt").read_text()
-    logged = (bundle / "observations.jsonl").read_text()
-    assert logged == check_ops(trace.ops, mutant, config, ()).engine.log.to_jsonl()
 
 
 def test_bundles_replay_through_the_cli_and_the_repro_test_fails(
@@ -449,39 +359,6 @@ def _tokens(ops: Sequence[Op]) -> list[int]:
     return [m.tokens for op in ops for m in getattr(op, "messages", getattr(op, "output", ()))]
 
 
-def _simpler_by_one(ops: Sequence[Op]) -> list[list[Op]]:
-    """Every trace one step simpler than ``ops``: the messages of one content key one token
-    smaller (each message on its own where the key's sizes differ), an op at the previous op's
-    time or, at a whole time, a second earlier, an inference with no duration (what
-    value-minimal rules out)."""
-    where: dict[str, list[tuple[int, int]]] = {}
-    for i, op in enumerate(ops):
-        for j, m in enumerate(carried_messages(op)):
-            where.setdefault(m.content_key, []).append((i, j))
-    out: list[list[Op]] = []
-    for places in where.values():
-        sizes = {carried_messages(ops[i])[j].tokens for i, j in places}
-        for group in [places] if len(sizes) == 1 else [[p] for p in places]:
-            fewer = list(ops)
-            for i, j in group:
-                ms = list(carried_messages(fewer[i]))
-                if ms[j].tokens == 1:
-                    break
-                ms[j] = attrs.evolve(ms[j], tokens=ms[j].tokens - 1)
-                fewer[i] = with_messages(fewer[i], ms)
-            else:
-                out.append(fewer)
-    for i, op in enumerate(ops):
-        prev = ops[i - 1].t if i else 0.0
-        if op.t > prev:
-            out.append([*ops[:i], attrs.evolve(op, t=prev), *ops[i + 1 :]])
-        if op.t == int(op.t) and op.t - 1 > prev:
-            out.append([*ops[:i], attrs.evolve(op, t=op.t - 1), *ops[i + 1 :]])
-        if isinstance(op, Infer) and op.duration:
-            out.append([*ops[:i], attrs.evolve(op, duration=0.0), *ops[i + 1 :]])
-    return out
-
-
 def test_shrink_values_makes_sizes_smaller_and_times_rounder() -> None:
     ops = _value_ops()
 
@@ -511,7 +388,7 @@ def test_shrink_values_makes_sizes_smaller_and_times_rounder() -> None:
     assert small[2].ttl == 2.0  # type: ignore[union-attr]
     # value-minimal means what it says: no message can lose one token, no op move to the
     # previous op's time, no inference lose its duration, and still fail
-    simpler = _simpler_by_one(small)
+    simpler = simpler_by_one(small)
     assert len(simpler) == 1 + 1  # the second message (9 tokens), the last op's time
     assert not any(fails(x) for x in simpler)
     # failing need not be monotone in a size: the binary search's find is walked down one
@@ -539,7 +416,7 @@ def test_shrink_values_makes_sizes_smaller_and_times_rounder() -> None:
     assert minimal
     assert [op.t for op in day] == [0.0, 0.0, 0.0, 86_401.0, 86_401.0]
     assert (day[3].duration, day[2].ttl) == (3_601.0, 61.0)  # type: ignore[union-attr]
-    assert not any(needs_a_day(x) for x in _simpler_by_one(day))
+    assert not any(needs_a_day(x) for x in simpler_by_one(day))
     # out of budget: what shrank so far, not called value-minimal
     some, minimal = shrink_values(ops, fails, budget=3)
     assert fails(some)
