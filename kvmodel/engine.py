@@ -443,13 +443,16 @@ class Engine:
     def _infer(self, op: Infer) -> None:
         infer(self, op)
 
-    def touch_now(self, block: BlockId) -> None:
-        """Mark a resident block used now, between ops. The model never does this itself (a
-        refused inference touches nothing, P7.7); a checker does, to follow an implementation
-        whose refused lookups refresh recency (spec/invariants.md §Oracle)."""
+    def touch_now(
+        self, block: BlockId, *, t: float | None = None, op_index: int | None = None
+    ) -> None:
+        """Mark a resident block used now, between ops (or, given ``t`` and ``op_index``, as
+        used by the op about to be applied). The model never does this itself (a refused
+        inference touches nothing, P7.7); a checker does, to follow an implementation whose
+        lookups refresh recency (spec/invariants.md §Oracle)."""
         b = self.blocks[block]
-        b.touch = self.now
-        b.touch_op = self.op_index
+        b.touch = self.now if t is None else t
+        b.touch_op = self.op_index if op_index is None else op_index
         self._bump(b)
 
     def evict_now(self, block: BlockId, ctx: ContextId) -> None:

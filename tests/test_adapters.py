@@ -20,7 +20,11 @@ from checkers.conformance.lockstep import differential, run_lockstep
 from checkers.conformance.oracle import check_log
 from checkers.conformance.pytest_plugin import DEFAULT_CONFIG, TIERED_CONFIG
 from checkers.search.strategies import agent_traces
+from kvmodel.config import EngineConfig
 from kvmodel.errors import ConfigError
+from kvmodel.ids import TierName
+from kvmodel.memory import TierConfig
+from kvmodel.policy import BasePolicy
 from kvmodel.workloads import AgenticParams, generate_agentic
 
 
@@ -366,3 +370,41 @@ def test_split_refreshes_tail_follows_a_touch_of_the_split_tail_and_nothing_else
         else:
             assert v is not None
             assert v.reason.startswith(verdict)
+
+
+def test_sglang_like_split_refresh_conforms_with_lookup_before_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # SGLang stamps a matched node before splitting it, at lookup, before the request's
+    # eviction and insert: the cut-off tail is refreshed ahead of both. The reference follows
+    # it there (split-refreshes-tail: the tail touched before the op, ranked half an op before
+    # the op's writes). Before, the tail was touched after the op: a tail the op itself evicted
+    # was "a refresh outside the tail" (walk seed 7 of 300), and a tail tied with the op's new
+    # blocks broke the tie the other way (spec/invariants.md, oracle variants)
+    import examples_path  # noqa: F401  (tests/examples_path.py puts examples/ on sys.path)
+    from hypothesis import strategies as st
+    from radix_cache import SGLangLikeAdapter
+
+    import checkers.conformance.oracle as oracle
+    from checkers.search.walk import random_walks
+
+    traces = st.one_of(agent_traces(20), random_walks(80)).map(comparable)
+    allow = ("extra-victims", "refused-lookup-refreshes", "split-refreshes-tail")
+    config = EngineConfig(4, (TierConfig(TierName("gpu"), 12),))
+    res = differential(
+        SGLangLikeAdapter, "vllm-prefix", config, max_examples=300, traces=traces, allow=allow
+    )
+    assert res.ok, res.render()
+    assert min(res.coverage["evict"], res.coverage["reject"]) > 0
+    # without "lookup before writes" the tie is a divergence again
+    init = oracle._Follow.__init__
+
+    def no_early(self: oracle._Follow, inner: BasePolicy) -> None:
+        init(self, inner)
+        self._op_terms = ()
+
+    monkeypatch.setattr(oracle._Follow, "__init__", no_early)
+    res = differential(
+        SGLangLikeAdapter, "vllm-prefix", config, max_examples=300, traces=traces, allow=allow
+    )
+    assert not res.ok

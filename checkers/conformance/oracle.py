@@ -114,6 +114,16 @@ class _Follow(BasePolicy):
         self.illegal: tuple[str, tuple[str, ...], str] | None = None
         #: ``keep_going``: for one op, the implementation's own decisions, adopted (a puppet)
         self.adopt: Puppet | None = None
+        #: ``split-refreshes-tail``: each refreshed tail block's key -> the op that refreshed
+        #: it. The lookup that refreshed it came before that op's writes (lookup before
+        #: writes), so while its last use is that op it ranks half an op earlier on a
+        #: ``last_op`` term: after the previous ops' blocks, before the op's own writes
+        self.early: dict[str, int] = {}
+        self._op_terms = tuple(
+            (j, t.descending)
+            for j, t in enumerate(inner.rank)
+            if t.feature == "last_op" and t.only is None
+        )
 
     @property
     def claims(self) -> frozenset[str]:  # type: ignore[override]
@@ -129,6 +139,17 @@ class _Follow(BasePolicy):
             return self.adopt.on_op(view, op)
         return self.inner.on_op(view, op)
 
+    def _key(self, b: BlockInfo) -> tuple[float, ...]:
+        """``b``'s rank key, a refreshed tail's ``last_op`` half an op earlier (:attr:`early`)."""
+        k = rank_key(self.inner.rank, b)
+        at = self.early.get(b.key) if self.early and b.key is not None else None
+        if at is None or at != b.last_op or not self._op_terms:
+            return k
+        out = list(k)
+        for j, descending in self._op_terms:
+            out[j] += 0.5 if descending else -0.5
+        return tuple(out)
+
     def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
         if self.adopt is not None:
             return self.adopt.eviction_order(view, candidates)
@@ -140,13 +161,12 @@ class _Follow(BasePolicy):
         A heap of cached rank keys (as :meth:`BasePolicy.eviction_order`): O(n) to build, and
         per victim O((ties + 1) log n) -- the tied run is popped, searched, and pushed back.
         """
-        rank = self.inner.rank
         cache = self._rank_cache()
         heap: list[tuple[tuple[float, ...], BlockId, BlockInfo]] = []
         for b in candidates:
             hit = cache.get(b.id)
             if hit is None or hit[0] is not b:
-                hit = (b, rank_key(rank, b))
+                hit = (b, self._key(b))
                 cache[b.id] = hit
             heap.append((hit[1], b.id, b))
         heapq.heapify(heap)
@@ -193,14 +213,13 @@ class _Follow(BasePolicy):
         """After the op: the implementation's victims beyond what the reference needed, each
         admissible in turn (tied with the best evictable candidate on the rank, its group's
         order free) -- yielded one at a time, the caller evicting each before asking again."""
-        rank = self.inner.rank
         while self.wanted and self.illegal is None:
             cands = [view.block(b) for b in view.resident() if view.evictable(b)]
             if not cands:
                 key, _ = self.wanted[0]
                 self.illegal = ("eviction beyond need of a block not evictable", (), f"evict {key}")
                 return
-            keyed = sorted((rank_key(rank, b), b.id, b) for b in cands)
+            keyed = sorted((self._key(b), b.id, b) for b in cands)
             best = keyed[0][0][:-1]
             tied = [e for e in keyed if e[0][:-1] == best]
             pick = self._pick(tied, "eviction beyond need outside the admissible set")
@@ -259,6 +278,7 @@ class Conformance:
             else:
                 again.follow.wanted = list(victims)
                 seen = len(again.engine.log)
+                again._before(op, records)
                 again.engine.apply(op)
                 again._after(op, seen, records)
             again._seen.append((op, victims, adopted, records))
@@ -274,17 +294,25 @@ class Conformance:
             for r in records:
                 if r["kind"] == "hit" and (b := where.get(r.get("key"))) is not None:
                     self.engine.touch_now(b)
-        if "split-refreshes-tail" in self.allow and (
-            not refused or "refused-lookup-refreshes" in self.allow
-        ):
-            self._touch_tail(records)
 
-    def _touch_tail(self, records: Sequence[Record]) -> None:
-        """With ``split-refreshes-tail``: the op's ``touch`` records, each admissible only as
-        the next block of the chain its hit run ends in (the first one's parent is the last hit,
-        each next one's the one before: the tail of the node the lookup split), resident; each
-        is then touched in the reference too. Anything else is a refresh the variant does not
-        admit."""
+    def _before(self, op: Op, records: Sequence[Record]) -> None:
+        """What the opt-in variants add before an op: with ``split-refreshes-tail``, the tail
+        the implementation's lookup refreshed, refreshed in the reference too -- before the
+        op's evictions and writes, as the lookup came before them (on a refused inference, only
+        with ``refused-lookup-refreshes`` too; refused as the implementation's records say)."""
+        if "split-refreshes-tail" not in self.allow or not isinstance(op, Infer):
+            return
+        refused = any(r["kind"] == "reject" for r in records)
+        if not refused or "refused-lookup-refreshes" in self.allow:
+            self._touch_tail(op, records)
+
+    def _touch_tail(self, op: Op, records: Sequence[Record]) -> None:
+        """With ``split-refreshes-tail``, before ``op``: the op's ``touch`` records, each
+        admissible only as the next block of the chain its hit run ends in (the first one's
+        parent is the last hit, each next one's the one before: the tail of the node the lookup
+        split), resident; each is then touched in the reference at the op's time, as used by
+        the op's lookup (:attr:`_Follow.early`: before the op's writes). Anything else is a
+        refresh the variant does not admit."""
         touches = [str(r.get("key")) for r in records if r["kind"] == "touch"]
         if not touches:
             return
@@ -302,7 +330,9 @@ class Conformance:
                     f"touch {key}",
                 )
                 return
-            self.engine.touch_now(b)
+            at = self.engine.op_index + 1  # (the op about to be applied)
+            self.engine.touch_now(b, t=op.t, op_index=at)
+            self.follow.early[key] = at
             anchor = key
 
     def _evict_extra(self, op: Op, seen: int) -> None:
@@ -327,6 +357,7 @@ class Conformance:
         self.follow.wanted = []
         self.follow.adopt = puppet
         seen = len(self.engine.log)
+        self._before(op, records)
         try:
             self.engine.apply(op)
         finally:
@@ -387,6 +418,7 @@ class Conformance:
         self._seen.append((op, wanted, False, records))
         seen = len(self.engine.log)
         try:
+            self._before(op, records)
             with op_deadline(self.follow.inner):
                 self.engine.apply(op)
             self._after(op, seen, records)
