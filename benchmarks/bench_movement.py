@@ -11,7 +11,11 @@ for copies:
 * ``lru-offload`` -- write-through of every block (vLLM's offloading connector, LMCache);
 * ``lru-demote`` -- write-back: a live victim copied down as it is evicted (HiCache);
 * ``kvtether-offload`` -- KVTether demoting only Suspended victims (a context waiting on its
-  tool or sub-agent), dropping Dead KV in every tier.
+  tool or sub-agent), dropping Dead KV in every tier;
+* ``belady`` -- the offline reference: HBM and HBF as one pool read in place (every block kept
+  anywhere is reusable, at the price of a hit), evicting the block used furthest in the future.
+  What any policy that keeps KV in these two tiers could reuse at best, if Belady's order is
+  the best one (it is not proved so here: a reference, not a bound).
 
 Workloads: the ``mini-swe-agent-fit`` preset and the real mini-swe-agent validation half
 resampled into its tenancy (spec E9: real beats fitted), both with decode time as a stated
@@ -67,6 +71,7 @@ POLICIES: tuple[tuple[str, str], ...] = (
     ("lru-demote", "lru-drop"),
     ("kvtether-drop", "lru-drop"),
     ("kvtether-offload", "kvtether-drop"),
+    ("belady", "lru-drop"),
 )
 
 
