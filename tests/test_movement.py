@@ -3,6 +3,7 @@ engine, the contract model and the checkers."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -15,6 +16,7 @@ from checkers.invariants import INVARIANTS
 from checkers.invariants.registry import STRUCTURAL
 from checkers.invariants.replay import check_ops
 from checkers.search.driver import search
+from kvmodel.cli import main
 from kvmodel.config import EngineConfig, parse_config
 from kvmodel.errors import ConfigError, PolicyError
 from kvmodel.ids import TierName
@@ -211,3 +213,22 @@ def test_the_oracle_never_passes_or_invents_on_moves() -> None:
     u = check_log_invariants(tr, log, cfg, STRUCTURAL)
     assert u.verdict == "UNKNOWN"
     assert "moves KV between tiers" in u.reason
+
+
+def test_compare_prices_moving_policies_and_says_what_they_loaded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kvmodel compare on two tiers: a moving policy's loads are reused in its cost, and the
+    table says how much it loaded, since its hit rate counts hits on primaries alone."""
+    cfg = tmp_path / "two.toml"
+    cfg.write_text(
+        'block_size = 16\n[[tiers]]\nname = "hbm"\nblocks = 300\n'
+        '[[tiers]]\nname = "hbf"\nblocks = 1200\nbytes_per_block = 2097152\nread_gbps = 25\n'
+    )
+    args = ["compare", "--sessions", "3", "--turns", "2", "--splits", "1/7", "--quiet"]
+    args += ["--config", str(cfg), "--policies", "lru-offload,kvtether-offload,kvtether"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    loaded = [line for line in out.splitlines() if " loaded " in line]
+    assert [line.split()[0] for line in loaded] == ["lru-offload", "kvtether-offload"]
+    assert all("tokens back from lower tiers" in line for line in loaded)

@@ -250,6 +250,13 @@ class Comparison:
                 f"{m.rejected:>9}{m.ttft_s_mean * 1000:>9.0f}"
                 f"{m.queued_ttft_s_mean * 1000:>9.0f}{m.regretted_evictions:>9}"
             )
+        for p, m in self.cache.items():
+            if m.movement is not None:  # a policy that moves KV (spec/movement.md MV4)
+                lines.append(
+                    f"  {p} loaded {m.movement['load_tokens']:,} tokens back from lower tiers "
+                    f"({m.movement['load_s_total']:.1f} s of transfers): reused in its cost and "
+                    "TTFT, not in its hit rate (hits on primaries)"
+                )
         if "belady" in self.cache:
             best = self.cache["belady"].token_hit_rate
             for p, m in self.cache.items():
