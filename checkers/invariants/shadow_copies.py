@@ -10,12 +10,15 @@ whichever it is.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 
-from kvmodel.ids import BlockKey
+from checkers.invariants.shadow_terms import Packer, ShadowContext
+from kvmodel.ids import BlockKey, ContextId
+from kvmodel.io.observations import CopyObs, DropCopyObs, EvictObs, Observation
 
-__all__ = ["ShadowCopies"]
+__all__ = ["FollowsCopies", "ShadowCopies"]
 
 
 class ShadowCopies:
@@ -55,3 +58,84 @@ class ShadowCopies:
 
     def keys(self) -> list[tuple[BlockKey, str]]:
         return [(k, t) for t in self.tiers for k in self.held[t]]
+
+
+class FollowsCopies:
+    """The contract model's checks of the movement records it follows (spec/movement.md MV7),
+    mixed into :class:`checkers.invariants.nversion.Shadow`, whose state they read."""
+
+    copies: ShadowCopies
+    problems: list[str]
+    tier_index: dict[str, int]
+    resident: set[BlockKey]
+    ctxs: dict[ContextId, ShadowContext]
+    packer: Packer
+
+    def _free_slots(self, loose: Counter[str]) -> dict[str, int]:
+        """Each tier's free slots by the model's own count: the Shadow's (it overrides this)."""
+        raise NotImplementedError
+
+    def _live_keys(self) -> set[BlockKey]:
+        """The keys some open context has packed (MV6), from the model's own packing."""
+        return {
+            k
+            for c in self.ctxs.values()
+            if c.open and c.packed
+            for k, _ in self.packer.pack(c.seq)[: c.packed]
+            if k is not None
+        }
+
+    def _follow_copy(self, r: CopyObs, loose: Counter[str], todo: list[Observation]) -> None:
+        """A demotion's or an offload's copy (MV2, MV3): where it may go, what it came to."""
+        bad = self.problems.append
+        ti = self.tier_index
+        if ti and (r.tier not in ti or ti[r.tier] <= ti.get(r.from_tier, len(ti))):
+            bad(f"copy of {r.key} from tier {r.from_tier} into {r.tier}, not a tier below (MV2)")
+            return
+        if r.reason == "demote":
+            nxt = todo[0] if todo else None
+            if not (isinstance(nxt, EvictObs) and nxt.key == r.key):
+                bad(f"demotion of {r.key} not followed by its eviction (MV2)")
+        elif r.reason != "offload" or r.key not in self.resident:
+            bad(f"copy of {r.key} ({r.reason}): an offload of a resident block is the only other")
+        if self.copies.has(r.key, r.tier):
+            expect = "held"
+        else:
+            free = self._free_slots(loose).get(r.tier)
+            if free is None:
+                expect = r.result if r.result != "held" else "written"
+            elif free <= 0:
+                expect = "no-room"
+            else:
+                expect = "written"
+                if self.copies.count(r.tier) >= free:
+                    bad(f"copy of {r.key} written into full tier {r.tier} (MV1)")
+        if r.result != expect:
+            bad(f"copy of {r.key} into {r.tier} logged {r.result}; it is {expect} (MV3)")
+        if expect != "no-room":
+            self.copies.use(r.key, r.tier)
+
+    def _follow_drop(
+        self, r: DropCopyObs, loose: Counter[str] | None, loaded: tuple[BlockKey, str] | None
+    ) -> None:
+        """A copy leaving its tier (MV2, MV5)."""
+        bad = self.problems.append
+        if not self.copies.has(r.key, r.tier):
+            bad(f"dropped a copy of {r.key} from tier {r.tier}, which holds none")
+            return
+        if r.reason == "room":
+            free = self._free_slots(loose or Counter()).get(r.tier)
+            if free is not None and self.copies.count(r.tier) < free:
+                bad(f"dropped a copy of {r.key} from tier {r.tier} with room for it (MV1)")
+            first = self.copies.first_out(r.tier, self._live_keys())
+            if r.key not in first:
+                bad(f"dropped the copy of {r.key} for room; first out is one of {sorted(first)}")
+        elif r.reason == "load":
+            if loaded != (r.key, r.tier) or r.tier not in self.copies.exclusive:
+                bad(f"dropped the copy of {r.key} as loaded, not a load from an exclusive tier")
+        elif r.reason == "reclaim":
+            if r.key in self._live_keys():
+                bad(f"reclaimed the copy of {r.key} in tier {r.tier}, which is live (MV6)")
+        else:
+            bad(f"dropped the copy of {r.key} for an unknown reason {r.reason!r}")
+        self.copies.drop(r.key, r.tier)
