@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import Protocol
 
 import attrs
@@ -23,7 +24,7 @@ from kvmodel.ids import BlockKey, ContextId, TierName
 from kvmodel.io.observations import CopyObs, DropCopyObs, LoadObs, ObservationLog
 from kvmodel.lifecycle import BlockClass
 from kvmodel.memory import Memory
-from kvmodel.policy import BasePolicy
+from kvmodel.policy import BasePolicy, copy_rules
 from kvmodel.residency import Residency
 from kvmodel.view import BlockInfo, ModelView
 
@@ -98,7 +99,11 @@ class Movement:
         self.refs = PackedRefs()
         cfg = engine.config
         self.copies = CopyStore(
-            engine.memory, self.refs, {t.name: t.copies for t in cfg.tiers}, self._dropped
+            engine.memory,
+            self.refs,
+            {t.name: t.copies for t in cfg.tiers},
+            self._dropped,
+            copy_rules(engine.policy),
         )
         self.stats = MovementStats(copies_written={t.name: 0 for t in cfg.tiers})
         self._index = {t.name: i for i, t in enumerate(cfg.tiers)}
@@ -146,11 +151,25 @@ class Movement:
             )
         return TierName(tier)
 
-    def _copy(self, ctx: ContextId, b: ResidentBlock, tier: TierName, reason: str) -> None:
+    def _copy(
+        self,
+        ctx: ContextId,
+        b: ResidentBlock,
+        tier: TierName,
+        reason: str,
+        keep: AbstractSet[BlockKey] = frozenset(),
+        fits: bool = True,
+    ) -> None:
+        """A copy of ``b`` into ``tier`` (MV3); ``keep``: copies that may not leave for its room
+        (its batch's); ``fits``: False when its batch found no room, so a new copy is not made
+        (MV13)."""
         e, st = self.e, self.stats
         key = b.spec.key
         assert key is not None
-        made = self.copies.write(key, tier)
+        if fits or key in self.copies.order[tier]:
+            made = self.copies.write(key, tier, keep)
+        else:
+            made = False
         if made is None:
             result = CopyResult.HELD
             st.copies_held += 1
@@ -208,10 +227,13 @@ class Movement:
     def committed(self, c: Context, placed: Sequence[Placed], loads: int, kept: int) -> None:
         """After ``c``'s inference committed: its loads (the first ``loads`` of ``placed``, each
         read from the first tier holding its copy; one whose copy the request's own writes
-        dropped for room was recomputed, MV4), then its offloads (the ``kept`` blocks that
-        joined its chain, MV2)."""
+        dropped for room was recomputed, MV4), then its offloads (what it offers, MV2 and
+        :attr:`CopyRules.offer`; one store under :attr:`CopyRules.batch`, MV13)."""
         e, st = self.e, self.stats
+        rules = self.copies.rules
         bs = e.block_size
+        #: the copies this inference used, for a tail-first restamp: (depth, key, tier)
+        used: list[tuple[int, BlockKey, TierName]] = []
         for spec, b, _, _ in placed[:loads]:
             key = spec.key
             assert key is not None
@@ -230,21 +252,56 @@ class Movement:
                     )
                 )
             self.copies.read(key, src)
+            if rules.tail_first:
+                used.append((spec.depth, key, src))
+        offers = self._offers(c, placed, loads, kept)
+        keep: dict[TierName, set[BlockKey]] = {}
+        fits: dict[TierName, bool] = {}
+        if rules.batch and offers:
+            for b, tier in offers:
+                assert b.spec.key is not None
+                keep.setdefault(tier, set()).add(b.spec.key)
+            for tier, keys in keep.items():
+                new = sum(1 for k in keys if k not in self.copies.order[tier])
+                fits[tier] = self.copies.room(tier, new, keys)
+        for b, tier in offers:
+            st.offloads += 1
+            self._copy(c.id, b, tier, "offload", keep.get(tier, frozenset()), fits.get(tier, True))
+            if rules.tail_first and b.spec.key in self.copies.order[tier]:
+                used.append((b.depth, b.spec.key, tier))  # type: ignore[arg-type]
+        if used:  # every copy the request used, its head the most recent (MV13)
+            used.sort(key=lambda u: -u[0])
+            self.copies.use((k, t) for _, k, t in used)
+
+    def _offers(
+        self, c: Context, placed: Sequence[Placed], loads: int, kept: int
+    ) -> list[tuple[ResidentBlock, TierName]]:
+        """What the inference offers to offload, in chain order, each with its target tier."""
+        e = self.e
         rule = self._offloads
         if rule is not None and not rule:
-            return  # (declared: nothing is offloaded)
-        for spec, b, bypass, _ in placed[:kept]:
-            if spec.key is None or bypass:
-                break
-            if c.id not in b.holders:  # (after a temporary: not kept, P8)
-                continue
+            return []  # (declared: nothing is offloaded)
+        blocks: list[ResidentBlock] = []
+        if self.copies.rules.offer == "request" and not loads:
+            # the request's whole prefix: its own chain and hits, then what it wrote and kept
+            index, resident = e.residency.index, e.residency.blocks
+            blocks = [resident[index[s.key]] for s in c.materialized if s.key is not None]
+        else:
+            first = loads if self.copies.rules.offer == "request" else 0
+            for spec, b, bypass, _ in placed[first:kept]:
+                if spec.key is None or bypass:
+                    break
+                if c.id in b.holders:  # (after a temporary: not kept, P8)
+                    blocks.append(b)
+        out: list[tuple[ResidentBlock, TierName]] = []
+        for b in blocks:
             if rule is None:
                 tier = self._ask("offload_to", e.view.block(b.id))
             else:
                 tier = self._below.get(b.tier) if e.block_class(b) in rule else None
             if tier is not None:
-                st.offloads += 1
-                self._copy(c.id, b, tier, "offload")
+                out.append((b, tier))
+        return out
 
     def after_op(self, reclaim_dead: bool) -> None:
         """After the policy's reclaim: a ``Reclaim.DEAD`` policy drops every Dead copy too

@@ -14,17 +14,66 @@ without moves does no work here.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from typing import ClassVar
+
+import attrs
 
 from kvmodel.blocks import BlockSpec
 from kvmodel.errors import ConfigError
 from kvmodel.ids import BlockKey, TierName
 from kvmodel.memory import Memory
 
-__all__ = ["COPY_MODES", "CopyStore", "DropReason", "PackedRefs"]
+__all__ = [
+    "COPY_MODES",
+    "DEFAULT_COPY_RULES",
+    "VLLM_COPY_RULES",
+    "CopyRules",
+    "CopyStore",
+    "DropReason",
+    "PackedRefs",
+]
 
 #: what a load does to the copy it read, per tier (MV1)
 COPY_MODES = frozenset({"inclusive", "exclusive"})
+
+
+@attrs.frozen
+class CopyRules:
+    """How a policy's copies are kept (spec/movement.md MV5, MV13), declared as data so that the
+    engine, the contract model and the oracle read one definition. The defaults are the
+    engine's rules before MV13; the other values are what a real offloading tier does (vLLM's
+    connector over its CPU LRU: ``CopyRules.VLLM``)."""
+
+    #: a Dead copy leaves for room before any live one (MV5); False: the tier cannot tell
+    #: (vLLM's CPU tier orders by use alone)
+    dead_first: bool = True
+    #: the copies one inference used (loaded, offered, written) are used head last: among
+    #: them the deepest leaves first, as a request's whole prefix is stamped at its finish
+    #: (vLLM's CPU LRU); False: in the order the engine used them
+    tail_first: bool = False
+    #: an inference's offloads are one store (MV13): the copies it offers are kept from
+    #: leaving for its room, and if the tier cannot make room for every new one by dropping
+    #: others, none is written (each ``no-room``); False: copy by copy (MV3)
+    batch: bool = False
+    #: what an inference offers to offload (MV2): ``"written"``, every block it wrote into its
+    #: chain (loads included, renewed); ``"request"``, vLLM's chunk-level connector: the
+    #: request's full blocks from its start when it loaded nothing (hits included), else the
+    #: blocks after its loads
+    offer: str = "written"
+
+    OFFERS: ClassVar[frozenset[str]] = frozenset({"written", "request"})
+
+    def __attrs_post_init__(self) -> None:
+        if self.offer not in self.OFFERS:
+            raise ConfigError(f"CopyRules.offer must be one of {sorted(self.OFFERS)}")
+
+
+#: the rules of MV3 and MV5, what a policy that declares none keeps
+DEFAULT_COPY_RULES = CopyRules()
+#: vLLM 0.33's offloading connector over its CPU tier's LRU policy (spec/movement.md MV13)
+VLLM_COPY_RULES = CopyRules(dead_first=False, tail_first=True, batch=True, offer="request")
 
 
 class DropReason:
@@ -74,10 +123,15 @@ class PackedRefs:
         return key in self.counts
 
 
+#: who picks the copy that leaves ``tier`` for room among the admissible ones (MV5), given in
+#: the store's order: the store takes the first; the oracle, the implementation's choice
+Chooser = Callable[[TierName, Sequence[BlockKey]], BlockKey]
+
+
 class CopyStore:
     """Per tier, the copies it holds in use order (least recently used first), and which of
-    them are Dead, in the order they died (MV5). ``dropped(key, tier, reason)`` is told of every
-    drop (the engine logs it)."""
+    them are Dead, in the order they died (MV5), kept by ``rules``. ``dropped(key, tier,
+    reason)`` is told of every drop (the engine logs it)."""
 
     def __init__(
         self,
@@ -85,6 +139,7 @@ class CopyStore:
         refs: PackedRefs,
         modes: Mapping[TierName, str],
         dropped: Callable[[BlockKey, TierName, str], None],
+        rules: CopyRules = DEFAULT_COPY_RULES,
     ) -> None:
         for tier, mode in modes.items():
             if mode not in COPY_MODES:
@@ -94,7 +149,10 @@ class CopyStore:
         self.memory = memory
         self.refs = refs
         self.modes = dict(modes)
+        self.rules = rules
         self._dropped = dropped
+        #: None: the first admissible copy leaves for room; else who picks (:data:`Chooser`)
+        self.chooser: Chooser | None = None
         #: every copy of each tier, least recently used first
         self.order: dict[TierName, OrderedDict[BlockKey, None]] = {
             t: OrderedDict() for t in memory.names
@@ -139,18 +197,20 @@ class CopyStore:
 
     # ------------------------------------------------------------------ changes
 
-    def write(self, key: BlockKey, tier: TierName) -> bool | None:
+    def write(
+        self, key: BlockKey, tier: TierName, keep: AbstractSet[BlockKey] = frozenset()
+    ) -> bool | None:
         """A copy of ``key`` into ``tier`` (MV3): None if the tier already held one (renewed,
         nothing written), True if written (one block write, counted), False if the tier is full
-        of primaries (no copy made)."""
+        of primaries, or of copies in ``keep`` (an offload batch's, MV13): no copy made."""
         order = self.order[tier]
         if key in order:
             order.move_to_end(key)
             return None
         if len(order) >= self.memory.free_count(tier):
-            if not order:
+            if len(order) <= len(keep) and not any(k not in keep for k in order):
                 return False
-            self._drop_first(tier)
+            self._drop_first(tier, keep)
         order[key] = None
         if not self.refs.live(key):
             self.dead[tier][key] = None
@@ -158,12 +218,30 @@ class CopyStore:
         self.memory.write_copy(tier)
         return True
 
+    def room(self, tier: TierName, new: int, keep: AbstractSet[BlockKey]) -> bool:
+        """Can ``tier`` take ``new`` more copies, dropping only copies outside ``keep`` (an
+        offload batch's test, MV13)?"""
+        order = self.order[tier]
+        short = len(order) + new - self.memory.free_count(tier)
+        if short <= 0:
+            return True
+        if len(order) - short >= len(keep):  # (enough copies outside keep, whatever keep is)
+            return True
+        return sum(1 for k in order if k not in keep) >= short
+
     def read(self, key: BlockKey, tier: TierName) -> None:
         """A load read ``key``'s copy in ``tier``: used now, or dropped from an exclusive tier."""
         if self.modes.get(tier, "inclusive") == "exclusive":
             self.drop(key, tier, DropReason.LOAD)
         else:
             self.order[tier].move_to_end(key)
+
+    def use(self, used: Iterable[tuple[BlockKey, TierName]]) -> None:
+        """``used`` (copies still held) used now, in that order: the last most recent."""
+        for key, tier in used:
+            order = self.order[tier]
+            if key in order:
+                order.move_to_end(key)
 
     def fit(self, tier: TierName) -> None:
         """After a primary took a free slot of ``tier``: drop copies until they fit (MV1)."""
@@ -186,10 +264,18 @@ class CopyStore:
             self.drop(k, t, DropReason.RECLAIM)
         return len(gone)
 
-    def _drop_first(self, tier: TierName) -> None:
-        """Room in ``tier``: its first Dead copy, else its least recently used (MV5)."""
-        dead = self.dead[tier]
-        self.drop(next(iter(dead if dead else self.order[tier])), tier, DropReason.ROOM)
+    def _drop_first(self, tier: TierName, keep: AbstractSet[BlockKey] = frozenset()) -> None:
+        """Room in ``tier``: its first Dead copy (under ``rules.dead_first``), else its least
+        recently used (MV5), never one in ``keep``; the :attr:`chooser`'s pick among the
+        admissible ones when it has one."""
+        dead = self.dead[tier] if self.rules.dead_first else None
+        if self.chooser is None and not keep:  # (the plain case: O(1))
+            key = next(iter(dead if dead else self.order[tier]))
+        else:
+            pool = [k for k in dead if k not in keep] if dead else []
+            pool = pool or [next(k for k in self.order[tier] if k not in keep)]
+            key = pool[0] if self.chooser is None else self.chooser(tier, pool)
+        self.drop(key, tier, DropReason.ROOM)
 
     def _liveness(self, key: BlockKey, live: bool) -> None:
         tiers = self.at.get(key)

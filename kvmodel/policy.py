@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Protocol, cast, runtime_checkable
 
 import attrs
 
+from kvmodel.copies import DEFAULT_COPY_RULES, CopyRules
 from kvmodel.errors import (
     KVModelError,
     PolicyDefinitionError,
@@ -54,6 +55,7 @@ __all__ = [
     "RankTerm",
     "Reclaim",
     "claimed_invariants",
+    "copy_rules",
     "declared_bypass",
     "declared_rank",
     "declared_reclaim",
@@ -92,6 +94,7 @@ BUILTIN_POLICIES: Mapping[str, str] = {
     "tether-lachesis": "policies.tether_lachesis:TetherLachesis",
     "ttl": "policies.prediction:TTL",
     "vllm-prefix": "policies.vllm_prefix:VLLMPrefix",
+    "vllm-offload": "policies.offload:VLLMOffload",
 }
 
 
@@ -400,6 +403,11 @@ class BasePolicy:
     #: ... and a block of one of these classes that an inference wrote into its chain is
     #: *offloaded* (a copy written through to the next tier below) when the inference commits.
     offloads: ClassVar[frozenset[BlockClass]] = frozenset()
+    #: How the copies are kept (spec/movement.md MV5, MV13): which leaves a tier for room
+    #: first, whether an inference's offloads are one store, what it offers. Read by the
+    #: engine's copy store, the contract model and the oracle; meaningful only for a policy
+    #: that moves.
+    copy_rules: ClassVar[CopyRules] = DEFAULT_COPY_RULES
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -476,6 +484,13 @@ def next_tier(view: ModelView, tier: TierName) -> TierName | None:
     names = view.tier_names()
     i = names.index(tier) + 1
     return names[i] if i < len(names) else None
+
+
+def copy_rules(policy: object) -> CopyRules:
+    """The rules ``policy``'s copies are kept by (spec/movement.md MV13): its declared
+    ``copy_rules``, the defaults for a policy that declares none."""
+    rules = getattr(policy, "copy_rules", None)
+    return rules if isinstance(rules, CopyRules) else DEFAULT_COPY_RULES
 
 
 def moves(policy: object) -> bool:

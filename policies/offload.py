@@ -7,6 +7,11 @@ Each keeps its primaries in the first tier and keeps copies in the next one down
   the inference commits; a later miss loads it back (the copy tier orders its copies LRU, MV5).
 * ``lru-demote`` -- write-back instead of write-through (SGLang HiCache's ``write_back``): LRU,
   and a live victim is copied down as it is evicted; nothing is written below until then.
+* ``vllm-offload`` -- vLLM 0.33's offloading connector over its CPU tier's LRU policy, under
+  vLLM's GPU prefix cache: the GPU evicts as ``vllm-prefix``; every request offers its blocks to
+  the CPU tier as one store (its whole prefix when it loaded nothing, else what it computed), the
+  CPU tier orders its copies by the last request that used them, a request's head last, and
+  cannot tell Dead KV from live (spec/movement.md MV13, :data:`kvmodel.copies.VLLM_COPY_RULES`).
 * ``kvtether-offload`` -- KVTether, moving by lifecycle: Dead KV dropped from every tier (its
   declared reclaim drops Dead copies too), a Suspended victim -- a context waiting on its tool or
   sub-agent -- demoted and loaded back when it returns, Active victims dropped, Temporary KV
@@ -17,13 +22,15 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from kvmodel.copies import VLLM_COPY_RULES, CopyRules
 from kvmodel.lifecycle import BlockClass
 from kvmodel.policy import Placement
 from kvmodel.view import ModelView, NewBlock
 from policies.kvtether import KVTether
 from policies.lru import LRU
+from policies.vllm_prefix import VLLMPrefix
 
-__all__ = ["KVTetherOffload", "LRUDemote", "LRUOffload"]
+__all__ = ["KVTetherOffload", "LRUDemote", "LRUOffload", "VLLMOffload"]
 
 _C = BlockClass
 _LIVE = frozenset({_C.ACTIVE, _C.SUSPENDED, _C.PINNED})
@@ -56,3 +63,14 @@ class KVTetherOffload(KVTether):
 
     def place(self, view: ModelView, block: NewBlock) -> Placement:
         return Placement(view.tier_names()[:1], bypass=block.state is _C.TEMPORARY)
+
+
+class VLLMOffload(VLLMPrefix):
+    name: ClassVar[str] = "vllm-offload"
+    compares_times_only: ClassVar[bool] = True
+    #: the connector stores whatever the request computed, whatever its class: it cannot tell
+    offloads: ClassVar[frozenset[BlockClass]] = frozenset(BlockClass)
+    copy_rules: ClassVar[CopyRules] = VLLM_COPY_RULES
+
+    def place(self, view: ModelView, block: NewBlock) -> Placement:
+        return Placement(view.tier_names()[:1])

@@ -28,7 +28,7 @@ from kvmodel.view import BlockInfo, ModelView
 from kvmodel.workloads.random_ops import RandomParams, random_trace
 from policies.offload import LRUDemote
 
-MOVING = ("lru-offload", "lru-demote", "kvtether-offload")
+MOVING = ("lru-offload", "lru-demote", "kvtether-offload", "vllm-offload")
 
 
 def _cfg(hbm: int, cpu: int, *, copies: str = "inclusive", bs: int = 4) -> EngineConfig:
@@ -232,3 +232,70 @@ def test_compare_prices_moving_policies_and_says_what_they_loaded(
     loaded = [line for line in out.splitlines() if " loaded " in line]
     assert [line.split()[0] for line in loaded] == ["lru-offload", "kvtether-offload"]
     assert all("tokens back from lower tiers" in line for line in loaded)
+
+
+# ---------------------------------------------------------------- copy rules (MV13)
+
+
+def _copy_log(policy: str, cfg: EngineConfig, *ops: dict[str, object]) -> list[list[str]]:
+    """Per op, its movement records as short strings (key prefixes dropped: by depth)."""
+    r = replay(trace(*ops), policy, cfg)
+    out: list[list[str]] = [[] for _ in ops]
+    depth: dict[str, str] = {}
+    for o in r.engine.log:
+        if isinstance(o, CopyObs):
+            depth[o.key] = f"{o.ctx}{o.depth}"
+            out[o.op].append(f"copy {o.ctx}{o.depth} {o.result}")
+        elif isinstance(o, DropCopyObs):
+            out[o.op].append(f"drop {depth.get(o.key, o.key)} {o.reason}")
+        elif isinstance(o, LoadObs):
+            out[o.op].append(f"load {o.ctx}{o.depth}")
+    return out
+
+
+def test_vllm_rules_drop_the_oldest_request_tail_first() -> None:
+    """vLLM's CPU LRU stamps a request's copies head last, so the tail of the oldest request
+    leaves first; the engine's default order (use order, Dead first) drops its head first."""
+    ops = (*turn(0, "a", "s", "A", 12), *turn(1, "b", "s", "B", 8))
+    got = _copy_log("vllm-offload", _cfg(8, 4), *ops)
+    assert got[2] == ["copy a0 written", "copy a1 written", "copy a2 written"]
+    assert got[5] == ["copy b0 written", "drop a2 room", "copy b1 written"]
+    default = _copy_log("lru-offload", _cfg(8, 4), *ops)
+    assert default[5] == ["copy b0 written", "drop a0 room", "copy b1 written"]
+
+
+def test_vllm_rules_store_a_batch_whole_or_not_at_all() -> None:
+    """A request's offloads are one store: its own copies never leave for its room, and when
+    the tier cannot take every new one, none is written (MV13); copy by copy, two are."""
+    ops = turn(0, "a", "s", "A", 12)
+    assert _copy_log("vllm-offload", _cfg(8, 2), *ops)[2] == [
+        "copy a0 no-room",
+        "copy a1 no-room",
+        "copy a2 no-room",
+    ]
+    assert _copy_log("lru-offload", _cfg(8, 2), *ops)[2] == [
+        "copy a0 written",
+        "copy a1 written",
+        "drop a0 room",
+        "copy a2 written",
+    ]
+
+
+def test_vllm_rules_offer_the_whole_request_unless_it_loaded() -> None:
+    """A request that loaded nothing offers its whole prefix (its kept blocks renewed, one its
+    tier lost written again); one that loaded offers only what it computed after its loads."""
+    ops = (
+        *turn(0, "a", "s", "A", 8),  # a0 a1 copied
+        {"op": "append", "t": 1, "ctx": "a", "messages": [msg("A2", 4)]},
+        {"op": "infer", "t": 1, "ctx": "a", "output": []},  # a0 a1 held, a2 written
+        *turn(2, "b", "s", "B", 8),  # with 4 slots, evicts a2 (a's tail) from hbm
+        {"op": "append", "t": 3, "ctx": "a", "messages": [msg("A3", 4)]},
+        {"op": "infer", "t": 3, "ctx": "a", "output": []},
+    )
+    got = _copy_log("vllm-offload", _cfg(4, 8), *ops)
+    assert got[4] == ["copy a0 held", "copy a1 held", "copy a2 written"]
+    assert got[9] == ["load a2", "copy a3 written"]  # hits a0 a1, loads a2: offers a3 alone
+    roomy = _copy_log("vllm-offload", _cfg(5, 8), *ops)  # nothing evicted, nothing loaded
+    assert roomy[9] == ["copy a0 held", "copy a1 held", "copy a2 held", "copy a3 written"]
+    written = _copy_log("lru-offload", _cfg(4, 8), *ops)
+    assert written[4] == ["copy a2 written"]  # (the default offers what it wrote)

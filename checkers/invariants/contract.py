@@ -26,7 +26,7 @@ from kvmodel.io.observations import AllocObs, HitObs, InferObs
 from kvmodel.io.trace import Op
 from kvmodel.lifecycle import MsgState
 from kvmodel.memory import TierConfig
-from kvmodel.policy import Policy
+from kvmodel.policy import Policy, copy_rules
 
 __all__ = [
     "COMPARE_BUDGET",
@@ -135,6 +135,7 @@ def diverge(
         rules or KEEP,
         tiers=[t.name for t in cfg.tiers],
         exclusive=frozenset(t.name for t in cfg.tiers if t.copies == "exclusive"),
+        copy_rules=copy_rules(pol),
     )
     cov = coverage if coverage is not None else ContractCoverage()
     last_whole = -1

@@ -57,7 +57,7 @@ from kvmodel.io.observations import (
 )
 from kvmodel.io.trace import Close, EndSession, Fork, Infer, Op, Open, Return
 from kvmodel.lifecycle import BlockClass, MsgState
-from kvmodel.policy import Placement, declared_rank
+from kvmodel.policy import Placement, copy_rules, declared_rank
 from kvmodel.view import NewBlock
 
 __all__ = [
@@ -167,6 +167,7 @@ class Monitor:
                 capacity={t.name: t.blocks for t in engine.memory.tiers},
                 rank=self._rank,
                 exclusive=frozenset(t.name for t in engine.memory.tiers if t.copies == "exclusive"),
+                copy_rules=copy_rules(engine.policy),
             )
             if contract
             else None

@@ -41,6 +41,7 @@ from checkers.invariants.shadow_terms import (
     Rules,
     ShadowContext,
 )
+from kvmodel.copies import DEFAULT_COPY_RULES, CopyRules
 from kvmodel.ids import BlockKey, ContextId
 from kvmodel.io.observations import (
     AllocObs,
@@ -92,6 +93,7 @@ class Shadow(FollowsCopies, ShadowState):
         capacity: Mapping[str, int] | None = None,
         rank: tuple[RankTerm, ...] | None = None,
         exclusive: frozenset[str] = frozenset(),
+        copy_rules: CopyRules = DEFAULT_COPY_RULES,
     ) -> None:
         """``tiers``: the configured tier order (a block's ``tier_index``, spec PP3).
         ``capacity``: each tier's slots; following the log, each inference's admission (M4.4)
@@ -121,7 +123,8 @@ class Shadow(FollowsCopies, ShadowState):
         #: quadratic in its evictions)
         self._used: Counter[str] = Counter()
         #: following: the copies in each tier (spec/movement.md), as the log's records make them
-        self.copies = ShadowCopies(tiers, exclusive)
+        self.copies = ShadowCopies(tiers, exclusive, copy_rules)
+        self._begin_copies()
 
     # -------------------------------------------------------------- validity
 
@@ -490,6 +493,7 @@ class Shadow(FollowsCopies, ShadowState):
             bad("no infer record")
             return False
         todo.pop(0)
+        self._begin_copies()
         logged: list[BlockKey] = []
         while todo and isinstance(hit := todo[0], HitObs):
             logged.append(hit.key)
@@ -607,7 +611,7 @@ class Shadow(FollowsCopies, ShadowState):
             elif isinstance(r, CopyObs):
                 self._follow_copy(r, loose, todo)
             elif isinstance(r, DropCopyObs):
-                self._follow_drop(r, loose, loaded)
+                self._follow_drop(r, loose, loaded, todo)
             elif isinstance(r, LoadObs):
                 while want and not self.copies.source(want[0][0]):
                     want.pop(0)  # its copy left for room while the request wrote: recomputed
@@ -620,12 +624,12 @@ class Shadow(FollowsCopies, ShadowState):
                     bad(f"load of {r.key} from tier {r.from_tier}; the first copy is in {src}")
                     continue
                 loaded = (r.key, r.from_tier)
-                if r.from_tier not in self.copies.exclusive:
-                    self.copies.use(r.key, r.from_tier)
+                self._follow_load(r)
             elif not (isinstance(r, FreeObs) and r.reason in _COMMIT_FREES):
                 bad(f"unexpected record in an inference: {r.kind}")
         if rejected:
             return False
+        self._end_copies()
         if len(placed) != len(misses):
             bad(f"{len(placed)} of {len(misses)} blocks written and no rejection")
             return False

@@ -5,7 +5,8 @@ last use (a counter, not an ordered dict); liveness is recomputed from the contr
 contexts (each open context's packed keys, re-packed) when a record needs it, not kept by
 reference counts; the first copy to leave for room is found by a scan. What the engine's copy
 store decides that the contract does not fix -- the order among Dead copies -- is admitted
-whichever it is.
+whichever it is. The policy's :class:`~kvmodel.copies.CopyRules` (MV13) say which order and
+store discipline apply; they are read here as data, and implemented here again.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 
 from checkers.invariants.shadow_terms import Packer, ShadowContext
+from kvmodel.copies import DEFAULT_COPY_RULES, CopyRules
 from kvmodel.ids import BlockKey, ContextId
-from kvmodel.io.observations import CopyObs, DropCopyObs, EvictObs, Observation
+from kvmodel.io.observations import CopyObs, DropCopyObs, EvictObs, LoadObs, Observation
 
 __all__ = ["FollowsCopies", "ShadowCopies"]
 
@@ -24,9 +26,12 @@ __all__ = ["FollowsCopies", "ShadowCopies"]
 class ShadowCopies:
     """Per tier, key -> the stamp of the copy's last use (written, renewed or read)."""
 
-    def __init__(self, tiers: Sequence[str], exclusive: frozenset[str]) -> None:
+    def __init__(
+        self, tiers: Sequence[str], exclusive: frozenset[str], rules: CopyRules = DEFAULT_COPY_RULES
+    ) -> None:
         self.tiers = tuple(tiers)
         self.exclusive = exclusive
+        self.rules = rules
         self.held: dict[str, dict[BlockKey, int]] = {t: {} for t in tiers}
         self._stamp = 0
 
@@ -47,14 +52,25 @@ class ShadowCopies:
     def drop(self, key: BlockKey, tier: str) -> None:
         del self.held[tier][key]
 
-    def first_out(self, tier: str, live: AbstractSet[BlockKey]) -> set[BlockKey]:
-        """The copies of ``tier`` admissible as the next to leave for room (MV5): every Dead one
-        if there is one (the contract does not order them), else the least recently used."""
-        held = self.held[tier]
-        dead = {k for k in held if k not in live}
-        if dead:
-            return dead
+    def first_out(
+        self, tier: str, live: AbstractSet[BlockKey], keep: AbstractSet[BlockKey] = frozenset()
+    ) -> set[BlockKey]:
+        """The copies of ``tier`` outside ``keep`` admissible as the next to leave for room
+        (MV5): every Dead one if there is one and the rules put them first (the contract does
+        not order them), else the least recently used."""
+        held = {k: n for k, n in self.held[tier].items() if k not in keep}
+        if self.rules.dead_first:
+            dead = {k for k in held if k not in live}
+            if dead:
+                return dead
         return {min(held, key=held.__getitem__)} if held else set()
+
+    def fits(self, tier: str, keys: AbstractSet[BlockKey], free: int) -> bool:
+        """Can ``tier`` (``free`` slots) take the new ones of ``keys``, an offload batch, by
+        dropping only copies outside it (MV13)?"""
+        held = self.held[tier]
+        short = len(held) + sum(1 for k in keys if k not in held) - free
+        return short <= 0 or sum(1 for k in held if k not in keys) >= short
 
     def keys(self) -> list[tuple[BlockKey, str]]:
         return [(k, t) for t in self.tiers for k in self.held[t]]
@@ -71,9 +87,46 @@ class FollowsCopies:
     ctxs: dict[ContextId, ShadowContext]
     packer: Packer
 
+    #: the op's offload batches (MV13): tier -> (its keys, whether its new copies fit), found
+    #: at the batch's first record; emptied at each inference
+    _batches: dict[str, tuple[frozenset[BlockKey], bool]]
+    #: the copies the inference used (loaded, offered), for a tail-first restamp (MV13)
+    _used_now: list[tuple[int, BlockKey, str]]
+
     def _free_slots(self, loose: Counter[str]) -> dict[str, int]:
         """Each tier's free slots by the model's own count: the Shadow's (it overrides this)."""
         raise NotImplementedError
+
+    def _begin_copies(self) -> None:
+        """An inference's records begin."""
+        self._batches = {}
+        self._used_now = []
+
+    def _end_copies(self) -> None:
+        """An inference committed: under ``tail_first`` every copy it used is used again, its
+        head last (MV13)."""
+        if self.copies.rules.tail_first and self._used_now:
+            for _, key, tier in sorted(self._used_now, key=lambda u: -u[0]):
+                if self.copies.has(key, tier):
+                    self.copies.use(key, tier)
+        self._used_now = []
+
+    def _batch(
+        self, tier: str, todo: Sequence[Observation], loose: Counter[str]
+    ) -> tuple[frozenset[BlockKey], bool]:
+        """Under ``batch``: the op's offloads into ``tier`` (``todo`` begins at the batch's
+        first record) and whether its new copies fit, found once."""
+        got = self._batches.get(tier)
+        if got is None:
+            keys = frozenset(
+                r.key
+                for r in todo
+                if isinstance(r, CopyObs) and r.reason == "offload" and r.tier == tier
+            )
+            free = self._free_slots(loose).get(tier)
+            got = (keys, True if free is None else self.copies.fits(tier, keys, free))
+            self._batches[tier] = got
+        return got
 
     def _live_keys(self) -> set[BlockKey]:
         """The keys some open context has packed (MV6), from the model's own packing."""
@@ -98,13 +151,15 @@ class FollowsCopies:
                 bad(f"demotion of {r.key} not followed by its eviction (MV2)")
         elif r.reason != "offload" or r.key not in self.resident:
             bad(f"copy of {r.key} ({r.reason}): an offload of a resident block is the only other")
+        batch = self.copies.rules.batch and r.reason == "offload"
+        fits = not batch or self._batch(r.tier, [r, *todo], loose)[1]
         if self.copies.has(r.key, r.tier):
             expect = "held"
         else:
             free = self._free_slots(loose).get(r.tier)
             if free is None:
                 expect = r.result if r.result != "held" else "written"
-            elif free <= 0:
+            elif free <= 0 or not fits:
                 expect = "no-room"
             else:
                 expect = "written"
@@ -114,11 +169,23 @@ class FollowsCopies:
             bad(f"copy of {r.key} into {r.tier} logged {r.result}; it is {expect} (MV3)")
         if expect != "no-room":
             self.copies.use(r.key, r.tier)
+            if r.reason == "offload":
+                self._used_now.append((r.depth, r.key, r.tier))
+
+    def _follow_load(self, r: LoadObs) -> None:
+        """A load read its copy (the checks of which copy are the Shadow's)."""
+        if r.from_tier not in self.copies.exclusive:
+            self.copies.use(r.key, r.from_tier)
+            self._used_now.append((r.depth, r.key, r.from_tier))
 
     def _follow_drop(
-        self, r: DropCopyObs, loose: Counter[str] | None, loaded: tuple[BlockKey, str] | None
+        self,
+        r: DropCopyObs,
+        loose: Counter[str] | None,
+        loaded: tuple[BlockKey, str] | None,
+        todo: Sequence[Observation] = (),
     ) -> None:
-        """A copy leaving its tier (MV2, MV5)."""
+        """A copy leaving its tier (MV2, MV5); ``todo``: the records after it."""
         bad = self.problems.append
         if not self.copies.has(r.key, r.tier):
             bad(f"dropped a copy of {r.key} from tier {r.tier}, which holds none")
@@ -127,7 +194,19 @@ class FollowsCopies:
             free = self._free_slots(loose or Counter()).get(r.tier)
             if free is not None and self.copies.count(r.tier) < free:
                 bad(f"dropped a copy of {r.key} from tier {r.tier} with room for it (MV1)")
-            first = self.copies.first_out(r.tier, self._live_keys())
+            # a drop for an offload's copy (the tier full, not over: MV1's fit drops are for a
+            # primary that took a free slot) keeps the offload's batch (MV13)
+            nxt = next((x for x in todo if isinstance(x, CopyObs)), None)
+            keep: frozenset[BlockKey] = frozenset()
+            if (
+                self.copies.rules.batch
+                and nxt is not None
+                and nxt.reason == "offload"
+                and nxt.tier == r.tier
+                and (free is None or self.copies.count(r.tier) == free)
+            ):
+                keep = self._batch(r.tier, todo, loose or Counter())[0]
+            first = self.copies.first_out(r.tier, self._live_keys(), keep)
             if r.key not in first:
                 bad(f"dropped the copy of {r.key} for room; first out is one of {sorted(first)}")
         elif r.reason == "load":

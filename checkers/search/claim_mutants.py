@@ -26,7 +26,7 @@ from policies.discovered import Discovered
 from policies.kvtether import KVTether
 from policies.lachesis import Lachesis, LachesisDet, SegmentClass
 from policies.offline import Belady, OptPlacement
-from policies.offload import KVTetherOffload, LRUDemote, LRUOffload
+from policies.offload import KVTetherOffload, LRUDemote, LRUOffload, VLLMOffload
 from policies.prediction import TTL
 from policies.tether_lachesis import TetherLachesis
 from policies.vllm_prefix import VLLMPrefix
@@ -78,6 +78,7 @@ __all__ = [
     "ShallowFirstLRUOffload",
     "ShallowFirstTTL",
     "ShallowFirstVLLM",
+    "ShallowFirstVLLMOffload",
     "StateBlindKVTetherOffload",
     "StateBlindTetherLachesis",
     "suspended_lru",
@@ -379,6 +380,10 @@ class ShallowFirstLRUDemote(_ShallowFirst, LRUDemote):
     name: ClassVar[str] = "mutant-shallow-first-lru-demote"
 
 
+class ShallowFirstVLLMOffload(_ShallowFirst, VLLMOffload):
+    name: ClassVar[str] = "mutant-shallow-first-vllm-offload"
+
+
 #: import path -> the invariant it must be caught breaking (merged into ``MUTANTS``)
 CLAIM_MUTANTS: Mapping[str, str] = MappingProxyType(
     {
@@ -395,6 +400,7 @@ CLAIM_MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.search.claim_mutants:NoBypassKVTetherOffload": "temporary-bypass",
         "checkers.search.claim_mutants:ShallowFirstLRUOffload": "prefix-closed-residency",
         "checkers.search.claim_mutants:ShallowFirstLRUDemote": "prefix-closed-residency",
+        "checkers.search.claim_mutants:ShallowFirstVLLMOffload": "prefix-closed-residency",
         "checkers.search.claim_mutants:CappedReclaimKVTether": "prefix-closed-residency",
         "checkers.search.claim_mutants:CappedReclaimLachesis": "prefix-closed-residency",
         "checkers.search.claim_mutants:CappedReclaimLachesisDet": "prefix-closed-residency",

@@ -22,6 +22,7 @@ while the policy claims ``no-zombie-kv``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from types import MappingProxyType
 from typing import ClassVar
 
@@ -46,7 +47,9 @@ __all__ = [
 
 
 class _Overfull(CopyStore):
-    def write(self, key: BlockKey, tier: TierName) -> bool | None:
+    def write(
+        self, key: BlockKey, tier: TierName, keep: AbstractSet[BlockKey] = frozenset()
+    ) -> bool | None:
         order = self.order[tier]
         if key in order:
             order.move_to_end(key)
@@ -65,9 +68,11 @@ class _Overfull(CopyStore):
 
 
 class _Uncounted(CopyStore):
-    def write(self, key: BlockKey, tier: TierName) -> bool | None:
+    def write(
+        self, key: BlockKey, tier: TierName, keep: AbstractSet[BlockKey] = frozenset()
+    ) -> bool | None:
         before = self.memory.writes[tier]
-        made = super().write(key, tier)
+        made = super().write(key, tier, keep)
         self.memory.writes[tier] = before  # (the P/E count skipped)
         return made
 
@@ -85,7 +90,7 @@ class _MutantEngine(Engine):
         m = self.movement
         if m is not None:
             old = m.copies
-            m.copies = self.store(old.memory, old.refs, old.modes, old._dropped)
+            m.copies = self.store(old.memory, old.refs, old.modes, old._dropped, old.rules)
 
 
 class _OverfullEngine(_MutantEngine):
