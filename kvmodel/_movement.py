@@ -114,6 +114,10 @@ class Movement:
         #: classes, read here, so that no BlockInfo is built per eviction or per written block;
         #: None: the policy's own code decides
         self._demotes = _declared(engine.policy, "demote_to", "demotes")
+        #: drop Dead copies after every op as a declared ``Reclaim.DEAD`` does, whatever the
+        #: policy's own reclaim is: set by a referee whose reference policy's ``on_op``
+        #: delegates to a policy that declares it (checkers.conformance.oracle)
+        self.reclaims_dead = False
         self._offloads = _declared(engine.policy, "offload_to", "offloads")
 
     # ------------------------------------------------------------------ records

@@ -232,7 +232,8 @@ class Engine:
         for bid in reclaims:
             self._policy_free(bid)
         if self.movement is not None:
-            self.movement.after_op(self.reclaim_rule is Reclaim.DEAD)
+            m = self.movement
+            m.after_op(self.reclaim_rule is Reclaim.DEAD or m.reclaims_dead)
         self.stats.dead_resident_max = max(self.stats.dead_resident_max, len(self.dead))
 
     def _reclaims(self, op: Op) -> list[BlockId]:

@@ -54,14 +54,16 @@ from checkers.search.shrink import op_groups, shrink
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import ConfigError, PolicyError, TraceError, is_interrupt
-from kvmodel.ids import BlockId, BlockKey, ContextId
+from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
 from kvmodel.io.observations import observation_to_json
 from kvmodel.io.trace import Infer, Op, Trace, dumps_op
 from kvmodel.policy import (
     BasePolicy,
     Placement,
     Policy,
+    Reclaim,
     declared_rank,
+    declared_reclaim,
     moves,
     rank_key,
     resolve_policy,
@@ -101,6 +103,15 @@ def _victims(records: Iterable[Record]) -> list[tuple[str, object]]:
     return [(str(r.get("key")), r.get("group")) for r in records if r["kind"] == "evict"]
 
 
+def _room_drops(records: Iterable[Record]) -> list[tuple[str, str]]:
+    """An op's copies dropped for room, as (tier, key) in log order (spec/movement.md MV5)."""
+    return [
+        (str(r.get("tier")), str(r.get("key")))
+        for r in records
+        if r["kind"] == "drop-copy" and r.get("reason") == "room"
+    ]
+
+
 class _Follow(BasePolicy):
     """The reference policy, steered at evictions by the implementation's admissible choices."""
 
@@ -124,6 +135,33 @@ class _Follow(BasePolicy):
             for j, t in enumerate(inner.rank)
             if t.feature == "last_op" and t.only is None
         )
+        #: the implementation's copies dropped for room in the op, still to follow: (tier, key)
+        self.drops: list[tuple[str, str]] = []
+
+    def expect(self, records: Sequence[Record]) -> None:
+        """The implementation's choices in the op about to be applied: its victims and the
+        copies it dropped for room, to follow while each is admissible."""
+        self.wanted = _victims(records)
+        self.drops = _room_drops(records)
+
+    def choose_copy(self, tier: TierName, admissible: Sequence[BlockKey]) -> BlockKey:
+        """The copy the reference drops from ``tier`` for room (spec/movement.md MV5): the
+        implementation's next room drop from that tier when it is admissible (the rules leave
+        Dead copies unordered); one it made outside the admissible set is illegal; where it
+        dropped none, the reference's own first (the decisions then differ)."""
+        nxt = next((i for i, (t, _) in enumerate(self.drops) if t == tier), None)
+        if nxt is None or self.illegal is not None:
+            return admissible[0]
+        key = self.drops[nxt][1]
+        if key in admissible:
+            del self.drops[nxt]
+            return BlockKey(key)
+        self.illegal = (
+            "copy dropped for room outside the admissible set",
+            tuple(f"drop {k} from {tier} (room)" for k in admissible),
+            f"drop {key} from {tier} (room)",
+        )
+        return admissible[0]
 
     @property
     def claims(self) -> frozenset[str]:  # type: ignore[override]
@@ -228,6 +266,32 @@ class _Follow(BasePolicy):
             yield pick[1]
 
 
+def _follower(inner: BasePolicy) -> _Follow:
+    """The follower of ``inner``; for a policy that moves, of a subclass declaring the same
+    movement (``demotes``, ``offloads``, ``copy_rules``; code ``demote_to`` / ``offload_to``
+    asked of ``inner`` per block), so that the reference moves as ``inner`` does (MV14)."""
+    if not moves(inner):
+        return _Follow(inner)
+    body: dict[str, object] = {
+        "demotes": inner.demotes,
+        "offloads": inner.offloads,
+        "copy_rules": inner.copy_rules,
+    }
+    for call in ("demote_to", "offload_to"):
+        if getattr(type(inner), call) is not getattr(BasePolicy, call) or call in vars(inner):
+            body[call] = _asks(call)
+    cls: type[_Follow] = type("_MovingFollow", (_Follow,), body)
+    return cls(inner)
+
+
+def _asks(call: str) -> Callable[[_Follow, ModelView, BlockInfo], TierName | None]:
+    def ask(self: _Follow, view: ModelView, block: BlockInfo) -> TierName | None:
+        answer: TierName | None = getattr(self.inner, call)(view, block)
+        return answer
+
+    return ask
+
+
 def rank_policy(policy: str | Policy) -> BasePolicy:
     """``policy`` if the oracle can judge against it: a policy given by a declarative rank."""
     inner = resolve_policy(policy)
@@ -235,12 +299,6 @@ def rank_policy(policy: str | Policy) -> BasePolicy:
         raise ConfigError(
             f"policy {inner.name!r} has no declarative rank: the oracle needs one "
             "to know which victims its rule admits"
-        )
-    if moves(inner):
-        raise ConfigError(
-            f"policy {inner.name!r} moves KV between tiers: the oracle does not yet judge "
-            "demotions, offloads and loads against a reference (spec/movement.md MV11); "
-            "kvmodel check judges the policy itself"
         )
     return inner
 
@@ -261,8 +319,11 @@ class Conformance:
             raise ConfigError(
                 f"unknown admissible variant {bad[0]!r}; known: {', '.join(VARIANTS)}"
             )
-        self.follow = _Follow(rank_policy(policy))
+        self.follow = _follower(rank_policy(policy))
         self.engine = Engine(config, self.follow)
+        if (m := self.engine.movement) is not None:  # room drops follow the implementation's
+            m.copies.chooser = self.follow.choose_copy
+            m.reclaims_dead = declared_reclaim(self.follow.inner) is Reclaim.DEAD  # (MV2)
         self.ops = 0
         #: each op, the victims it followed, whether it was adopted, and the implementation's
         #: records for it
@@ -276,7 +337,7 @@ class Conformance:
             if adopted:  # an adopted op's victims are the puppet's to take, not the follower's
                 again._apply_adopted(j, op, records)
             else:
-                again.follow.wanted = list(victims)
+                again.follow.expect(records)
                 seen = len(again.engine.log)
                 again._before(op, records)
                 again.engine.apply(op)
@@ -354,6 +415,7 @@ class Conformance:
         in the implementation's state (a rebuild replays this, never the bare puppet); then
         the variants. The puppet, to ask what it missed."""
         puppet = Puppet({i: records})
+        self.follow.expect(records)
         self.follow.wanted = []
         self.follow.adopt = puppet
         seen = len(self.engine.log)
@@ -414,7 +476,7 @@ class Conformance:
         """``last``: the implementation's log may end inside this op (a cut-short log)."""
         own = own_keys(self.engine, op)
         wanted = _victims(records)
-        self.follow.wanted = list(wanted)
+        self.follow.expect(records)
         self._seen.append((op, wanted, False, records))
         seen = len(self.engine.log)
         try:

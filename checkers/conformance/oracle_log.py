@@ -203,16 +203,14 @@ def decisions(records: Iterable[Record], own_keys: Sequence[BlockKey]) -> list[s
             out.append(f"reclaim {r.get('key')}")
         elif k == "reject":
             out.append("reject")
-        # moves (spec/movement.md MV8): copies and loads by key; a drop for room by its tier
-        # alone, since the contract does not order Dead copies (MV5)
+        # moves (spec/movement.md MV8): copies, loads and drops by key (a drop for room is
+        # followed where the rules admit more than one, as a victim is: MV5, MV13)
         elif k == "copy":
             out.append(f"copy {r.get('key')} to {r.get('tier')}: {r.get('result')}")
         elif k == "load":
             out.append(f"load {r.get('key')} from {r.get('from_tier')}")
         elif k == "drop-copy":
-            why = r.get("reason")
-            what = "a copy" if why == "room" else r.get("key")
-            out.append(f"drop {what} from {r.get('tier')} ({why})")
+            out.append(f"drop {r.get('key')} from {r.get('tier')} ({r.get('reason')})")
     if "reject" in out:  # a refused inference reused nothing, whatever its lookup found
         out = [d for d in out if not d.startswith("reuse ")]
     return sorted(out)
@@ -226,6 +224,8 @@ def divergence_class(reason: str, expected: Sequence[str], got: Sequence[str]) -
     ``evicts-more``/``evicts-fewer``."""
     if reason.startswith("refresh outside"):
         return "refresh-not-admissible"
+    if reason.startswith("copy dropped for room"):
+        return "copy-drop-not-admissible"
     if "outside the admissible set" in reason or reason.startswith("eviction beyond need"):
         # (a victim taken beyond need and not admissible is one too: it was classed by its
         # records, evict-extra+evict-missing, until issue 57)
