@@ -10,6 +10,8 @@ import itertools
 from collections.abc import Sequence
 from typing import Protocol
 
+import attrs
+
 from kvmodel._eviction import PolicyOrder
 from kvmodel._movement import Movement, MovementHost
 from kvmodel._rank_index import RankIndex
@@ -192,7 +194,12 @@ def infer(e: AdmissionHost, op: Infer) -> None:
     if ok:
         kept = commit(e, c, v, hits, specs[: len(hits)], placed, cut)
         if moving is not None:
-            moving.committed(c, placed, loads, kept)
+            run: list[ResidentBlock] = []
+            if not loads and moving.copies.rules.offer == "request":  # (MV13: whole request)
+                index, blocks = res.index, res.blocks
+                own = (s.key for s in c.materialized[:v] if s.key is not None)
+                run = [*(blocks[index[k]] for k in own if k in index), *hits]
+            moving.committed(c, placed, loads, kept, run)
         st = e.stats
         st.infers += 1
         st.prompt_tokens += prompt_tokens
@@ -393,7 +400,7 @@ def place(e: AdmissionHost, nb: NewBlock) -> Placement:
         if is_interrupt(err):
             raise
         raise policy_raised(e.policy.name, "place", err) from err
-    check_placement(e, pl)
+    pl = check_placement(e, pl)
     rule = e.bypass_rule
     if rule is not None and pl.bypass is not (nb.state in rule):
         raise PolicyError(
@@ -405,20 +412,33 @@ def place(e: AdmissionHost, nb: NewBlock) -> Placement:
     return pl
 
 
-def check_placement(e: AdmissionHost, pl: Placement) -> None:
+def check_placement(e: AdmissionHost, pl: Placement) -> Placement:
+    """``pl`` if it names known tiers, less the copy tiers (which take no primary,
+    spec/movement.md MV15); a :class:`PolicyError` if nothing is left."""
     if not isinstance(pl, Placement) or not pl.tiers:
         raise PolicyError(
             f"policy {e.policy.name!r} place() must return a Placement "
             f"with at least one tier (got {pl!r})",
             kind="bad-placement",
         )
+    mem = e.memory
     for tn in pl.tiers:
-        if not e.memory.has_tier(tn):
+        if not mem.has_tier(tn):
             raise PolicyError(
                 f"policy {e.policy.name!r} placed a block in unknown tier "
-                f"{tn!r}; tiers: {list(e.memory.names)}",
+                f"{tn!r}; tiers: {list(mem.names)}",
                 kind="bad-placement",
             )
+    if not any(mem.config(tn).copies_only for tn in pl.tiers):
+        return pl
+    kept = tuple(tn for tn in pl.tiers if not mem.config(tn).copies_only)
+    if not kept:
+        raise PolicyError(
+            f"policy {e.policy.name!r} placed a block only in copy tiers {list(pl.tiers)}, "
+            "which hold copies, never a primary (copies_only, spec/movement.md MV15)",
+            kind="bad-placement",
+        )
+    return attrs.evolve(pl, tiers=kept)
 
 
 def rollback(e: AdmissionHost, placed: list[Placed]) -> None:

@@ -228,11 +228,20 @@ class Movement:
             n += 1
         return n
 
-    def committed(self, c: Context, placed: Sequence[Placed], loads: int, kept: int) -> None:
+    def committed(
+        self,
+        c: Context,
+        placed: Sequence[Placed],
+        loads: int,
+        kept: int,
+        run: Sequence[ResidentBlock] = (),
+    ) -> None:
         """After ``c``'s inference committed: its loads (the first ``loads`` of ``placed``, each
         read from the first tier holding its copy; one whose copy the request's own writes
         dropped for room was recomputed, MV4), then its offloads (what it offers, MV2 and
-        :attr:`CopyRules.offer`; one store under :attr:`CopyRules.batch`, MV13)."""
+        :attr:`CopyRules.offer`; one store under :attr:`CopyRules.batch`, MV13). ``run``: the
+        inference's own kept prefix and hits, which ``offer = "request"`` offers too when it
+        loaded nothing."""
         e, st = self.e, self.stats
         rules = self.copies.rules
         bs = e.block_size
@@ -258,7 +267,9 @@ class Movement:
             self.copies.read(key, src)
             if rules.tail_first:
                 used.append((spec.depth, key, src))
-        offers = self._offers(c, placed, loads, kept)
+        if used:  # the loads, used head last (vLLM ranks a request's reads so: MV13)
+            self.copies.use((k, t) for _, k, t in reversed(used))
+        offers = self._offers(c, placed, loads, kept, run)
         keep: dict[TierName, set[BlockKey]] = {}
         fits: dict[TierName, bool] = {}
         if rules.batch and offers:
@@ -278,7 +289,12 @@ class Movement:
             self.copies.use((k, t) for _, k, t in used)
 
     def _offers(
-        self, c: Context, placed: Sequence[Placed], loads: int, kept: int
+        self,
+        c: Context,
+        placed: Sequence[Placed],
+        loads: int,
+        kept: int,
+        run: Sequence[ResidentBlock],
     ) -> list[tuple[ResidentBlock, TierName]]:
         """What the inference offers to offload, in chain order, each with its target tier."""
         e = self.e
@@ -286,13 +302,19 @@ class Movement:
         if rule is not None and not rule:
             return []  # (declared: nothing is offloaded)
         blocks: list[ResidentBlock] = []
-        if self.copies.rules.offer == "request" and not loads:
-            # the request's whole prefix: its own chain and hits, then what it wrote and kept
-            index, resident = e.residency.index, e.residency.blocks
-            blocks = [resident[index[s.key]] for s in c.materialized if s.key is not None]
+        if self.copies.rules.offer == "request":
+            # the request as the connector sees it: its hit run (when it loaded nothing), then
+            # every full block it computed that the reuse store indexed -- a chain of its
+            # context's or not (after a temporary: not kept, P8, but cached all the same)
+            blocks = [] if loads else list(run)
+            index = e.residency.index
+            for spec, b, bypass, _ in placed[loads:]:
+                if spec.key is None or bypass:
+                    break
+                if index.get(spec.key) == b.id:
+                    blocks.append(b)
         else:
-            first = loads if self.copies.rules.offer == "request" else 0
-            for spec, b, bypass, _ in placed[first:kept]:
+            for spec, b, bypass, _ in placed[:kept]:
                 if spec.key is None or bypass:
                     break
                 if c.id in b.holders:  # (after a temporary: not kept, P8)

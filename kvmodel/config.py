@@ -50,6 +50,8 @@ class EngineConfig:
             raise ConfigError(f"block_size must be >= 1 (got {self.block_size})")
         if not self.tiers:
             raise ConfigError("at least one [[tiers]] entry is required")
+        if all(t.copies_only for t in self.tiers):
+            raise ConfigError("every tier is copies_only: a primary has nowhere to go (MV15)")
 
 
 def default_config(*, hbm_blocks: int = 512, hbf_blocks: int = 4096) -> EngineConfig:
@@ -100,6 +102,13 @@ def _copies(where: str, table: Mapping[str, Any]) -> str:
     return str(v)
 
 
+def _bool(where: str, table: Mapping[str, Any], key: str) -> bool:
+    v = table.get(key, False)
+    if not isinstance(v, bool):
+        raise ConfigError(f"{where}: key {key!r} must be true or false (got {v!r})")
+    return v
+
+
 def _unknown(where: str, table: Mapping[str, Any], allowed: set[str]) -> None:
     extra = sorted(set(table) - allowed)
     if extra:
@@ -145,6 +154,7 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<config>") -> Engine
                 "read_gbps",
                 "write_gbps",
                 "copies",
+                "copies_only",
             },
         )
         name = t.get("name")
@@ -165,6 +175,7 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<config>") -> Engine
                     read_gbps=_float(where, t, "read_gbps"),
                     write_gbps=_float(where, t, "write_gbps"),
                     copies=_copies(where, t),
+                    copies_only=_bool(where, t, "copies_only"),
                 )
             )
         except ConfigError as e:

@@ -150,7 +150,7 @@ class Engine:
         #: configured tier order, no bypass) and no declared bypass must be checked against it:
         #: admission then builds no NewBlock for a call whose answer does not depend on it
         self.fixed_placement: Placement | None = (
-            Placement(self.memory.names)
+            Placement(tuple(t.name for t in config.tiers if not t.copies_only))
             if getattr(policy.place, "__func__", None) is BasePolicy.place and not self.bypass_rule
             else None
         )

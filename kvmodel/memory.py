@@ -62,6 +62,9 @@ class TierConfig:
     write_gbps: float | None = None
     #: what a load does to the copy it read (spec/movement.md MV1): kept, or moved up
     copies: str = "inclusive"
+    #: a copy tier: it holds copies only, never a primary (spec/movement.md MV15) -- vLLM's
+    #: CPU pool, SGLang's host pool: no placement lands there and admission does not count it
+    copies_only: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.copies not in ("inclusive", "exclusive"):
@@ -145,7 +148,8 @@ class Memory:
         return self.config(tier).blocks - len(self._free[tier])
 
     def total_free(self) -> int:
-        return sum(len(f) for f in self._free.values())
+        """Free slots a primary may take: in every tier but the copy tiers (MV15)."""
+        return sum(len(self._free[t.name]) for t in self.tiers if not t.copies_only)
 
     def alloc(self, tier: TierName) -> BlockId:
         """Take a free slot of ``tier`` and count one block write (spec M3)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -68,6 +69,26 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"hypothesis profile: {settings.get_current_profile_name()}"
+
+
+@pytest.fixture(scope="session")
+def vllm_src() -> Path:
+    """The vLLM files the conformance tests drive, fetched from the wheel once per session;
+    the test skips with the reason where the fetch is impossible."""
+    from checkers.conformance.vllm_pool import VLLMUnavailableError, fetch_sources
+
+    try:
+        return fetch_sources()
+    except VLLMUnavailableError as e:
+        pytest.skip(f"vLLM sources unavailable here: {e}")
+
+
+@pytest.fixture(scope="session")
+def vllm_pool(vllm_src: Path) -> object:
+    """vLLM's ``BlockPool`` modules, loaded from :func:`vllm_src` once per session."""
+    from checkers.conformance.vllm_pool import load_block_pool
+
+    return load_block_pool(vllm_src)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -23,9 +23,9 @@ from kvmodel.ids import TierName
 from kvmodel.io.observations import CopyObs, DropCopyObs, LoadObs, observation_to_json
 from kvmodel.io.trace import Trace
 from kvmodel.memory import TierConfig
-from kvmodel.policy import claimed_invariants, moves, resolve_policy
+from kvmodel.policy import Placement, claimed_invariants, moves, resolve_policy
 from kvmodel.replay import replay
-from kvmodel.view import BlockInfo, ModelView
+from kvmodel.view import BlockInfo, ModelView, NewBlock
 from kvmodel.workloads.random_ops import RandomParams, random_trace
 from policies.offload import LRUDemote
 
@@ -358,3 +358,50 @@ def test_vllm_rules_offer_the_whole_request_unless_it_loaded() -> None:
     assert roomy[9] == ["copy a0 held", "copy a1 held", "copy a2 held", "copy a3 written"]
     written = _copy_log("lru-offload", _cfg(4, 8), *ops)
     assert written[4] == ["copy a2 written"]  # (the default offers what it wrote)
+
+
+# ---------------------------------------------------------------- copy tiers (MV15)
+
+
+def _copy_tier_cfg(hbm: int, cpu: int) -> EngineConfig:
+    return EngineConfig(
+        4, (TierConfig(TierName("hbm"), hbm), TierConfig(TierName("cpu"), cpu, copies_only=True))
+    )
+
+
+def test_a_copy_tier_takes_no_primary_and_is_outside_admission() -> None:
+    """LRU places in every tier; a copy tier is taken out of its placement, and a prompt that
+    only the copy tier's room would admit is refused up front, evicting nothing (MV15)."""
+    r = replay(
+        trace(*turn(0, "a", "s", "A", 8), *turn(1, "b", "s", "B", 16)), "lru", _copy_tier_cfg(3, 8)
+    )
+    kinds = [(o.op, o.kind) for o in r.engine.log]
+    assert all(getattr(o, "tier", "hbm") == "hbm" for o in r.engine.log if o.kind == "alloc")
+    assert (5, "reject") in kinds
+    assert not any(op == 5 and k in ("evict", "alloc") for op, k in kinds)
+    roomy = replay(
+        trace(*turn(0, "a", "s", "A", 8), *turn(1, "b", "s", "B", 16)), "lru", _cfg(3, 8)
+    )
+    assert any(o.op == 5 and o.kind == "alloc" and o.tier == "cpu" for o in roomy.engine.log)
+
+
+def test_a_placement_in_copy_tiers_only_is_refused() -> None:
+    class CPUOnly(LRUDemote):
+        name: ClassVar[str] = "cpu-only"
+
+        def place(self, view: ModelView, block: NewBlock) -> Placement:
+            return Placement((TierName("cpu"),))
+
+    with pytest.raises(PolicyError, match="copy tiers"):
+        replay(trace(*turn(0, "a", "s", "A", 8)), CPUOnly(), _copy_tier_cfg(3, 8))
+
+
+def test_copies_only_in_config() -> None:
+    hbm = {"name": "hbm", "blocks": 4}
+    cpu = {"name": "cpu", "blocks": 8, "copies_only": True}
+    cfg = parse_config({"block_size": 4, "tiers": [hbm, cpu]})
+    assert [t.copies_only for t in cfg.tiers] == [False, True]
+    with pytest.raises(ConfigError, match="copies_only' must be true or false"):
+        parse_config({"tiers": [{**hbm, "copies_only": "yes"}]})
+    with pytest.raises(ConfigError, match="a primary has nowhere to go"):
+        parse_config({"tiers": [{**hbm, "copies_only": True}]})

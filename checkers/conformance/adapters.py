@@ -300,6 +300,11 @@ class PrefixCacheAdapter:
             rec.evict(
                 r, e if e.page is None else attrs.evolve(e, key=BlockKey(self._named(e.page)))
             )
+        self._writes(rec, r, hits)
+        return rec.out
+
+    def _writes(self, rec: Records, r: Request, hits: int) -> None:
+        """:meth:`insert`, and the records of the writes it made, after it made them."""
         stored = list(self.insert(r, hits))
         new = range(hits, r.full_blocks)
         if len(stored) != len(new):
@@ -314,7 +319,6 @@ class PrefixCacheAdapter:
         if r.keys and r.keys[-1] is None:
             rec.alloc(r, len(r.keys) - 1)
             rec.free_partial(r, len(r.keys) - 1)
-        return rec.out
 
     def _named(self, page: Hashable) -> str:
         """The key of the block the cache stored in ``page``; a page it never stored is named

@@ -77,7 +77,7 @@ class EngineImplementation:
 
 
 #: what a lockstep search counts of the implementation's records (its coverage)
-COUNTED = ("evict", "reject", "hit", "alloc", "free", "bypass")
+COUNTED = ("evict", "reject", "hit", "alloc", "free", "bypass", "copy", "load", "drop-copy")
 
 
 @attrs.frozen

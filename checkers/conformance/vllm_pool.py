@@ -1,10 +1,12 @@
 """A real engine under test: vLLM v1's ``BlockPool``, driven by kvmodel traces.
 
 No vLLM code is part of kvmodel. :func:`fetch_sources` downloads the vLLM wheel (``pip
-download --no-deps --only-binary :all:``) into a cache directory and takes out two files,
-``vllm/v1/core/block_pool.py`` and ``vllm/v1/core/kv_cache_utils.py``. :func:`load_block_pool`
-executes them with small stub modules of ours for their imports (no torch, no vLLM config),
-optionally after a deliberate perturbation of the source (:data:`PERTURBATIONS`).
+download --no-deps --only-binary :all:``) into a cache directory and takes out the files this
+package drives: ``vllm/v1/core/block_pool.py`` and ``vllm/v1/core/kv_cache_utils.py`` here, and
+the offloading tier's (:data:`OFFLOAD_FILES`, :mod:`checkers.conformance.vllm_offload`).
+:func:`load_block_pool` executes the first two with small stub modules of ours for their imports
+(no torch, no vLLM config), optionally after a deliberate perturbation of the source
+(:data:`PERTURBATIONS`).
 
 :class:`VLLMBlockPool` is an :class:`~checkers.conformance.lockstep.Implementation`: it plays the
 part of vLLM's KV cache manager for one request per ``infer`` op, with the block pool making every
@@ -58,6 +60,7 @@ from kvmodel.errors import ConfigError
 from kvmodel.ids import BlockKey
 
 __all__ = [
+    "OFFLOAD_FILES",
     "PERTURBATIONS",
     "VLLM_VERSION",
     "BlockPoolModules",
@@ -71,7 +74,19 @@ __all__ = [
 ]
 
 VLLM_VERSION = "0.33.0"
-_FILES = ("vllm/v1/core/block_pool.py", "vllm/v1/core/kv_cache_utils.py")
+_POOL_FILES = ("vllm/v1/core/block_pool.py", "vllm/v1/core/kv_cache_utils.py")
+#: the scheduler side of the offloading tier: its manager and every CPU replacement policy the
+#: wheel ships (checkers.conformance.vllm_offload)
+OFFLOAD_FILES = (
+    "vllm/v1/kv_offload/base.py",
+    "vllm/v1/kv_offload/cpu/common.py",
+    "vllm/v1/kv_offload/cpu/policies/base.py",
+    "vllm/v1/kv_offload/cpu/policies/lru.py",
+    "vllm/v1/kv_offload/cpu/policies/arc.py",
+    "vllm/v1/kv_offload/cpu/policies/factory.py",
+    "vllm/v1/kv_offload/cpu/manager.py",
+)
+_FILES = (*_POOL_FILES, *OFFLOAD_FILES)
 
 #: name -> (file, text, replacement): deliberate bugs planted in a copy of vLLM's source
 PERTURBATIONS: dict[str, tuple[str, str, str]] = {
@@ -102,9 +117,10 @@ def _cache_dir() -> Path:
 
 
 def fetch_sources(cache_dir: Path | None = None, *, timeout: float = 600.0) -> Path:
-    """The directory holding the two vLLM files, downloading the wheel once if needed."""
+    """The directory holding the vLLM files this package drives (each at its path in the
+    wheel), downloading the wheel once if needed."""
     target = cache_dir or _cache_dir()
-    if all((target / Path(f).name).is_file() for f in _FILES):
+    if all((target / f).is_file() for f in _FILES):
         return target
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [
@@ -124,9 +140,10 @@ def fetch_sources(cache_dir: Path | None = None, *, timeout: float = 600.0) -> P
         target.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(wheels[0]) as z:
             for f in _FILES:
-                part = target / (Path(f).name + ".part")
+                (target / f).parent.mkdir(parents=True, exist_ok=True)
+                part = target / (f + ".part")
                 part.write_bytes(z.read(f))
-                part.replace(target / Path(f).name)  # atomic: no half-written file is ever used
+                part.replace(target / f)  # atomic: no half-written file is ever used
     return target
 
 
@@ -197,7 +214,7 @@ def load_block_pool(src: Path, perturbation: str | None = None) -> BlockPoolModu
         raise ConfigError(
             f"unknown perturbation {perturbation!r}; known: {', '.join(PERTURBATIONS)}"
         )
-    texts = {Path(f).name: (src / Path(f).name).read_text() for f in _FILES}
+    texts = {Path(f).name: (src / f).read_text() for f in _POOL_FILES}
     if perturbation is not None:
         file, old, new = PERTURBATIONS[perturbation]
         if texts[file].count(old) != 1:
@@ -206,9 +223,9 @@ def load_block_pool(src: Path, perturbation: str | None = None) -> BlockPoolModu
     try:
         loaded = load_module(
             [
-                ("vllm.v1.core.kv_cache_utils", str(src / "kv_cache_utils.py"),
+                ("vllm.v1.core.kv_cache_utils", str(src / _POOL_FILES[1]),
                  texts["kv_cache_utils.py"]),
-                ("vllm.v1.core.block_pool", str(src / "block_pool.py"), texts["block_pool.py"]),
+                ("vllm.v1.core.block_pool", str(src / _POOL_FILES[0]), texts["block_pool.py"]),
             ],
             _stubs(),
         )  # fmt: skip

@@ -168,6 +168,7 @@ class Monitor:
                 rank=self._rank,
                 exclusive=frozenset(t.name for t in engine.memory.tiers if t.copies == "exclusive"),
                 copy_rules=copy_rules(engine.policy),
+                copy_tiers=frozenset(t.name for t in engine.memory.tiers if t.copies_only),
             )
             if contract
             else None

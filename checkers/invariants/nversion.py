@@ -94,6 +94,7 @@ class Shadow(FollowsCopies, ShadowState):
         rank: tuple[RankTerm, ...] | None = None,
         exclusive: frozenset[str] = frozenset(),
         copy_rules: CopyRules = DEFAULT_COPY_RULES,
+        copy_tiers: frozenset[str] = frozenset(),
     ) -> None:
         """``tiers``: the configured tier order (a block's ``tier_index``, spec PP3).
         ``capacity``: each tier's slots; following the log, each inference's admission (M4.4)
@@ -103,6 +104,8 @@ class Shadow(FollowsCopies, ShadowState):
         super().__init__(block_size, tiers)
         self.rank = rank
         self.capacity = None if capacity is None else dict(capacity)
+        #: tiers that hold copies only (spec/movement.md MV15): no primary, not admission's
+        self.copy_tiers = copy_tiers
         self.rules = rules
         #: the index of the op being applied (the engine's ``op_index``: a use's ``last_op``)
         self.op_index = -1
@@ -561,6 +564,8 @@ class Shadow(FollowsCopies, ShadowState):
                     )
                 if not rewrite and (cls := c.within(uids)) is not r.state:
                     bad(f"alloc of block {r.block} logged as {r.state.value}; it is {cls.value}")
+                if r.tier in self.copy_tiers:
+                    bad(f"block {r.block} written in tier {r.tier}, which holds copies only")
                 if freed is not None and r.tier != freed:
                     bad(f"block {r.block} written in tier {r.tier}, the victim's was {freed} (M4)")
                 pt = place_tiers.pop(0) if place_tiers and not rewrite else None
@@ -657,7 +662,8 @@ class Shadow(FollowsCopies, ShadowState):
         needed = sum(1 for key, _ in misses if key is None or key not in self.resident)
         # between inferences every used slot holds an indexed block (partial and bypassed blocks
         # leave at their inference's commit, rejected writes at its roll-back)
-        free = sum(self.capacity.values()) - len(self.resident)
+        free = sum(n for t, n in self.capacity.items() if t not in self.copy_tiers)
+        free -= len(self.resident)
         if needed <= free:
             return Admission(needed, free, 0, 0)
         evictable = self.resident - flight

@@ -92,6 +92,8 @@ class FollowsCopies:
     _batches: dict[str, tuple[frozenset[BlockKey], bool]]
     #: the copies the inference used (loaded, offered), for a tail-first restamp (MV13)
     _used_now: list[tuple[int, BlockKey, str]]
+    #: the inference's loads not yet stamped (:meth:`_flush`)
+    _loads_now: list[tuple[int, BlockKey, str]]
 
     def _free_slots(self, loose: Counter[str]) -> dict[str, int]:
         """Each tier's free slots by the model's own count: the Shadow's (it overrides this)."""
@@ -101,10 +103,12 @@ class FollowsCopies:
         """An inference's records begin."""
         self._batches = {}
         self._used_now = []
+        self._loads_now = []
 
     def _end_copies(self) -> None:
         """An inference committed: under ``tail_first`` every copy it used is used again, its
         head last (MV13)."""
+        self._flush()
         if self.copies.rules.tail_first and self._used_now:
             for _, key, tier in sorted(self._used_now, key=lambda u: -u[0]):
                 if self.copies.has(key, tier):
@@ -140,6 +144,7 @@ class FollowsCopies:
 
     def _follow_copy(self, r: CopyObs, loose: Counter[str], todo: list[Observation]) -> None:
         """A demotion's or an offload's copy (MV2, MV3): where it may go, what it came to."""
+        self._flush()
         bad = self.problems.append
         ti = self.tier_index
         if ti and (r.tier not in ti or ti[r.tier] <= ti.get(r.from_tier, len(ti))):
@@ -173,10 +178,23 @@ class FollowsCopies:
                 self._used_now.append((r.depth, r.key, r.tier))
 
     def _follow_load(self, r: LoadObs) -> None:
-        """A load read its copy (the checks of which copy are the Shadow's)."""
+        """A load read its copy (the checks of which copy are the Shadow's); its use is
+        stamped with the op's other loads, before the next copy or drop (:meth:`_flush`)."""
         if r.from_tier not in self.copies.exclusive:
-            self.copies.use(r.key, r.from_tier)
-            self._used_now.append((r.depth, r.key, r.from_tier))
+            self._loads_now.append((r.depth, r.key, r.from_tier))
+
+    def _flush(self) -> None:
+        """The op's loads so far, used: in log order, or head last under ``tail_first``."""
+        loads = self._loads_now
+        if not loads:
+            return
+        if self.copies.rules.tail_first:
+            loads = sorted(loads, key=lambda u: -u[0])
+        for _, key, tier in loads:
+            if self.copies.has(key, tier):
+                self.copies.use(key, tier)
+        self._used_now += self._loads_now
+        self._loads_now = []
 
     def _follow_drop(
         self,
@@ -186,6 +204,7 @@ class FollowsCopies:
         todo: Sequence[Observation] = (),
     ) -> None:
         """A copy leaving its tier (MV2, MV5); ``todo``: the records after it."""
+        self._flush()
         bad = self.problems.append
         if not self.copies.has(r.key, r.tier):
             bad(f"dropped a copy of {r.key} from tier {r.tier}, which holds none")

@@ -33,6 +33,8 @@ def config_to_toml(config: EngineConfig) -> str:
             lines.append(f"read_gbps = {t.read_gbps}")
         if t.copies != "inclusive":
             lines.append(f'copies = "{t.copies}"')
+        if t.copies_only:
+            lines.append("copies_only = true")
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,284 @@
+"""A real tiered engine under test: vLLM's offloading tier stacked under its GPU ``BlockPool``.
+
+No vLLM code is part of kvmodel. The files come from the vLLM wheel fetched at test time
+(:func:`checkers.conformance.vllm_pool.fetch_sources`): the scheduler side of the offloading
+tier, ``vllm/v1/kv_offload/cpu/manager.py`` (``CPUOffloadingManager``) with every CPU
+replacement policy the wheel ships (``cpu/policies/lru.py``, ``cpu/policies/arc.py``, registered
+by its own ``CachePolicyFactory``), executed against stub modules of ours (no torch, no config),
+optionally after a deliberate perturbation (:data:`PERTURBATIONS`).
+
+:class:`VLLMOffloading` is an :class:`~checkers.conformance.lockstep.Implementation` for a
+two-tier configuration (the GPU pool, then the CPU tier, whose ``blocks`` are the manager's
+chunks). Per ``infer`` op it plays the part of vLLM's scheduler with the offloading connector,
+one request run to completion, every caching decision made by vLLM's code:
+
+1. the GPU lookup, admission and allocation of :class:`~checkers.conformance.vllm_pool.
+   VLLMBlockPool` (the real ``BlockPool``);
+2. the connector's lookup (``_maximal_prefix_lookup``): ``lookup`` of each full prompt block
+   after the GPU hits, by the block's offload key, until the first ``MISS``; the hits are
+   *loads*: they take GPU blocks as misses do (admission counts them), ``prepare_load`` pins
+   them and ``complete_load`` releases them once the request is allocated -- a refused request
+   loads nothing;
+3. the store (``_build_store_jobs``, chunk-level, one block a chunk): the request's full
+   blocks from its start when it loaded nothing, else from the end of its loads, offered to
+   ``prepare_store`` at once; what it stores is completed (``complete_store``), what it evicts
+   is logged, and the request is finished (``on_request_finished``).
+
+Records are the model's (spec/movement.md MV8): a ``load`` per loaded block, a ``copy`` per
+offered block (``written`` if stored, ``held`` if the tier had it ready, ``no-room`` if the store
+failed), a ``drop-copy`` (``room``) per chunk the store evicted. The reference is
+``vllm-offload`` (spec/movement.md MV13). Deliberate differences, as in ``vllm_pool``: every
+full block is stored, the last token's included (vLLM stops one token short of a finished
+request's end), and the GPU lookup may hit the prompt's last token.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from checkers.conformance.adapters import (
+    Records,
+    Request,
+    _installed,
+    load_module,
+    stub_module,
+)
+from checkers.conformance.vllm_pool import (
+    OFFLOAD_FILES,
+    BlockPoolModules,
+    VLLMBlockPool,
+    VLLMUnavailableError,
+    _stubs,
+)
+from kvmodel.config import EngineConfig
+from kvmodel.errors import ConfigError
+from kvmodel.ids import BlockKey
+
+__all__ = [
+    "CPU_POLICIES",
+    "PERTURBATIONS",
+    "OffloadModules",
+    "VLLMOffloading",
+    "load_offload",
+]
+
+#: the CPU replacement policies this adapter drives, by the name vLLM registers them under
+CPU_POLICIES = ("lru", "arc")
+
+#: name -> (file, text, replacement): deliberate bugs planted in a copy of vLLM's source
+PERTURBATIONS: Mapping[str, tuple[str, str, str]] = {
+    # the store's eviction forgets to protect the offered keys: a request can evict a copy it
+    # is about to rely on as stored
+    "store-evicts-own-offer": (
+        "cpu/manager.py",
+        "protected = set(keys)",
+        "protected = set()",
+    ),
+    # the LRU policy refreshes a finished request's keys head to tail: the head leaves first
+    "lru-head-first": (
+        "cpu/policies/lru.py",
+        "self._update_recency(reversed(order_request_keys(key_groups, req_context)))",
+        "self._update_recency(order_request_keys(key_groups, req_context))",
+    ),
+}
+
+_PACKAGES = (
+    "vllm.v1.kv_offload",
+    "vllm.v1.kv_offload.cpu",
+    "vllm.v1.kv_offload.cpu.policies",
+    "vllm.v1.metrics",
+    "vllm.distributed.kv_transfer",
+    "vllm.distributed.kv_transfer.kv_connector",
+    "vllm.distributed.kv_transfer.kv_connector.v1",
+    "vllm.distributed.kv_transfer.kv_connector.v1.offloading",
+)
+
+
+def _offload_stubs() -> dict[str, Any]:
+    stubs: dict[str, Any] = dict(_stubs())
+    stubs["torch"] = stub_module("torch")
+    stubs["vllm.v1.kv_hints"] = stub_module("vllm.v1.kv_hints")
+    stubs["vllm.v1.kv_offload.config"] = stub_module("vllm.v1.kv_offload.config")
+    stubs["vllm.v1.metrics.cache_hit_source"] = stub_module("vllm.v1.metrics.cache_hit_source")
+    name = "vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics"
+    stubs[name] = stub_module(name)
+    for p in _PACKAGES:
+        stubs[p] = stub_module(p)
+    return stubs
+
+
+def _module_name(file: str) -> str:
+    return file.removesuffix(".py").replace("/", ".")
+
+
+@attrs.frozen
+class OffloadModules:
+    """vLLM's offloading manager and its CPU policies, loaded (and perturbed if asked)."""
+
+    manager: Any  #: the ``cpu/manager.py`` module
+    base: Any  #: the ``kv_offload/base.py`` module (keys, results, request contexts)
+    policies: Mapping[str, type]  #: each registered CPU policy's class, by its name
+    perturbation: str | None
+
+
+def load_offload(src: Path, perturbation: str | None = None) -> OffloadModules:
+    """Execute vLLM's offloading files (perturbed if asked) against our stubs."""
+    if perturbation is not None and perturbation not in PERTURBATIONS:
+        raise ConfigError(
+            f"unknown perturbation {perturbation!r}; known: {', '.join(PERTURBATIONS)}"
+        )
+    texts = {f: (src / f).read_text() for f in OFFLOAD_FILES}
+    if perturbation is not None:
+        rel, old, new = PERTURBATIONS[perturbation]
+        f = f"vllm/v1/kv_offload/{rel}"
+        if texts[f].count(old) != 1:
+            raise VLLMUnavailableError(f"perturbation {perturbation!r} no longer applies to {f}")
+        texts[f] = texts[f].replace(old, new)
+    stubs = _offload_stubs()
+    try:
+        loaded = load_module(
+            [(_module_name(f), str(src / f), texts[f]) for f in OFFLOAD_FILES], stubs
+        )
+    except ConfigError as e:
+        raise VLLMUnavailableError(str(e)) from e
+    # vLLM's factory imports a policy's module by name when a manager asks for it: resolve
+    # each registered one now, against the modules just loaded, and keep the classes
+    factory = loaded["vllm.v1.kv_offload.cpu.policies.factory"].CachePolicyFactory
+    with _installed(("vllm", "torch"), {**stubs, **loaded}):
+        classes = {name: loader() for name, loader in factory._registry.items()}
+    factory._registry = {name: functools.partial(lambda c: c, c) for name, c in classes.items()}
+    return OffloadModules(
+        loaded["vllm.v1.kv_offload.cpu.manager"],
+        loaded["vllm.v1.kv_offload.base"],
+        classes,
+        perturbation,
+    )
+
+
+class VLLMOffloading(VLLMBlockPool):
+    """vLLM's GPU ``BlockPool`` with its offloading tier (``CPUOffloadingManager`` under one of
+    its CPU policies) as a lockstep implementation: every decision is vLLM's. The GPU side is
+    :class:`~checkers.conformance.vllm_pool.VLLMBlockPool`'s (its hooks, on the first tier)."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        pool: BlockPoolModules,
+        offload: OffloadModules,
+        cpu_policy: str = "lru",
+    ) -> None:
+        if len(config.tiers) != 2:
+            raise ConfigError(
+                "vLLM with its offloading tier is two tiers: the GPU pool, then the CPU tier "
+                "(two [[tiers]] entries)"
+            )
+        if cpu_policy not in offload.policies:
+            raise ConfigError(
+                f"unknown CPU policy {cpu_policy!r}; vLLM {list(offload.policies)} registered"
+            )
+        gpu, cpu = config.tiers
+        super().__init__(attrs.evolve(config, tiers=(gpu,)), pool)
+        self.base = offload.base
+        self.cpu_tier = cpu.name
+        self.manager = offload.manager.CPUOffloadingManager(cpu.blocks, cache_policy=cpu_policy)
+        self._requests = 0
+
+    # ------------------------------------------------------------------ one request
+
+    def _context(self, r: Request, keys: Sequence[bytes]) -> Any:
+        """vLLM's ``ReqContext`` for the request, each offload key at its end token (as the
+        scheduler's ``update_offload_keys`` records them)."""
+        self._requests += 1
+        ctx = self.base.ReqContext(req_id=f"req-{self._requests}")
+        for d, key in enumerate(keys):
+            ctx.set_offload_key_position(key, (d + 1) * r.block_size)
+        self.manager.on_new_request(ctx)
+        return ctx
+
+    def _infer(self, r: Request, t: float) -> list[dict[str, Any]]:
+        m, base = self.manager, self.base
+        rec = Records(r.index, self.tier, t)
+        pages = self.lookup(r)  # (computes the request's block hashes too)
+        hits = len(pages)
+        okeys = [base.make_offload_key(h, 0) for h in self._hashes]
+        ctx = self._context(r, okeys)
+        loads = 0
+        for d in range(hits, r.prompt_blocks):  # the connector's prefix lookup
+            if m.lookup(okeys[d], ctx) is base.LookupResult.MISS:
+                break
+            loads += 1
+        rec.infer(r, hits)
+        for d, page in enumerate(pages):
+            rec.hit(r, d, self._named(page))
+        need = len(r.keys) - hits
+        victims = self.make_room(r, hits, need)
+        if victims is None:  # refused: the scheduler never allocates, so loads nothing
+            rec.reject(r, need, self.available(r, hits))
+            m.on_request_finished(ctx)
+            return rec.out
+        for e in victims:
+            rec.evict(r, e)
+        loaded = okeys[hits : hits + loads]
+        if loaded:
+            m.prepare_load(loaded, ctx)
+            m.complete_load(loaded, ctx)
+        self._writes(rec, r, hits)
+        for d in range(hits, hits + loads):
+            self._load(rec, r, d)
+        self._store(rec, r, ctx, okeys, 0 if not loads else hits + loads)
+        m.on_request_finished(ctx)
+        return rec.out
+
+    def _load(self, rec: Records, r: Request, d: int) -> None:
+        rec.out.append(
+            {
+                "t": rec.t, "op": rec.index, "kind": "load", "ctx": r.ctx, "block": None,
+                "key": r.keys[d], "depth": d, "from_tier": self.cpu_tier, "tier": self.tier,
+            }
+        )  # fmt: skip
+
+    def _store(
+        self, rec: Records, r: Request, ctx: Any, okeys: Sequence[bytes], first: int
+    ) -> None:
+        """The connector's store of the request's full blocks from depth ``first``."""
+        m, base = self.manager, self.base
+        offer = list(okeys[first : r.full_blocks])
+        if not offer:
+            return
+        ready = {k for k in offer if m.lookup(k, ctx) is base.LookupResult.HIT}
+        out = m.prepare_store(offer, ctx)
+        stored = set(out.keys_to_store) if out is not None else set()
+        key_of = self._spec_key(r, okeys)
+        for k in out.evicted_keys if out is not None else ():
+            rec.out.append(
+                {
+                    "t": rec.t, "op": rec.index, "kind": "drop-copy", "key": key_of(k),
+                    "tier": self.cpu_tier, "reason": "room",
+                }
+            )  # fmt: skip
+        for d, k in enumerate(offer, start=first):
+            result = "held" if k in ready else "written" if k in stored else "no-room"
+            rec.out.append(
+                {
+                    "t": rec.t, "op": rec.index, "kind": "copy", "ctx": r.ctx,
+                    "key": r.keys[d], "depth": d, "from_tier": self.tier,
+                    "tier": self.cpu_tier, "reason": "offload", "result": result,
+                }
+            )  # fmt: skip
+        if out is not None and stored:
+            m.complete_store(list(out.keys_to_store), ctx)
+
+    def _spec_key(self, r: Request, okeys: Sequence[bytes]) -> Callable[[bytes], str]:
+        """The spec key of the block an offload key names (its block hash, less the group)."""
+        key_of = self.key_of
+
+        def name(k: bytes) -> str:
+            key: BlockKey | None = key_of.get(bytes(k[:-4]))
+            return str(key) if key is not None else f"(offload key {bytes(k).hex()[:12]})"
+
+        return name
