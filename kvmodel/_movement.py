@@ -163,17 +163,17 @@ class Movement:
         reason: str,
         keep: AbstractSet[BlockKey] = frozenset(),
         fits: bool = True,
-    ) -> None:
-        """A copy of ``b`` into ``tier`` (MV3); ``keep``: copies that may not leave for its room
-        (its batch's); ``fits``: False when its batch found no room, so a new copy is not made
-        (MV13)."""
+    ) -> str:
+        """A copy of ``b`` into ``tier`` (MV3), and what it came to (:class:`CopyResult`);
+        ``keep``: copies that may not leave for its room (its batch's); ``fits``: False when its
+        batch found no room, so a new copy is not made (MV13)."""
         e, st = self.e, self.stats
         key = b.spec.key
         assert key is not None
         if fits or key in self.copies.order[tier]:
             made = self.copies.write(key, tier, keep)
         else:
-            made = False
+            made = False  # (its store found no room, MV13)
         if made is None:
             result = CopyResult.HELD
             st.copies_held += 1
@@ -198,6 +198,7 @@ class Movement:
                     result,
                 )
             )
+        return result
 
     # ------------------------------------------------------------------ decisions
 
@@ -245,7 +246,7 @@ class Movement:
         e, st = self.e, self.stats
         rules = self.copies.rules
         bs = e.block_size
-        #: the copies this inference used, for a tail-first restamp: (depth, key, tier)
+        #: the copies this inference read and still holds: (depth, key, tier)
         used: list[tuple[int, BlockKey, TierName]] = []
         for spec, b, _, _ in placed[:loads]:
             key = spec.key
@@ -265,28 +266,69 @@ class Movement:
                     )
                 )
             self.copies.read(key, src)
-            if rules.tail_first:
+            if key in self.copies.order[src]:
                 used.append((spec.depth, key, src))
-        if used:  # the loads, used head last (vLLM ranks a request's reads so: MV13)
+        if used and rules.tail_first:  # the loads, used head last (vLLM ranks reads so: MV13)
             self.copies.use((k, t) for _, k, t in reversed(used))
         offers = self._offers(c, placed, loads, kept, run)
+        if not offers and not used:
+            return
         keep: dict[TierName, set[BlockKey]] = {}
         fits: dict[TierName, bool] = {}
-        if rules.batch and offers:
-            for b, tier in offers:
-                assert b.spec.key is not None
-                keep.setdefault(tier, set()).add(b.spec.key)
-            for tier, keys in keep.items():
-                new = sum(1 for k in keys if k not in self.copies.order[tier])
-                fits[tier] = self.copies.room(tier, new, keys)
+        if rules.batch:
+            self._store(offers, keep, fits)
+        written: set[tuple[BlockKey, TierName]] = set()
+        held: set[tuple[BlockKey, TierName]] = set()
         for b, tier in offers:
             st.offloads += 1
-            self._copy(c.id, b, tier, "offload", keep.get(tier, frozenset()), fits.get(tier, True))
-            if rules.tail_first and b.spec.key in self.copies.order[tier]:
-                used.append((b.depth, b.spec.key, tier))  # type: ignore[arg-type]
-        if used:  # every copy the request used, its head the most recent (MV13)
+            k = b.spec.key
+            assert k is not None
+            result = self._copy(
+                c.id, b, tier, "offload", keep.get(tier, set()), fits.get(tier, True)
+            )
+            if result == CopyResult.WRITTEN:
+                written.add((k, tier))
+            elif result == CopyResult.HELD:
+                held.add((k, tier))
+            if result != CopyResult.NO_ROOM:
+                used.append((b.depth, k, tier))
+        if rules.tail_first and used:  # every copy the request used, head most recent (MV13)
             used.sort(key=lambda u: -u[0])
             self.copies.use((k, t) for _, k, t in used)
+        if self.copies.arc is not None:  # (what ARC learns of the request at its end, MV17)
+            reused = {(k, t) for _, k, t in used} - written
+            for tier in {t for _, _, t in used}:
+                self.copies.finished(
+                    tier,
+                    [k for _, k, t in sorted(used, key=lambda u: u[0]) if t == tier],
+                    {k for k, t in written if t == tier},
+                    {k for k, t in reused if t == tier},
+                )
+
+    def _store(
+        self,
+        offers: Sequence[tuple[ResidentBlock, TierName]],
+        keep: dict[TierName, set[BlockKey]],
+        fits: dict[TierName, bool],
+    ) -> None:
+        """An inference's offloads as one store per tier (MV13): ``keep`` each tier's offered
+        keys, ``fits`` whether its new copies fit; the room they need made first, together."""
+        copies = self.copies
+        new: dict[TierName, list[BlockKey]] = {}
+        for b, tier in offers:
+            k = b.spec.key
+            assert k is not None
+            if k not in keep.setdefault(tier, set()):
+                keep[tier].add(k)
+                if k not in copies.order[tier]:
+                    new.setdefault(tier, []).append(k)
+        for tier, keys in keep.items():
+            fresh = new.get(tier, [])
+            copies.missed(tier, fresh)
+            fits[tier] = copies.room(tier, len(fresh), keys)
+            short = copies.count(tier) + len(fresh) - self.e.memory.free_count(tier)
+            if fits[tier] and short > 0:
+                copies.make_room(tier, short, keys)
 
     def _offers(
         self,

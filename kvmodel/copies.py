@@ -26,8 +26,10 @@ from kvmodel.ids import BlockKey, TierName
 from kvmodel.memory import Memory
 
 __all__ = [
+    "ARC",
     "COPY_MODES",
     "DEFAULT_COPY_RULES",
+    "VLLM_ARC_COPY_RULES",
     "VLLM_COPY_RULES",
     "CopyRules",
     "CopyStore",
@@ -62,18 +64,129 @@ class CopyRules:
     #: request's full blocks from its start when it loaded nothing (hits included), else the
     #: blocks after its loads
     offer: str = "written"
+    #: which live copy leaves for room (MV5, MV17): ``"lru"``, the least recently used;
+    #: ``"arc"``, adaptive replacement (vLLM's ``arc`` CPU policy: recent and frequent lists,
+    #: ghosts of both, a target that adapts on ghost hits)
+    order: str = "lru"
 
     OFFERS: ClassVar[frozenset[str]] = frozenset({"written", "request"})
+    ORDERS: ClassVar[frozenset[str]] = frozenset({"lru", "arc"})
 
     def __attrs_post_init__(self) -> None:
         if self.offer not in self.OFFERS:
             raise ConfigError(f"CopyRules.offer must be one of {sorted(self.OFFERS)}")
+        if self.order not in self.ORDERS:
+            raise ConfigError(f"CopyRules.order must be one of {sorted(self.ORDERS)}")
+        if self.order == "arc" and (self.dead_first or not self.batch):
+            raise ConfigError(
+                "CopyRules.order = 'arc' keeps no Dead-first order and stores batches"
+            )
 
 
 #: the rules of MV3 and MV5, what a policy that declares none keeps
 DEFAULT_COPY_RULES = CopyRules()
 #: vLLM 0.33's offloading connector over its CPU tier's LRU policy (spec/movement.md MV13)
 VLLM_COPY_RULES = CopyRules(dead_first=False, tail_first=True, batch=True, offer="request")
+#: ... and over its ARC policy (MV17)
+VLLM_ARC_COPY_RULES = attrs.evolve(VLLM_COPY_RULES, order="arc")
+
+
+class ARC:
+    """One tier's adaptive replacement state (spec/movement.md MV17): ``t1`` the copies used
+    once since they were written, ``t2`` those reused, each least recent first; ``b1`` and
+    ``b2`` the keys lately dropped from each (ghosts, at most ``capacity`` each); ``target`` the
+    share of the tier ``t1`` aims at, moved by ghost hits."""
+
+    __slots__ = ("b1", "b2", "capacity", "t1", "t2", "target")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.target = 0.0
+        self.t1: OrderedDict[BlockKey, None] = OrderedDict()
+        self.t2: OrderedDict[BlockKey, None] = OrderedDict()
+        self.b1: OrderedDict[BlockKey, None] = OrderedDict()
+        self.b2: OrderedDict[BlockKey, None] = OrderedDict()
+
+    def insert(self, key: BlockKey) -> None:
+        """A new copy: most recent of ``t1``, no longer a ghost."""
+        self.t1[key] = None
+        self.b1.pop(key, None)
+        self.b2.pop(key, None)
+
+    def discard(self, key: BlockKey) -> None:
+        """A copy gone other than for room (no ghost kept)."""
+        if self.t1.pop(key, 0) == 0:
+            self.t2.pop(key, None)
+
+    def missed(self, keys: Sequence[BlockKey]) -> None:
+        """A store is about to write ``keys`` (in chain order): each that is a ghost moves the
+        target (a ``b1`` ghost toward recency, a ``b2`` one toward frequency), tail first."""
+        for key in reversed(keys):
+            if key in self.b1:
+                step = max(1.0, len(self.b2) / len(self.b1))
+                self.target = min(self.target + step, float(self.capacity))
+                self.b1.move_to_end(key)
+            elif key in self.b2:
+                step = max(1.0, len(self.b1) / len(self.b2))
+                self.target = max(self.target - step, 0.0)
+                self.b2.move_to_end(key)
+
+    def victims(self, n: int, keep: AbstractSet[BlockKey]) -> list[tuple[BlockKey, bool]]:
+        """The ``n`` copies to drop for room, never one in ``keep``, each with whether it came
+        from ``t1``: from ``t1`` while it holds at least the target, else from ``t2``, else
+        ``t1`` again; each list scanned once, least recent first."""
+        out: list[tuple[BlockKey, bool]] = []
+        size1 = len(self.t1)
+        one = (k for k in self.t1 if k not in keep)
+        two = (k for k in self.t2 if k not in keep)
+        for _ in range(n):
+            key = next(one, None) if size1 >= int(self.target) else None
+            from_t1 = key is not None
+            if key is None:
+                key = next(two, None)
+            if key is None:
+                key, from_t1 = next(one, None), True
+            if key is None:
+                break
+            if from_t1:
+                size1 -= 1
+            out.append((key, from_t1))
+        return out
+
+    def dropped(self, gone: Sequence[tuple[BlockKey, bool]]) -> None:
+        """``gone`` (from :meth:`victims`) left for room: each becomes a ghost of its list;
+        each ghost list is then cut to ``capacity``, oldest first."""
+        for key, from_t1 in gone:
+            if from_t1:
+                del self.t1[key]
+                self.b1[key] = None
+            else:
+                del self.t2[key]
+                self.b2[key] = None
+        for ghosts in (self.b1, self.b2):
+            while len(ghosts) > self.capacity:
+                ghosts.popitem(last=False)
+
+    def finished(
+        self,
+        keys: Sequence[BlockKey],
+        written: AbstractSet[BlockKey],
+        reused: AbstractSet[BlockKey],
+    ) -> None:
+        """An inference that used ``keys`` (chain order) ended, its head the most recent: a copy
+        it only wrote stays in its list, made most recent; one it reused (read, or found held)
+        moves to ``t2``, most recent."""
+        for key in reversed(keys):
+            if key in written and key not in reused:
+                lst = self.t1 if key in self.t1 else self.t2 if key in self.t2 else None
+                if lst is not None:
+                    lst.move_to_end(key)
+            elif key in reused:
+                if key in self.t1:
+                    del self.t1[key]
+                    self.t2[key] = None
+                elif key in self.t2:
+                    self.t2.move_to_end(key)
 
 
 class DropReason:
@@ -163,6 +276,10 @@ class CopyStore:
         }
         #: key -> the tiers holding a copy of it
         self.at: dict[BlockKey, set[TierName]] = {}
+        #: under ``rules.order == "arc"``: each tier's adaptive replacement state (MV17)
+        self.arc: dict[TierName, ARC] | None = (
+            {t.name: ARC(t.blocks) for t in memory.tiers} if rules.order == "arc" else None
+        )
         refs.on_change = self._liveness
 
     # ------------------------------------------------------------------ queries
@@ -216,7 +333,40 @@ class CopyStore:
             self.dead[tier][key] = None
         self.at.setdefault(key, set()).add(tier)
         self.memory.write_copy(tier)
+        if self.arc is not None:
+            self.arc[tier].insert(key)
         return True
+
+    def make_room(self, tier: TierName, n: int, keep: AbstractSet[BlockKey]) -> None:
+        """Drop ``n`` copies of ``tier`` for room, none in ``keep`` (a store's, MV13), chosen
+        together as the order chooses them (MV5, MV17)."""
+        if self.arc is None:
+            for _ in range(n):
+                self._drop_first(tier, keep)
+            return
+        arc = self.arc[tier]
+        gone = arc.victims(n, keep)
+        if self.chooser is not None:  # (the order is total: each pick has one admissible)
+            gone = [(self.chooser(tier, [k]), t1) for k, t1 in gone]
+        arc.dropped(gone)
+        for key, _ in gone:
+            self.drop(key, tier, DropReason.ROOM)
+
+    def missed(self, tier: TierName, keys: Sequence[BlockKey]) -> None:
+        """A store into ``tier`` is about to write ``keys`` (ARC's ghost hits, MV17)."""
+        if self.arc is not None:
+            self.arc[tier].missed(keys)
+
+    def finished(
+        self,
+        tier: TierName,
+        keys: Sequence[BlockKey],
+        written: AbstractSet[BlockKey],
+        reused: AbstractSet[BlockKey],
+    ) -> None:
+        """An inference that used ``keys`` of ``tier`` ended (ARC's frequency, MV17)."""
+        if self.arc is not None:
+            self.arc[tier].finished(keys, written, reused)
 
     def room(self, tier: TierName, new: int, keep: AbstractSet[BlockKey]) -> bool:
         """Can ``tier`` take ``new`` more copies, dropping only copies outside ``keep`` (an
@@ -249,6 +399,8 @@ class CopyStore:
             self._drop_first(tier)
 
     def drop(self, key: BlockKey, tier: TierName, reason: str) -> None:
+        if self.arc is not None and key in self.order[tier]:
+            self.arc[tier].discard(key)  # (a no-op for one ARC already made a ghost)
         del self.order[tier][key]
         self.dead[tier].pop(key, None)
         tiers = self.at[key]
@@ -268,6 +420,9 @@ class CopyStore:
         """Room in ``tier``: its first Dead copy (under ``rules.dead_first``), else its least
         recently used (MV5), never one in ``keep``; the :attr:`chooser`'s pick among the
         admissible ones when it has one."""
+        if self.arc is not None:
+            self.make_room(tier, 1, keep)
+            return
         dead = self.dead[tier] if self.rules.dead_first else None
         if self.chooser is None and not keep:  # (the plain case: O(1))
             key = next(iter(dead if dead else self.order[tier]))

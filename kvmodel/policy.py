@@ -95,6 +95,7 @@ BUILTIN_POLICIES: Mapping[str, str] = {
     "ttl": "policies.prediction:TTL",
     "vllm-prefix": "policies.vllm_prefix:VLLMPrefix",
     "vllm-offload": "policies.offload:VLLMOffload",
+    "vllm-offload-arc": "policies.offload:VLLMOffloadARC",
 }
 
 

@@ -12,6 +12,8 @@ Each keeps its primaries in the first tier and keeps copies in the next one down
   the CPU tier as one store (its whole prefix when it loaded nothing, else what it computed), the
   CPU tier orders its copies by the last request that used them, a request's head last, and
   cannot tell Dead KV from live (spec/movement.md MV13, :data:`kvmodel.copies.VLLM_COPY_RULES`).
+* ``vllm-offload-arc`` -- the same over vLLM's ``arc`` CPU policy: the CPU tier's copies leave
+  by adaptive replacement (MV17, :data:`kvmodel.copies.VLLM_ARC_COPY_RULES`).
 * ``kvtether-offload`` -- KVTether, moving by lifecycle: Dead KV dropped from every tier (its
   declared reclaim drops Dead copies too), a Suspended victim -- a context waiting on its tool or
   sub-agent -- demoted and loaded back when it returns, Active victims dropped, Temporary KV
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kvmodel.copies import VLLM_COPY_RULES, CopyRules
+from kvmodel.copies import VLLM_ARC_COPY_RULES, VLLM_COPY_RULES, CopyRules
 from kvmodel.lifecycle import BlockClass
 from kvmodel.policy import Placement
 from kvmodel.view import ModelView, NewBlock
@@ -30,7 +32,7 @@ from policies.kvtether import KVTether
 from policies.lru import LRU
 from policies.vllm_prefix import VLLMPrefix
 
-__all__ = ["KVTetherOffload", "LRUDemote", "LRUOffload", "VLLMOffload"]
+__all__ = ["KVTetherOffload", "LRUDemote", "LRUOffload", "VLLMOffload", "VLLMOffloadARC"]
 
 _C = BlockClass
 _LIVE = frozenset({_C.ACTIVE, _C.SUSPENDED, _C.PINNED})
@@ -74,3 +76,8 @@ class VLLMOffload(VLLMPrefix):
 
     def place(self, view: ModelView, block: NewBlock) -> Placement:
         return Placement(view.tier_names()[:1])
+
+
+class VLLMOffloadARC(VLLMOffload):
+    name: ClassVar[str] = "vllm-offload-arc"
+    copy_rules: ClassVar[CopyRules] = VLLM_ARC_COPY_RULES

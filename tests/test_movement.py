@@ -318,7 +318,11 @@ def test_vllm_rules_drop_the_oldest_request_tail_first() -> None:
     ops = (*turn(0, "a", "s", "A", 12), *turn(1, "b", "s", "B", 8))
     got = _copy_log("vllm-offload", _cfg(8, 4), *ops)
     assert got[2] == ["copy a0 written", "copy a1 written", "copy a2 written"]
-    assert got[5] == ["copy b0 written", "drop a2 room", "copy b1 written"]
+    assert got[5] == [
+        "drop a2 room",
+        "copy b0 written",
+        "copy b1 written",
+    ]  # (a store's room first)
     default = _copy_log("lru-offload", _cfg(8, 4), *ops)
     assert default[5] == ["copy b0 written", "drop a0 room", "copy b1 written"]
 
@@ -405,3 +409,20 @@ def test_copies_only_in_config() -> None:
         parse_config({"tiers": [{**hbm, "copies_only": "yes"}]})
     with pytest.raises(ConfigError, match="a primary has nowhere to go"):
         parse_config({"tiers": [{**hbm, "copies_only": True}]})
+
+
+def test_arc_keeps_a_reused_copy_where_lru_drops_it() -> None:
+    """vLLM's ARC CPU policy (MV17): a copy read again (found held by a later request) moves to
+    the frequent list, and a store's room is taken from the recent list first, so the reused
+    copy outlives newer once-used ones; LRU drops it as the least recently used."""
+    ops = (
+        *turn(0, "a", "s", "A", 4),  # a0 stored (recent list)
+        {"op": "append", "t": 1, "ctx": "a", "messages": [msg("A2", 2)]},
+        {"op": "infer", "t": 1, "ctx": "a", "output": []},  # a0 held: reused, to the frequent
+        *turn(2, "b", "s", "B", 4),
+        *turn(3, "c", "s", "C", 4),  # the copy tier (3) is full: a0 | b0 c0
+        *turn(4, "d", "s", "D", 4),
+    )
+    cfg = _copy_tier_cfg(16, 3)
+    assert _copy_log("vllm-offload-arc", cfg, *ops)[13] == ["drop b0 room", "copy d0 written"]
+    assert _copy_log("vllm-offload", cfg, *ops)[13] == ["drop a0 room", "copy d0 written"]

@@ -44,6 +44,10 @@ def offload(vllm_src: Path) -> OffloadModules:
     return load_offload(vllm_src)
 
 
+#: the kvmodel policy that agrees with each CPU policy vLLM 0.33 registers
+REFERENCE = {"lru": "vllm-offload", "arc": "vllm-offload-arc"}
+
+
 def _same(impl: VLLMOffloading, _config: EngineConfig) -> VLLMOffloading:
     """The one implementation, whatever the configuration (it was built for the trace's)."""
     return impl
@@ -66,16 +70,23 @@ def _run(
         cfg = _cfg(int(rng.integers(6, 14)), int(rng.integers(*cpu)))
         cap = int(rng.integers(20, 48))
         tr = vllm_comparable(random_trace(RandomParams(seed=seed, ops=80, max_context_tokens=cap)))
-        impl = VLLMOffloading(cfg, vllm_pool, off, cpu_policy)
-        v = run_lockstep(tr, functools.partial(_same, impl), "vllm-offload", cfg, coverage)
+        impl = VLLMOffloading(cfg, vllm_pool, off, cpu_policy.removesuffix("-as-lru"))
+        v = run_lockstep(
+            tr,
+            functools.partial(_same, impl),
+            REFERENCE.get(cpu_policy, "vllm-offload"),
+            cfg,
+            coverage,
+        )
         verdicts[v.verdict] += 1
     return verdicts, coverage
 
 
-def test_the_real_offloading_tier_agrees_with_vllm_offload(
-    vllm_pool: BlockPoolModules, offload: OffloadModules
+@pytest.mark.parametrize("cpu_policy", sorted(REFERENCE))
+def test_the_real_offloading_tier_agrees_with_its_reference(
+    vllm_pool: BlockPoolModules, offload: OffloadModules, cpu_policy: str
 ) -> None:
-    verdicts, cov = _run(vllm_pool, offload, range(1000))
+    verdicts, cov = _run(vllm_pool, offload, range(1000), cpu_policy=cpu_policy)
     assert verdicts == Counter({"OK": 1000})  # zero false alarms
     # pressure in both tiers: GPU evictions, CPU drops for room, loads back, failed stores
     assert cov["evict"] > 20_000
@@ -85,11 +96,21 @@ def test_the_real_offloading_tier_agrees_with_vllm_offload(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("cpu_policy", sorted(REFERENCE))
 def test_the_real_offloading_tier_agrees_on_ten_thousand_traces(
+    vllm_pool: BlockPoolModules, offload: OffloadModules, cpu_policy: str
+) -> None:
+    verdicts, _ = _run(vllm_pool, offload, range(1000, 10_000), cpu_policy=cpu_policy)
+    assert verdicts == Counter({"OK": 9000})
+
+
+def test_the_cpu_policies_differ_where_the_references_do(
     vllm_pool: BlockPoolModules, offload: OffloadModules
 ) -> None:
-    verdicts, _ = _run(vllm_pool, offload, range(1000, 10_000))
-    assert verdicts == Counter({"OK": 9000})
+    """ARC judged against the LRU reference diverges (at a drop for room): the references are
+    not interchangeable, so agreeing with each is a claim about that policy."""
+    verdicts, _ = _run(vllm_pool, offload, range(100), cpu_policy="arc-as-lru")
+    assert verdicts["ILLEGAL"] >= 50, verdicts
 
 
 def test_agreement_on_agentic_workloads_and_searched_traces(
@@ -116,22 +137,31 @@ def test_agreement_on_agentic_workloads_and_searched_traces(
 
 
 @pytest.mark.parametrize(
-    ("perturbation", "cpu"),
-    [("lru-head-first", (16, 33)), ("store-evicts-own-offer", (3, 7))],
+    ("perturbation", "cpu", "cpu_policy", "search_cpu"),
+    [
+        ("lru-head-first", (16, 33), "lru", 6),
+        ("store-evicts-own-offer", (3, 7), "lru", 3),
+        ("arc-no-promotion", (6, 17), "arc", 6),
+    ],
 )
-def test_perturbed_copies_are_flagged(  # type: ignore[no-untyped-def]
-    vllm_src, vllm_pool: BlockPoolModules, perturbation: str, cpu: tuple[int, int]
+def test_perturbed_copies_are_flagged(
+    vllm_src: Path,
+    vllm_pool: BlockPoolModules,
+    perturbation: str,
+    cpu: tuple[int, int],
+    cpu_policy: str,
+    search_cpu: int,
 ) -> None:
     """Each planted bug is seen: a CPU LRU that refreshes a request head to tail (so the head
-    leaves first) on a roomy tier, a store that forgets to protect its own offer on a small
-    one (where a request's blocks fill the tier)."""
+    leaves first) on a roomy tier; a store that forgets to protect its own offer on a small one
+    (where a request's blocks fill the tier); an ARC that never promotes a reused copy."""
     off = load_offload(vllm_src, perturbation)
-    verdicts, _ = _run(vllm_pool, off, range(100), cpu=cpu)
-    assert verdicts["ILLEGAL"] >= 50, verdicts
+    verdicts, _ = _run(vllm_pool, off, range(100), cpu=cpu, cpu_policy=cpu_policy)
+    assert verdicts["ILLEGAL"] >= 30, verdicts
     res = differential(
-        lambda c: VLLMOffloading(c, vllm_pool, off),
-        "vllm-offload",
-        _cfg(6, 6 if perturbation == "lru-head-first" else 3),
+        lambda c: VLLMOffloading(c, vllm_pool, off, cpu_policy),
+        REFERENCE[cpu_policy],
+        _cfg(6, search_cpu),
         max_examples=300,
         traces=agent_traces().map(vllm_comparable),
     )

@@ -85,6 +85,12 @@ PERTURBATIONS: Mapping[str, tuple[str, str, str]] = {
         "self._update_recency(reversed(order_request_keys(key_groups, req_context)))",
         "self._update_recency(order_request_keys(key_groups, req_context))",
     ),
+    # ARC forgets to promote a reused copy from its recent list to its frequent one
+    "arc-no-promotion": (
+        "cpu/policies/arc.py",
+        "if key in reused_keys and key in self.t1:",
+        "if key in reused_keys and key in self.t1 and False:",
+    ),
 }
 
 _PACKAGES = (

@@ -59,6 +59,8 @@ class ShadowCopies:
         (MV5): every Dead one if there is one and the rules put them first (the contract does
         not order them), else the least recently used."""
         held = {k: n for k, n in self.held[tier].items() if k not in keep}
+        if self.rules.order == "arc":  # (ARC's order is not re-derived here: MV17)
+            return set(held)
         if self.rules.dead_first:
             dead = {k for k in held if k not in live}
             if dead:
@@ -211,20 +213,32 @@ class FollowsCopies:
             return
         if r.reason == "room":
             free = self._free_slots(loose or Counter()).get(r.tier)
-            if free is not None and self.copies.count(r.tier) < free:
-                bad(f"dropped a copy of {r.key} from tier {r.tier} with room for it (MV1)")
-            # a drop for an offload's copy (the tier full, not over: MV1's fit drops are for a
-            # primary that took a free slot) keeps the offload's batch (MV13)
+            count = self.copies.count(r.tier)
+            # a drop for a store's room (MV13) comes before the store's copies, which it keeps
+            # from leaving; a drop for a primary that took a free slot (MV1) finds the copies
+            # over the free space
             nxt = next((x for x in todo if isinstance(x, CopyObs)), None)
             keep: frozenset[BlockKey] = frozenset()
+            pending = 1 if free is not None and count <= free else 0  # (the copy it makes room for)
             if (
                 self.copies.rules.batch
                 and nxt is not None
                 and nxt.reason == "offload"
                 and nxt.tier == r.tier
-                and (free is None or self.copies.count(r.tier) == free)
+                and (free is None or count <= free)
             ):
                 keep = self._batch(r.tier, todo, loose or Counter())[0]
+                pending = sum(
+                    1
+                    for x in todo
+                    if isinstance(x, CopyObs)
+                    and x.reason == "offload"
+                    and x.tier == r.tier
+                    and not self.copies.has(x.key, r.tier)
+                    and x.result == "written"
+                )
+            if free is not None and count + pending <= free:
+                bad(f"dropped a copy of {r.key} from tier {r.tier} with room for it (MV1)")
             first = self.copies.first_out(r.tier, self._live_keys(), keep)
             if r.key not in first:
                 bad(f"dropped the copy of {r.key} for room; first out is one of {sorted(first)}")

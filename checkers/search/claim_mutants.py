@@ -26,7 +26,7 @@ from policies.discovered import Discovered
 from policies.kvtether import KVTether
 from policies.lachesis import Lachesis, LachesisDet, SegmentClass
 from policies.offline import Belady, OptPlacement
-from policies.offload import KVTetherOffload, LRUDemote, LRUOffload, VLLMOffload
+from policies.offload import KVTetherOffload, LRUDemote, LRUOffload, VLLMOffload, VLLMOffloadARC
 from policies.prediction import TTL
 from policies.tether_lachesis import TetherLachesis
 from policies.vllm_prefix import VLLMPrefix
@@ -79,6 +79,7 @@ __all__ = [
     "ShallowFirstTTL",
     "ShallowFirstVLLM",
     "ShallowFirstVLLMOffload",
+    "ShallowFirstVLLMOffloadARC",
     "StateBlindKVTetherOffload",
     "StateBlindTetherLachesis",
     "suspended_lru",
@@ -384,6 +385,10 @@ class ShallowFirstVLLMOffload(_ShallowFirst, VLLMOffload):
     name: ClassVar[str] = "mutant-shallow-first-vllm-offload"
 
 
+class ShallowFirstVLLMOffloadARC(_ShallowFirst, VLLMOffloadARC):
+    name: ClassVar[str] = "mutant-shallow-first-vllm-offload-arc"
+
+
 #: import path -> the invariant it must be caught breaking (merged into ``MUTANTS``)
 CLAIM_MUTANTS: Mapping[str, str] = MappingProxyType(
     {
@@ -401,6 +406,7 @@ CLAIM_MUTANTS: Mapping[str, str] = MappingProxyType(
         "checkers.search.claim_mutants:ShallowFirstLRUOffload": "prefix-closed-residency",
         "checkers.search.claim_mutants:ShallowFirstLRUDemote": "prefix-closed-residency",
         "checkers.search.claim_mutants:ShallowFirstVLLMOffload": "prefix-closed-residency",
+        "checkers.search.claim_mutants:ShallowFirstVLLMOffloadARC": "prefix-closed-residency",
         "checkers.search.claim_mutants:CappedReclaimKVTether": "prefix-closed-residency",
         "checkers.search.claim_mutants:CappedReclaimLachesis": "prefix-closed-residency",
         "checkers.search.claim_mutants:CappedReclaimLachesisDet": "prefix-closed-residency",
