@@ -134,6 +134,7 @@ def test_agreement_on_agentic_workloads_and_searched_traces(
         traces=agent_traces().map(vllm_comparable),
     )
     assert res.ok, res.render()
+    assert ", copy " in res.coverage_line()  # (a moving implementation's coverage says so)
 
 
 @pytest.mark.parametrize(

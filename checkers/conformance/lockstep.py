@@ -78,6 +78,8 @@ class EngineImplementation:
 
 #: what a lockstep search counts of the implementation's records (its coverage)
 COUNTED = ("evict", "reject", "hit", "alloc", "free", "bypass", "copy", "load", "drop-copy")
+#: the movement records among them, shown only for an implementation that moves KV
+MOVES = ("copy", "load", "drop-copy")
 
 
 @attrs.frozen
@@ -99,7 +101,9 @@ class LockstepResult:
 
     def coverage_line(self) -> str:
         c = self.coverage
-        parts = [f"{c.get('ops', 0)} ops"] + [f"{k} {c.get(k, 0)}" for k in COUNTED]
+        moved = any(c.get(k) for k in MOVES)
+        kinds = [k for k in COUNTED if moved or k not in MOVES]
+        parts = [f"{c.get('ops', 0)} ops"] + [f"{k} {c.get(k, 0)}" for k in kinds]
         line = "coverage: " + ", ".join(parts)
         if not c.get("evict") and not c.get("reject"):
             line += " -- warning: no eviction or rejection, eviction order untested"
