@@ -194,6 +194,24 @@ class Records:
     def reject(self, r: Request, needed: int, available: int) -> None:
         self._add("reject", ctx=r.ctx, reason="no room", needed=needed, available=available)
 
+    # the movement records (spec/movement.md MV8), for a cache with a tier below
+    # (checkers.conformance.tiered)
+
+    def load(self, r: Request, depth: int, from_tier: TierName) -> None:
+        self._add(
+            "load", ctx=r.ctx, block=None, key=r.keys[depth], depth=depth,
+            from_tier=from_tier, tier=self.tier,
+        )  # fmt: skip
+
+    def copy(self, r: Request, depth: int, tier: TierName, result: str) -> None:
+        self._add(
+            "copy", ctx=r.ctx, key=r.keys[depth], depth=depth, from_tier=self.tier, tier=tier,
+            reason="offload", result=result,
+        )  # fmt: skip
+
+    def drop_copy(self, key: object, tier: TierName) -> None:
+        self._add("drop-copy", key=key, tier=tier, reason="room")
+
 
 class PrefixCacheAdapter:
     """A one-tier prefix cache as a lockstep :class:`~checkers.conformance.lockstep.Implementation`.
@@ -285,6 +303,7 @@ class PrefixCacheAdapter:
                 "returned, so that a cache returning the wrong page is seen"
             )
         hits = len(pages)
+        loads = self._below_lookup(r, hits)
         rec.infer(r, hits)
         for d, page in enumerate(pages):
             rec.hit(r, d, self._named(page))
@@ -295,13 +314,31 @@ class PrefixCacheAdapter:
         if victims is None:
             rec.reject(r, need, self.available(r, hits))
             self.refuse(r, hits)
+            self._below_finish(r)
             return rec.out
         for e in victims:
             rec.evict(
                 r, e if e.page is None else attrs.evolve(e, key=BlockKey(self._named(e.page)))
             )
+        self._below_load(r, hits, loads)
         self._writes(rec, r, hits)
+        self._below_store(rec, r, hits, loads)
+        self._below_finish(r)
         return rec.out
+
+    # a tier below (checkers.conformance.tiered): none here
+
+    def _below_lookup(self, r: Request, hits: int) -> int:
+        return 0
+
+    def _below_load(self, r: Request, hits: int, loads: int) -> None:
+        pass
+
+    def _below_store(self, rec: Records, r: Request, hits: int, loads: int) -> None:
+        pass
+
+    def _below_finish(self, r: Request) -> None:
+        pass
 
     def _writes(self, rec: Records, r: Request, hits: int) -> None:
         """:meth:`insert`, and the records of the writes it made, after it made them."""

@@ -35,19 +35,20 @@ request's end), and the GPU lookup may hit the prompt's last token.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from checkers.conformance.adapters import (
-    Records,
+    Eviction,
     Request,
     _installed,
     load_module,
     stub_module,
 )
+from checkers.conformance.tiered import Stored, TieredCacheAdapter
 from checkers.conformance.vllm_pool import (
     OFFLOAD_FILES,
     BlockPoolModules,
@@ -57,7 +58,6 @@ from checkers.conformance.vllm_pool import (
 )
 from kvmodel.config import EngineConfig
 from kvmodel.errors import ConfigError
-from kvmodel.ids import BlockKey
 
 __all__ = [
     "CPU_POLICIES",
@@ -166,10 +166,11 @@ def load_offload(src: Path, perturbation: str | None = None) -> OffloadModules:
     )
 
 
-class VLLMOffloading(VLLMBlockPool):
+class VLLMOffloading(TieredCacheAdapter):
     """vLLM's GPU ``BlockPool`` with its offloading tier (``CPUOffloadingManager`` under one of
-    its CPU policies) as a lockstep implementation: every decision is vLLM's. The GPU side is
-    :class:`~checkers.conformance.vllm_pool.VLLMBlockPool`'s (its hooks, on the first tier)."""
+    its CPU policies) as a lockstep implementation on the tiered kit: every decision is
+    vLLM's. The top tier's hooks are :class:`~checkers.conformance.vllm_pool.VLLMBlockPool`'s;
+    the four below drive the manager as the connector's scheduler side does."""
 
     def __init__(
         self,
@@ -178,113 +179,75 @@ class VLLMOffloading(VLLMBlockPool):
         offload: OffloadModules,
         cpu_policy: str = "lru",
     ) -> None:
-        if len(config.tiers) != 2:
-            raise ConfigError(
-                "vLLM with its offloading tier is two tiers: the GPU pool, then the CPU tier "
-                "(two [[tiers]] entries)"
-            )
+        super().__init__(config)
         if cpu_policy not in offload.policies:
             raise ConfigError(
                 f"unknown CPU policy {cpu_policy!r}; vLLM {list(offload.policies)} registered"
             )
-        gpu, cpu = config.tiers
-        super().__init__(attrs.evolve(config, tiers=(gpu,)), pool)
+        self.gpu = VLLMBlockPool(self.config, pool)
         self.base = offload.base
-        self.cpu_tier = cpu.name
-        self.manager = offload.manager.CPUOffloadingManager(cpu.blocks, cache_policy=cpu_policy)
+        self.manager = offload.manager.CPUOffloadingManager(
+            self.lower_capacity, cache_policy=cpu_policy
+        )
         self._requests = 0
+        self._ctx: Any = None
+        self._okeys: list[bytes] = []
 
-    # ------------------------------------------------------------------ one request
+    # ------------------------------------------------------------------ the top tier: vLLM's pool
 
-    def _context(self, r: Request, keys: Sequence[bytes]) -> Any:
-        """vLLM's ``ReqContext`` for the request, each offload key at its end token (as the
-        scheduler's ``update_offload_keys`` records them)."""
+    def lookup(self, r: Request) -> list[int]:
+        return self.gpu.lookup(r)
+
+    def available(self, r: Request, hits: int) -> int:
+        return self.gpu.available(r, hits)
+
+    def make_room(self, r: Request, hits: int, need: int) -> list[Eviction] | None:
+        return self.gpu.make_room(r, hits, need)
+
+    def insert(self, r: Request, hits: int) -> list[int | None]:
+        return self.gpu.insert(r, hits)
+
+    # ------------------------------------------------------------------ the tier below
+
+    def lower_lookup(self, r: Request, start: int) -> int:
+        """A new request (its ``ReqContext``, each offload key at its end token, as the
+        scheduler's ``update_offload_keys`` records them), then the connector's prefix lookup
+        (``_maximal_prefix_lookup``) from the GPU's hits until a ``MISS``."""
+        m, base = self.manager, self.base
+        self._okeys = [base.make_offload_key(h, 0) for h in self.gpu._hashes]
         self._requests += 1
-        ctx = self.base.ReqContext(req_id=f"req-{self._requests}")
-        for d, key in enumerate(keys):
+        self._ctx = ctx = base.ReqContext(req_id=f"req-{self._requests}")
+        for d, key in enumerate(self._okeys):
             ctx.set_offload_key_position(key, (d + 1) * r.block_size)
-        self.manager.on_new_request(ctx)
-        return ctx
-
-    def _infer(self, r: Request, t: float) -> list[dict[str, Any]]:
-        m, base = self.manager, self.base
-        rec = Records(r.index, self.tier, t)
-        pages = self.lookup(r)  # (computes the request's block hashes too)
-        hits = len(pages)
-        okeys = [base.make_offload_key(h, 0) for h in self._hashes]
-        ctx = self._context(r, okeys)
-        loads = 0
-        for d in range(hits, r.prompt_blocks):  # the connector's prefix lookup
-            if m.lookup(okeys[d], ctx) is base.LookupResult.MISS:
+        m.on_new_request(ctx)
+        n = 0
+        for d in range(start, r.prompt_blocks):
+            if m.lookup(self._okeys[d], ctx) is base.LookupResult.MISS:
                 break
-            loads += 1
-        rec.infer(r, hits)
-        for d, page in enumerate(pages):
-            rec.hit(r, d, self._named(page))
-        need = len(r.keys) - hits
-        victims = self.make_room(r, hits, need)
-        if victims is None:  # refused: the scheduler never allocates, so loads nothing
-            rec.reject(r, need, self.available(r, hits))
-            m.on_request_finished(ctx)
-            return rec.out
-        for e in victims:
-            rec.evict(r, e)
-        loaded = okeys[hits : hits + loads]
-        if loaded:
-            m.prepare_load(loaded, ctx)
-            m.complete_load(loaded, ctx)
-        self._writes(rec, r, hits)
-        for d in range(hits, hits + loads):
-            self._load(rec, r, d)
-        self._store(rec, r, ctx, okeys, 0 if not loads else hits + loads)
-        m.on_request_finished(ctx)
-        return rec.out
+            n += 1
+        return n
 
-    def _load(self, rec: Records, r: Request, d: int) -> None:
-        rec.out.append(
-            {
-                "t": rec.t, "op": rec.index, "kind": "load", "ctx": r.ctx, "block": None,
-                "key": r.keys[d], "depth": d, "from_tier": self.cpu_tier, "tier": self.tier,
-            }
-        )  # fmt: skip
+    def load(self, r: Request, start: int, n: int) -> None:
+        keys = self._okeys[start : start + n]
+        self.manager.prepare_load(keys, self._ctx)
+        self.manager.complete_load(keys, self._ctx)
 
-    def _store(
-        self, rec: Records, r: Request, ctx: Any, okeys: Sequence[bytes], first: int
-    ) -> None:
-        """The connector's store of the request's full blocks from depth ``first``."""
-        m, base = self.manager, self.base
-        offer = list(okeys[first : r.full_blocks])
+    def store(self, r: Request, hits: int, loads: int) -> Stored:
+        """The connector's chunk-level store: the request's full blocks from its start when it
+        loaded nothing, else from the end of its loads, offered to ``prepare_store`` at once."""
+        m, base, ctx = self.manager, self.base, self._ctx
+        first = hits + loads if loads else 0
+        offer = list(self._okeys[first : r.full_blocks])
         if not offer:
-            return
+            return Stored(first)
         ready = {k for k in offer if m.lookup(k, ctx) is base.LookupResult.HIT}
         out = m.prepare_store(offer, ctx)
         stored = set(out.keys_to_store) if out is not None else set()
-        key_of = self._spec_key(r, okeys)
-        for k in out.evicted_keys if out is not None else ():
-            rec.out.append(
-                {
-                    "t": rec.t, "op": rec.index, "kind": "drop-copy", "key": key_of(k),
-                    "tier": self.cpu_tier, "reason": "room",
-                }
-            )  # fmt: skip
-        for d, k in enumerate(offer, start=first):
-            result = "held" if k in ready else "written" if k in stored else "no-room"
-            rec.out.append(
-                {
-                    "t": rec.t, "op": rec.index, "kind": "copy", "ctx": r.ctx,
-                    "key": r.keys[d], "depth": d, "from_tier": self.tier,
-                    "tier": self.cpu_tier, "reason": "offload", "result": result,
-                }
-            )  # fmt: skip
         if out is not None and stored:
             m.complete_store(list(out.keys_to_store), ctx)
+        results = ["held" if k in ready else "written" if k in stored else "no-room" for k in offer]
+        dropped = list(out.evicted_keys) if out is not None else []
+        return Stored(first, results, offer, dropped)
 
-    def _spec_key(self, r: Request, okeys: Sequence[bytes]) -> Callable[[bytes], str]:
-        """The spec key of the block an offload key names (its block hash, less the group)."""
-        key_of = self.key_of
-
-        def name(k: bytes) -> str:
-            key: BlockKey | None = key_of.get(bytes(k[:-4]))
-            return str(key) if key is not None else f"(offload key {bytes(k).hex()[:12]})"
-
-        return name
+    def finish(self, r: Request) -> None:
+        self.manager.on_request_finished(self._ctx)
