@@ -416,3 +416,19 @@ def test_prove_cli_takes_the_fragment_size(capsys: pytest.CaptureFixture[str]) -
     }
     for bad in (["--slots", "0"], ["--contexts", "7"], ["--edits", "-1"]):
         assert main(["prove", "lru", *bad]) == 2
+
+
+def test_no_vacuous_proof_on_a_fragment_that_cannot_make_the_situation() -> None:
+    """issue 62: a rung is `proved` only where the fragment makes the situation the invariant
+    constrains. With one context no eviction ever chooses between blocks another context
+    holds, so KVTether's eviction orders are `unknown` there, saying why; what the fragment
+    does put to the test (a Dead block: no-zombie-kv) stays proved."""
+    answers = {a.invariant: a for a in prove("kvtether", fragment=Fragment(contexts=1), depth=6)}
+    for name in (
+        "no-live-eviction-before-dead-reclaim",
+        "state-priority-eviction",
+        "suspended-mru",
+    ):
+        assert answers[name].rung == "unknown", name
+        assert answers[name].reason.startswith("the fragment cannot make an eviction choosing")
+    assert answers["no-zombie-kv"].rung == "proved"

@@ -37,9 +37,14 @@ def test_an_order_the_fragment_cannot_show_is_unknown_never_proved() -> None:
     rank = declared_rank(resolve_policy("lachesis-det"))
     assert rank is not None
     assert order_breaks(rank, "class-priority") == [(BlockClass.ACTIVE, BlockClass.SUSPENDED)]
-    # a rank that keeps the order for all feature values keeps its proof
-    [k] = prove("kvtether", inv, depth=4, cross_depth=3)
+    # a rank that keeps the order for all feature values keeps its proof, where the fragment
+    # is seen to contest the order (its executable search to depth 5; to depth 3 it is not,
+    # and the proof would be vacuous: unknown, spec invariants.md "No vacuous proofs")
+    [k] = prove("kvtether", inv, depth=4, cross_depth=5)
     assert (k.rung, k.depth) == ("proved", 1)
+    [shallow] = prove("kvtether", inv, depth=4, cross_depth=3)
+    assert shallow.rung == "unknown"
+    assert shallow.reason.startswith("the fragment cannot make an eviction choosing")
 
 
 def test_no_rung_above_violated_contradicts_what_kvmodel_check_found() -> None:

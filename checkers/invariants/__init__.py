@@ -31,7 +31,13 @@ from checkers.invariants.predicates import (
     place_deterministic,
     reachable,
 )
-from checkers.invariants.registry import FINDINGS, INVARIANTS, STRUCTURAL, invariant_names
+from checkers.invariants.registry import (
+    FINDINGS,
+    INVARIANTS,
+    SITUATIONS,
+    STRUCTURAL,
+    invariant_names,
+)
 from checkers.invariants.structural import (
     Violation,
     check_accounting,
@@ -46,6 +52,7 @@ __all__ = [
     "FINDINGS",
     "INVARIANTS",
     "ORDER",
+    "SITUATIONS",
     "STRUCTURAL",
     "BlockAt",
     "BlockTerms",

@@ -12,6 +12,7 @@ from kvmodel.policy import STRUCTURAL_CLAIMS
 __all__ = [
     "FINDINGS",
     "INVARIANTS",
+    "SITUATIONS",
     "STRUCTURAL",
     "invariant_names",
 ]
@@ -40,6 +41,34 @@ INVARIANTS: Mapping[str, str] = MappingProxyType(
 
 #: Claimed by every policy: a violation here is a bug in the engine (or a refused decision).
 STRUCTURAL = STRUCTURAL_CLAIMS
+
+#: invariant -> (the coverage counter that counts the situations it constrains, what one is):
+#: without one, the invariant was never put to the test, and a search or proof that it holds
+#: says nothing (an eviction-order invariant needs an eviction it constrained -- evicting among
+#: blocks of one class and one suspension time tests no order; no-zombie-kv needs a block that
+#: died). The counters are :func:`checkers.search.coverage.run_coverage`'s; the search's
+#: coverage warnings, ``kvmodel prove``'s rungs and ``--reach`` read this one table.
+SITUATIONS: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "no-eviction-in-flight": ("evictions", "an eviction"),
+        "no-live-eviction-before-dead-reclaim": (
+            "contested:no-live-eviction-before-dead-reclaim",
+            "an eviction choosing between dead or expired KV and live KV",
+        ),
+        "state-priority-eviction": (
+            "contested:state-priority-eviction",
+            "an eviction choosing between blocks of two classes the priority orders",
+        ),
+        "suspended-mru": (
+            "contested:suspended-mru",
+            "an eviction choosing between Suspended blocks suspended at different times",
+        ),
+        "no-zombie-kv": ("died", "a block that died (became Dead)"),
+        "temporary-bypass": ("temporaries", "a Temporary block written"),
+        "endurance-budget": ("worn tiers", "a worn tier"),
+        "reclaim-dead-only": ("reclaims", "a reclaim"),
+    }
+)
 
 #: Findings about a run that are not invariants (spec/invariants.md §Pseudo-invariants): no
 #: policy claims or disclaims them, every run records them, and each is always a failure.

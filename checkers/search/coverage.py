@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
+from checkers.invariants import SITUATIONS
 from checkers.invariants.monitor import Monitor
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
@@ -34,20 +35,19 @@ from kvmodel.io.observations import (
 from kvmodel.io.trace import OP_NAMES, Op, Pin, op_name
 from kvmodel.lifecycle import BlockClass
 
-__all__ = ["TARGETS", "TRIGGERS", "SearchStats", "at_deadlines", "run_coverage"]
+__all__ = [
+    "TARGETS",
+    "TRIGGERS",
+    "WITNESS_POLICIES",
+    "SearchStats",
+    "Witnesses",
+    "at_deadlines",
+    "run_coverage",
+]
 
-#: an invariant -> the coverage counter without which it was never put to the test (for an
-#: eviction-order invariant: an eviction it constrained, not any eviction -- evicting among
-#: blocks of one class and one suspension time tests no order)
-TRIGGERS: dict[str, str] = {
-    "no-eviction-in-flight": "evictions",
-    "no-live-eviction-before-dead-reclaim": "contested:no-live-eviction-before-dead-reclaim",
-    "state-priority-eviction": "contested:state-priority-eviction",
-    "suspended-mru": "contested:suspended-mru",
-    "temporary-bypass": "temporaries",
-    "endurance-budget": "worn tiers",
-    "reclaim-dead-only": "reclaims",
-}
+#: an invariant -> the coverage counter without which it was never put to the test: read from
+#: the one table of the situations each invariant constrains (checkers.invariants.SITUATIONS)
+TRIGGERS: dict[str, str] = {name: counter for name, (counter, _) in SITUATIONS.items()}
 
 #: short names of the eviction-order invariants in the coverage line
 _SHORT = {
@@ -114,6 +114,8 @@ def run_coverage(engine: Engine, ops: Sequence[Op], seconds_bound: float = 5.0) 
         if years is not None and years < seconds_bound:
             cov["worn tiers"] += 1
     cov["dead resident"] = len(engine.dead)
+    # blocks that died: reclaimed, evicted Dead, or Dead and resident now
+    cov["died"] = cov["reclaims"] + cov["evict:dead"] + cov["dead resident"]
     cov["tiers>1"] = len(engine.memory.tiers) > 1
     cov["moving runs"] = engine.movement is not None
     if isinstance(engine.probe, Monitor):  # a checked run: the evictions each order constrained
@@ -122,6 +124,51 @@ def run_coverage(engine: Engine, ops: Sequence[Op], seconds_bound: float = 5.0) 
         cov["widest choice"] = engine.probe.widest_choice
         cov["most open"] = engine.probe.most_open
     return cov
+
+
+#: the policies whose searches show what an exhaustive search's fragment can make, beside the
+#: policy's own: one that keeps every block until evicted (LRU: Dead KV beside evictions) and one
+#: that reclaims and bypasses (KVTether: reclaims, temporaries)
+WITNESS_POLICIES = ("lru", "kvtether")
+
+
+@attrs.define
+class Witnesses:
+    """What an exhaustive search saw of the situations its invariants constrain
+    (:data:`~checkers.invariants.SITUATIONS`), over every state it reached: a proof that an
+    invariant holds is vacuous where its situation never arose, and says so. Also the largest
+    magnitudes the searched runs took (chain length, contexts open at once) -- what a ``place``
+    written as code may read beyond."""
+
+    invariants: tuple[str, ...]
+    seen: set[str] = attrs.field(factory=set)
+    most: Counter[str] = attrs.field(factory=Counter)
+
+    def add(self, engine: Engine) -> None:
+        """One state reached: its run's coverage, as far as it is still news."""
+        needed = self.needed() - self.seen
+        cov = run_coverage(engine, ())
+        self.seen |= {c for c in needed if cov[c]}
+        for k in ("longest chain", "most open"):
+            self.most[k] = max(self.most[k], cov[k])
+
+    def needed(self) -> set[str]:
+        return {SITUATIONS[n][0] for n in self.invariants if n in SITUATIONS}
+
+    def missing_any(self) -> str | None:
+        """Some invariant whose situation no state reached, or None."""
+        return next((n for n in self.invariants if self.missing(n) is not None), None)
+
+    def missing(self, invariant: str) -> str | None:
+        """The situation ``invariant`` constrains that no state reached, or None."""
+        sit = SITUATIONS.get(invariant)
+        return sit[1] if sit is not None and sit[0] not in self.seen else None
+
+    def magnitudes(self) -> str:
+        return (
+            f"chains of up to {self.most['longest chain']} blocks, up to "
+            f"{self.most['most open']} contexts open at once"
+        )
 
 
 @attrs.define

@@ -29,10 +29,12 @@ from collections.abc import Iterable
 import attrs
 import z3
 
+from checkers.search.coverage import WITNESS_POLICIES, Witnesses
 from checkers.symbolic.fragment import (
     FRAGMENT_INVARIANTS,
     Action,
     Fragment,
+    Shortest,
     explore,
 )
 from checkers.symbolic.transition import PolicyProfile, State, Step, zombie
@@ -299,7 +301,9 @@ def _corroborate(
         # (an offline policy plans from a whole trace: the step-wise search cannot run it)
         return answers
     t0 = time.perf_counter()
-    found = explore(policy, f, depth, [a.invariant for a in answers])
+    names = [a.invariant for a in answers]
+    found = explore(policy, f, depth, names)
+    witnesses = _fragment_witnesses(found, f, depth, names)
     dt = time.perf_counter() - t0
     why = ""
     if found.stopped is not None:
@@ -317,8 +321,36 @@ def _corroborate(
         elif a.rung in ("proved", "bounded") and why:
             reason = f"outside the fragment: {why}"
             out.append(Answer(a.invariant, "unknown", 0, a.seconds + dt, reason=reason))
+        elif a.rung in ("proved", "bounded") and (lack := witnesses.missing(a.invariant)):
+            reason = (
+                f"the fragment cannot make {lack} (its executable model, searched to depth "
+                f"{depth} under this policy and {', '.join(WITNESS_POLICIES)}, never did): "
+                f"that it {(a.rung == 'proved' and 'is proved') or 'holds'} there is no evidence"
+            )
+            out.append(Answer(a.invariant, "unknown", 0, a.seconds + dt, reason=reason))
         else:
             out.append(attrs.evolve(a, seconds=a.seconds + dt))
+    return out
+
+
+_FRAGMENT_WITNESSES: dict[tuple[Fragment, int, tuple[str, ...], str], Witnesses] = {}
+
+
+def _fragment_witnesses(found: Shortest, f: Fragment, depth: int, names: list[str]) -> Witnesses:
+    """What the fragment can make (spec invariants.md §Proofs, vacuity): the situations the
+    policy's own search saw, joined with the witness policies' searches of the same fragment
+    (each searched once per fragment, depth and invariants, kept for the process)."""
+    assert found.witnesses is not None
+    out = Witnesses(tuple(names), set(found.witnesses.seen))
+    for p in WITNESS_POLICIES:
+        if out.missing_any() is None:
+            break
+        key = (f, depth, tuple(names), p)
+        if key not in _FRAGMENT_WITNESSES:
+            w = explore(p, f, depth, names).witnesses
+            assert w is not None
+            _FRAGMENT_WITNESSES[key] = w
+        out.seen |= _FRAGMENT_WITNESSES[key].seen
     return out
 
 

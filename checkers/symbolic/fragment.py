@@ -22,6 +22,7 @@ import attrs
 
 from checkers.invariants import Monitor
 from checkers.invariants.replay import engine_for
+from checkers.search.coverage import Witnesses
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.ids import ContextId, MessageId, SessionId, TierName
@@ -162,6 +163,8 @@ class Shortest:
     failing: dict[str, tuple[int, tuple[Action, ...]]]
     #: the shallowest path on which the run stopped (a refused policy decision or a crash)
     stopped: tuple[int, tuple[Action, ...]] | None = None
+    #: the situations each invariant constrains that some explored state made
+    witnesses: Witnesses | None = None
 
 
 def _abstract(engine: Engine, lg: Harness) -> tuple[object, ...]:
@@ -224,6 +227,7 @@ def explore(
     op per child rather than a replay from the start."""
     names = list(invariants)
     failing: dict[str, tuple[int, tuple[Action, ...]]] = {}
+    witnesses = Witnesses(tuple(names))
     engine = engine_for(resolve_policy(policy), fragment.config)
     monitor = Monitor(engine, names)
     for op in fragment.prelude():
@@ -241,6 +245,7 @@ def explore(
                 op = child.logical.op(a, float(d))
                 before = len(child.monitor.violations)
                 child.stopped = not child.monitor.apply(op)
+                witnesses.add(child.engine)
                 for v in child.monitor.violations[before:]:
                     if v.invariant not in failing:
                         failing[v.invariant] = (d, child.path)
@@ -256,4 +261,4 @@ def explore(
         frontier = nxt
         if not frontier:
             break
-    return Shortest(depth, n_states, failing, stopped)
+    return Shortest(depth, n_states, failing, stopped, witnesses)

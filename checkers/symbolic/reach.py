@@ -39,6 +39,7 @@ import attrs
 
 from checkers.invariants import FINDINGS, INVARIANTS, Monitor
 from checkers.invariants.replay import engine_for
+from checkers.search.coverage import WITNESS_POLICIES, Witnesses
 from checkers.symbolic.statekey import state_key
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
@@ -87,6 +88,7 @@ REACH_ACTIONS = ("infer", "edit", "append", "append-temp", "close", "pin", "unpi
 #: every invariant but the end-of-run endurance budget (it measures device-years over the run's
 #: duration, which a time-abstracted state does not keep)
 REACH_INVARIANTS = tuple(n for n in INVARIANTS if n != "endurance-budget")
+
 
 _BS = 4
 
@@ -330,6 +332,12 @@ class Reach:
     levels: tuple[int, ...] = ()  # new states per depth
     #: what a proof takes on the policy's word (:func:`merge_assumption`), said beside it
     assumes: str | None = None
+    #: the situations each invariant constrains that some reached state made (no proof of an
+    #: invariant whose situation never arose: spec invariants.md §Proofs, "vacuity")
+    witnesses: Witnesses | None = None
+    #: the class whose code ``place`` is, if not the base class's (deterministic-placement
+    #: cannot be shown for every feature a code placement may read)
+    place_code: str | None = None
 
     @property
     def proves(self) -> bool:
@@ -341,6 +349,19 @@ class Reach:
         hit = self.failing.get(name)
         if hit is not None:
             return "violated", f"at depth {hit[0]}: {hit[2]}"
+        w = self.witnesses
+        lack = w.missing(name) if w is not None else None
+        if lack is not None:
+            return "unknown", (
+                f"the fragment never makes {lack} ({self.states} states to depth {self.depth}): "
+                "that it holds there is no evidence"
+            )
+        if name == "deterministic-placement" and self.place_code is not None and w is not None:
+            return "unknown", (
+                f"{self.place_code}.place is code, which may read what the fragment never makes "
+                f"(it made {w.magnitudes()}; depth, decoded output, forks, open contexts): "
+                "kvmodel check tests it"
+            )
         if self.proves:
             taken = f"; {self.assumes}" if self.assumes else ""
             return "proved", (
@@ -393,8 +414,15 @@ def reach(
     max_depth: int = 64,
     max_seconds: float | None = None,
     until: Iterable[str] = (),
+    witness_policies: Sequence[str] = WITNESS_POLICIES,
 ) -> Reach:
     """Breadth-first search of every enabled step sequence to a fixpoint or a cap.
+
+    An invariant is proved only where the fragment makes the situation it constrains
+    (:data:`~checkers.invariants.SITUATIONS`): in some state this search reached, or one the same
+    search under a ``witness_policies`` policy reached -- the premise of a proof is the fragment,
+    not the policy under test, whose own choices may keep the situation from arising (KVTether
+    never leaves Dead KV beside an eviction).
 
     A child is a copy of its parent (engine, monitor, harness) with one op applied through
     the monitor, so a level costs one op per child. Violations, refused decisions and crashes
@@ -419,6 +447,7 @@ def reach(
     frontier, depth, transitions, capped = [root], 0, 0, None
     levels: list[int] = []
     wanted = set(until)
+    witnesses = Witnesses(names)
     while frontier:
         if depth >= max_depth:
             capped = f"depth cap {max_depth}"
@@ -444,6 +473,7 @@ def reach(
                 before = len(child.monitor.violations)
                 ok = child.monitor.apply(op)
                 transitions += 1
+                witnesses.add(child.engine)
                 for v in child.monitor.violations[before:]:
                     if v.invariant not in failing:
                         failing[v.invariant] = (depth, child.path, v.message)
@@ -477,7 +507,50 @@ def reach(
         names,
         tuple(levels),
         merge_assumption(pol),
+        # (only a proof needs the fragment's witnesses: a bounded search claims none)
+        _with_fragment_witnesses(witnesses, w, names, witness_policies, max_states, max_depth)
+        if not frontier and capped is None and exact_merge(pol) is None and stopped is None
+        else witnesses,
+        _place_code(pol),
     )
+
+
+_WITNESSED: dict[tuple[Wide, tuple[str, ...], str], Witnesses] = {}
+
+
+def _with_fragment_witnesses(
+    own: Witnesses,
+    w: Wide,
+    names: tuple[str, ...],
+    policies: Sequence[str],
+    max_states: int,
+    max_depth: int,
+) -> Witnesses:
+    """``own`` joined with what the witness policies' searches of the same fragment saw (each
+    searched once per fragment and set of invariants, kept for the process)."""
+    out = Witnesses(names, set(own.seen), own.most.copy())
+    for p in policies:
+        if own.missing_any() is None and out.seen >= own.needed():
+            break
+        key = (w, names, p)
+        if key not in _WITNESSED:
+            r = reach(
+                p, w, invariants=names, max_states=max_states, max_depth=max_depth,
+                witness_policies=(),
+            )  # fmt: skip
+            assert r.witnesses is not None
+            _WITNESSED[key] = r.witnesses
+        out.seen |= _WITNESSED[key].seen
+    return out
+
+
+def _place_code(policy: Policy) -> str | None:
+    """The class whose ``place`` is code, or None for the base class's (the configured tier
+    order, whatever the block)."""
+    if "place" in getattr(policy, "__dict__", {}):
+        return type(policy).__name__
+    owner = next((k for k in type(policy).__mro__ if "place" in vars(k)), None)
+    return None if owner in (None, BasePolicy) else owner.__name__
 
 
 class _UncopyableError(Exception):
