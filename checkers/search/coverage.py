@@ -277,9 +277,11 @@ class SearchStats:
         for inv in invariants:
             need = TRIGGERS.get(inv)
             if need is not None and not self.coverage[need]:
-                what = need.replace("evict:", "eviction of ")
+                what = f"{need.replace('evict:', 'eviction of ')}"
                 if need.startswith("contested:"):
                     what = "eviction it constrained (each chose among blocks it does not order)"
+                elif need == "died":
+                    what = "block died (became Dead)"
                 out.append(f"{inv} never exercised: no {what}")
         if self.coverage["moving runs"] and not self.coverage["loads"]:
             out.append("moves never exercised: no load read a copy back (spec/movement.md MV4)")
