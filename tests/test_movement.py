@@ -3,6 +3,7 @@ engine, the contract model and the checkers."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import ClassVar
 
@@ -15,6 +16,7 @@ from checkers.conformance.oracle_invariants import check_log_invariants
 from checkers.invariants import INVARIANTS
 from checkers.invariants.registry import STRUCTURAL
 from checkers.invariants.replay import check_ops
+from checkers.search.bundle import config_to_toml
 from checkers.search.driver import search
 from kvmodel.cli import main
 from kvmodel.config import EngineConfig, parse_config
@@ -409,6 +411,8 @@ def test_copies_only_in_config() -> None:
         parse_config({"tiers": [{**hbm, "copies_only": "yes"}]})
     with pytest.raises(ConfigError, match="a primary has nowhere to go"):
         parse_config({"tiers": [{**hbm, "copies_only": True}]})
+    # a finding's bundle writes it back (its replay needs the same tiers)
+    assert parse_config(tomllib.loads(config_to_toml(cfg))) == cfg
 
 
 def test_arc_keeps_a_reused_copy_where_lru_drops_it() -> None:

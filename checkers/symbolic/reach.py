@@ -350,13 +350,18 @@ class Reach:
         if hit is not None:
             return "violated", f"at depth {hit[0]}: {hit[2]}"
         w = self.witnesses
-        lack = w.missing(name) if w is not None else None
-        if lack is not None:
+        lack = w.missing(name) if w is not None and self.proves else None
+        if lack is not None:  # (a bounded search says why it is not a proof: that comes first)
             return "unknown", (
                 f"the fragment never makes {lack} ({self.states} states to depth {self.depth}): "
                 "that it holds there is no evidence"
             )
-        if name == "deterministic-placement" and self.place_code is not None and w is not None:
+        if (
+            name == "deterministic-placement"
+            and self.place_code is not None
+            and w is not None
+            and self.proves
+        ):
             return "unknown", (
                 f"{self.place_code}.place is code, which may read what the fragment never makes "
                 f"(it made {w.magnitudes()}; depth, decoded output, forks, open contexts): "
