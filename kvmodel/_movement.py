@@ -278,7 +278,6 @@ class Movement:
         if rules.batch:
             self._store(offers, keep, fits)
         written: set[tuple[BlockKey, TierName]] = set()
-        held: set[tuple[BlockKey, TierName]] = set()
         for b, tier in offers:
             st.offloads += 1
             k = b.spec.key
@@ -288,8 +287,6 @@ class Movement:
             )
             if result == CopyResult.WRITTEN:
                 written.add((k, tier))
-            elif result == CopyResult.HELD:
-                held.add((k, tier))
             if result != CopyResult.NO_ROOM:
                 used.append((b.depth, k, tier))
         if rules.tail_first and used:  # every copy the request used, head most recent (MV13)

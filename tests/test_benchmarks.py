@@ -140,7 +140,11 @@ def test_bench_movement_runs(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "multi-agent, HBM 0.25 x footprint" in out
     rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    assert "lower bound (unbounded memory, every reuse a hit):" in rows.pop("lower")
     assert set(rows) == {p for p, _ in bench.POLICIES}
+    # no policy costs less than the lower bound (each row says how far above it is)
+    above = {p: float(r.split()[-4].rstrip("%")) for p, r in rows.items()}
+    assert all(a >= 0 for a in above.values()), above
     assert "+0.0%" in rows["lru-drop"]  # (each baseline against itself)
     assert "hbf writes        0" in rows["kvtether-drop"]  # (no copies: nothing below)
     assert "loaded          0 tok" not in rows["kvtether-offload"]  # (it did load KV back)
