@@ -12,6 +12,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from checkers.conformance.oracle import (
+    OracleVerdict,
     check_log,
     check_log_invariants,
     divergence_class,
@@ -313,3 +314,19 @@ def test_a_log_that_evicts_what_it_never_wrote_is_not_self_consistent() -> None:
     assert not self_consistent({0: [{"kind": "hit", "key": "b"}]})
     twice = {**wrote, 2: [{"kind": "evict", "key": "a"}]}
     assert not self_consistent(twice)
+
+
+def test_a_long_divergence_shows_what_differs() -> None:
+    """An op with many decisions (a request's writes, copies, loads) reports the difference
+    first, not two full lists of hundreds of entries."""
+    same = tuple(f"write k{i} in hbm" for i in range(40))
+    v = OracleVerdict(
+        "ILLEGAL", 3, "decisions differ", (*same, "load k99 from cpu"), (*same, "write k99 in hbm")
+    )
+    text = v.render()
+    assert "  only the reference: load k99 from cpu" in text
+    assert "  only the implementation: write k99 in hbm" in text
+    assert "(and 40 decision(s) both made; --json lists them all)" in text
+    assert "write k7 in hbm" not in text
+    short = OracleVerdict("ILLEGAL", 3, "decisions differ", ("reject",), ("write k1 in hbm",))
+    assert "  reference allows: reject" in short.render()

@@ -80,7 +80,16 @@ class OracleVerdict:
             + (f" at op {self.op}" if self.op is not None else "")
             + (f": {self.reason}" if self.reason else "")
         ]
-        if self.expected or self.got:
+        if len(self.expected) > _SHOWN or len(self.got) > _SHOWN:
+            # a long op (a whole request's writes, copies and loads): what differs, first
+            mine, theirs = set(self.expected), set(self.got)
+            only_ref = [d for d in self.expected if d not in theirs]
+            only_impl = [d for d in self.got if d not in mine]
+            shared = len(self.expected) - len(only_ref)
+            lines.append("  only the reference: " + ("; ".join(only_ref) or "(nothing)"))
+            lines.append("  only the implementation: " + ("; ".join(only_impl) or "(nothing)"))
+            lines.append(f"  (and {shared} decision(s) both made; --json lists them all)")
+        elif self.expected or self.got:
             lines.append("  reference allows: " + ("; ".join(self.expected) or "(nothing)"))
             lines.append("  implementation:   " + ("; ".join(self.got) or "(nothing)"))
         if self.state_before:
@@ -103,6 +112,9 @@ class OracleVerdict:
             lines.append(f"  stopped: {self.stopped}")
         return "\n".join(lines)
 
+
+#: above this many decisions on either side, a report shows what differs rather than both lists
+_SHOWN = 20
 
 #: the type of each spec T4 field the oracle reads, where present (null allowed where named);
 #: integers >= 0. A record of another shape is a located error, never a crash.
