@@ -24,6 +24,7 @@ from kvmodel.errors import ConfigError, PolicyError
 from kvmodel.ids import TierName
 from kvmodel.io.observations import CopyObs, DropCopyObs, LoadObs, observation_to_json
 from kvmodel.io.trace import Trace
+from kvmodel.lifecycle import BlockClass
 from kvmodel.memory import TierConfig
 from kvmodel.policy import Placement, claimed_invariants, moves, resolve_policy
 from kvmodel.replay import replay
@@ -430,3 +431,29 @@ def test_arc_keeps_a_reused_copy_where_lru_drops_it() -> None:
     cfg = _copy_tier_cfg(16, 3)
     assert _copy_log("vllm-offload-arc", cfg, *ops)[13] == ["drop b0 room", "copy d0 written"]
     assert _copy_log("vllm-offload", cfg, *ops)[13] == ["drop a0 room", "copy d0 written"]
+
+
+def test_the_oracle_follows_movement_written_as_code() -> None:
+    """A reference whose demotion is code (``demote_to`` overridden, asked per victim) moves in
+    the oracle as it does in the engine: its own logs are OK, and a log without its demotions
+    is ILLEGAL."""
+
+    class DemoteDeep(LRUDemote):
+        name: ClassVar[str] = "test-demote-deep"
+        demotes: ClassVar[frozenset[BlockClass]] = frozenset()
+
+        def demote_to(self, view: ModelView, victim: BlockInfo) -> TierName | None:
+            return TierName("cpu") if victim.depth >= 1 else None
+
+    pol = DemoteDeep()
+    assert moves(pol)
+    demoted = 0
+    for tr, cfg in _pressure_traces(10):
+        log = [observation_to_json(o) for o in replay(tr, DemoteDeep(), cfg).engine.log]
+        demoted += sum(r["kind"] == "copy" for r in log)
+        assert check_log(tr, log, DemoteDeep(), cfg, complete=True, shorten=False).verdict == "OK"
+        if any(r["kind"] == "copy" for r in log):
+            bare = [r for r in log if r["kind"] != "copy"]
+            v = check_log(tr, bare, DemoteDeep(), cfg, complete=True, shorten=False)
+            assert v.verdict == "ILLEGAL"
+    assert demoted > 0

@@ -283,14 +283,10 @@ def exact_merge(policy: Policy) -> str | None:
         return "its reclaim rule is code (on_op is overridden), which may measure time"
     # the declaration speaks only for the ``place`` of the class that makes it (a subclass that
     # overrides ``place`` does not inherit it), as a declared Reclaim speaks only for its on_op
-    owner = next((k for k in type(policy).__mro__ if "place" in vars(k)), None)
-    if (
-        owner is not None
-        and owner is not BasePolicy
-        and not (
-            vars(owner).get("compares_times_only", False)
-            and getattr(policy, "compares_times_only", False)  # a subclass may withdraw it
-        )
+    owner = _place_owner(policy)
+    if owner is not None and not (
+        vars(owner).get("compares_times_only", False)
+        and getattr(policy, "compares_times_only", False)  # a subclass may withdraw it
     ):
         return (
             f"its placement is code ({owner.__name__}.place) and {type(policy).__name__} does "
@@ -304,8 +300,8 @@ def merge_assumption(policy: Policy) -> str | None:
     """What an exact merge takes on the policy's word, or None: a ``place`` written as code is
     trusted to compare times only because it says so (``compares_times_only``; no search can
     show it for every time). Printed beside every ``proved`` so the proof names its premise."""
-    owner = next((k for k in type(policy).__mro__ if "place" in vars(k)), None)
-    if owner is None or owner is BasePolicy or exact_merge(policy) is not None:
+    owner = _place_owner(policy)
+    if owner is None or exact_merge(policy) is not None:
         return None
     return (
         f"assumes {owner.__name__}.place compares times only, as it declares (the retiming "
@@ -549,13 +545,19 @@ def _with_fragment_witnesses(
     return out
 
 
+def _place_owner(policy: Policy) -> type | None:
+    """The class whose ``place`` runs, if it is code (not the base class's: the configured tier
+    order, whatever the block); None for the base class's."""
+    owner = next((k for k in type(policy).__mro__ if "place" in vars(k)), None)
+    return None if owner is None or owner is BasePolicy else owner
+
+
 def _place_code(policy: Policy) -> str | None:
-    """The class whose ``place`` is code, or None for the base class's (the configured tier
-    order, whatever the block)."""
+    """The name of the class whose ``place`` is code (an instance's own counts), or None."""
     if "place" in getattr(policy, "__dict__", {}):
         return type(policy).__name__
-    owner = next((k for k in type(policy).__mro__ if "place" in vars(k)), None)
-    return None if owner in (None, BasePolicy) else owner.__name__
+    owner = _place_owner(policy)
+    return None if owner is None else owner.__name__
 
 
 class _UncopyableError(Exception):
