@@ -148,3 +148,17 @@ def test_bench_movement_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert "+0.0%" in rows["lru-drop"]  # (each baseline against itself)
     assert "hbf writes        0" in rows["kvtether-drop"]  # (no copies: nothing below)
     assert "loaded          0 tok" not in rows["kvtether-offload"]  # (it did load KV back)
+
+
+def test_bench_viewer_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench = _load("bench_viewer")
+    monkeypatch.setattr(sys, "argv", ["bench_viewer.py", "--quick"])
+    bench.main()
+    out = capsys.readouterr().out.splitlines()
+    rows = [ln.split() for ln in out[2:] if ln.split()[0][0].isdigit()]
+    assert len(rows) == 1, out
+    ops, mb = int(rows[0][0].replace(",", "")), float(rows[0][1])
+    assert ops > 50
+    assert 0 < mb <= 2 * ops / 1000 + 0.1  # the page's own code is about 20 KB

@@ -188,9 +188,18 @@ def test_check_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFix
     assert inv["claimed"]
     assert inv["one_minimal"]
     assert inv["value_minimal"]
+    # quiet by default: the table, one line per policy, where the details are
     assert main(["check", "lru", "--invariants", "no-zombie-kv,accounting"]) == 0
     out = capsys.readouterr().out
-    assert "finding: no-zombie-kv" in out
+    line = ("lru: 0 claims violated; 0 findings; 1 unclaimed invariant violated; "
+            "0 coverage warnings")  # fmt: skip
+    assert line in out.splitlines()
+    assert "never fired" not in out
+    assert "(-v for each policy's search" in out
+    assert len(out.splitlines()) < 20
+    assert main(["check", "lru", "--invariants", "no-zombie-kv,accounting", "-v"]) == 0
+    out = capsys.readouterr().out
+    assert "violated, not claimed: no-zombie-kv" in out  # not "finding", the F columns' word
     assert "examples" in out
     assert "never fired" in out
     assert main(["check", "lru", "--invariants", "bogus"]) == 2

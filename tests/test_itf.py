@@ -13,6 +13,7 @@ import pytest
 from kvmodel import EngineConfig, TierConfig
 from kvmodel.cli import main
 from kvmodel.config import load_config
+from kvmodel.errors import ConfigError
 from kvmodel.ids import TierName
 from kvmodel.io.itf import ITF_VARS, dumps_itf, itf_trace
 from kvmodel.io.trace import dump_trace
@@ -92,3 +93,46 @@ def test_a_counterexample_bundle_carries_its_states_as_itf(tmp_path: Path) -> No
 
 def _config() -> EngineConfig:
     return EngineConfig(4, (TierConfig(TierName("hbm"), 8), TierConfig(TierName("hbf"), 8)))
+
+
+def test_a_window_of_some_variables_is_valid_itf_and_the_full_exports_states(
+    tmp_path: Path,
+) -> None:
+    tr = random_trace(RandomParams(seed=3, ops=60))
+    full = itf_trace(tr.ops, "kvtether", _config())
+    some = itf_trace(tr.ops, "kvtether", _config(), variables=["free", "blocks"], first=10, last=20)
+    _valid(some)
+    assert some["vars"] == ["blocks", "free"]  # in ITF_VARS' order, whatever was asked
+    assert some["#meta"]["window"] == [10, 20]
+    # the state before op 10, then one after each op of the window, as the full export has them
+    want = [{k: s[k] for k in ("#meta", "blocks", "free")} for s in full["states"][10:22]]
+    assert some["states"] == want
+    head = itf_trace(tr.ops, "kvtether", _config(), last=4)
+    assert head["states"] == full["states"][:6]  # first 0: the init state, then ops 0..4
+    bad: dict[str, Any]
+    for bad in ({"variables": ["blocks", "nope"]}, {"variables": []}, {"first": 5, "last": 4},
+                {"last": len(tr.ops)}, {"first": len(tr.ops)}):  # fmt: skip
+        with pytest.raises(ConfigError):
+            itf_trace(tr.ops, "kvtether", _config(), **bad)
+    # the command: flags, and bad ones refused with exit 2 and nothing written
+    path, out = tmp_path / "t.jsonl", tmp_path / "w.itf.json"
+    dump_trace(tr, path)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('block_size = 4\n[[tiers]]\nname = "hbm"\nblocks = 8\n'
+                   '[[tiers]]\nname = "hbf"\nblocks = 8\n')  # fmt: skip
+    argv = ["export-itf", str(path), "--policy", "kvtether", "--config", str(cfg)]
+    assert main([*argv, "--vars", "free,blocks", "--ops", "10:20", "-o", str(out)]) == 0
+    assert json.loads(out.read_text()) == some
+    for flags in (["--vars", "blocks,nope"], ["--ops", "20:10"], ["--ops", "7"],
+                  ["--ops", f"0:{len(tr.ops)}"]):  # fmt: skip
+        bad_out = tmp_path / "bad.json"
+        assert _exit_code([*argv, *flags, "-o", str(bad_out)]) == 2, flags
+        assert not bad_out.exists()
+
+
+def _exit_code(argv: list[str]) -> int | str | None:
+    """main's return, or the code argparse exits with on a flag it refuses."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code

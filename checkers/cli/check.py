@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
 from checkers.invariants.contract import ContractCoverage, contract_violation
-from checkers.invariants.registry import invariant_names
+from checkers.invariants.registry import FINDINGS, invariant_names
 from checkers.invariants.replay import check_ops, nondeterminism
 from checkers.invariants.structural import Violation
 from checkers.search.coverage import SearchStats
@@ -32,6 +33,9 @@ from kvmodel.io.trace import Trace
 from kvmodel.policy import registered_policies, resolve_policy
 from kvmodel.progress import bar, wanted
 from kvmodel.studies.sweep import local_cluster
+
+if TYPE_CHECKING:
+    from checkers.search.report import PolicyReport
 
 __all__ = ["CHECKER_ERROR", "add_check"]
 
@@ -113,44 +117,80 @@ def _cmd_check(args: argparse.Namespace) -> int:
     print(render_table(reports))
     print()
     for r in reports:
-        st = r.result.stats
-        never = ", ".join(st.never_fired()) or "none"
+        if args.verbose:
+            _policy_details(r, scope.describe(tiers=not args.config))
+        else:
+            print(_policy_line(r))
+    if not args.verbose and reports:
         print(
-            f"{r.policy}: {st.examples} examples, {st.steps} steps, {st.walks} random walks "
-            f"({scope.describe(tiers=not args.config)}), "
-            f"{st.contract_traces} contract traces; never fired: {never}"
+            "\n(-v for each policy's search: examples, rules fired, ops applied, coverage and "
+            "warnings, each counterexample's length and bundle; --json for all of it)"
         )
-        fired = ", ".join(f"{k} {n}" for k, n in sorted(st.rules.items()) if n)
-        print(f"  rules fired: {fired}")
-        print(f"  ops applied: {', '.join(f'{k} {n}' for k, n in sorted(st.ops.items()) if n)}")
-        print(f"  {st.coverage_line()}")
-        for warning in st.unexercised(r.result.invariants):
-            print(f"  warning: {warning}")
-        for err in r.checker_errors():
-            print(f"  CHECKER ERROR (a bug in kvmodel; the findings here still stand): {err}")
-        for inv, c in sorted(r.result.found.items()):
-            where = f" -> {r.bundles[inv]}" if inv in r.bundles else ""
-            tag = (
-                "CLAIM VIOLATED"
-                if inv in r.claims
-                else "FAILED"
-                if inv in r.failures()
-                else "finding"
-            )
-            shrunk = {"machine": f"Hypothesis {c.hypothesis_ops}", "walk": "random walk"}.get(
-                c.found_by, f"engine self-check, from {c.hypothesis_ops}"
-            )
-            print(
-                f"  {tag}: {inv}: {len(c.ops)} ops ({shrunk}, "
-                f"{'1-minimal' if c.one_minimal else 'not proven 1-minimal'}"
-                f"{', value-minimal' if c.value_minimal else ''}; "
-                f"{_engine_brief(c.config)}){where}"
-            )
     if failures:
         print(f"\nFAILED: claimed invariants violated or findings: {failures}")
     if crashed:
         print(f"\nCHECKER ERROR: the search crashed in part, so no verdict is a pass: {crashed}")
     return status
+
+
+def _policy_line(r: PolicyReport) -> str:
+    """One line per policy: what was violated, how many coverage warnings, where the bundles
+    are. A checker crash is never folded away."""
+    found = r.result.found
+    claimed = sorted(set(found) & r.claims)
+    fails = sorted(set(found) & set(FINDINGS))
+    other = sorted(set(found) - r.claims - set(FINDINGS))
+    warnings = len(r.result.stats.unexercised(r.result.invariants))
+    parts = [
+        f"{len(claimed)} claim{'s' if len(claimed) != 1 else ''} violated"
+        + (f" ({', '.join(claimed)})" if claimed else ""),
+        f"{len(fails)} finding{'s' if len(fails) != 1 else ''}"
+        + (f" ({', '.join(fails)})" if fails else ""),
+        f"{len(other)} unclaimed invariant{'s' if len(other) != 1 else ''} violated",
+        f"{warnings} coverage warning{'s' if warnings != 1 else ''}",
+    ]
+    line = f"{r.policy}: {'; '.join(parts)}"
+    if r.bundles:
+        line += f"; bundles in {Path(next(iter(r.bundles.values()))).parent}"
+    for err in r.checker_errors():
+        line += f"\n  CHECKER ERROR (a bug in kvmodel; the findings here still stand): {err}"
+    return line
+
+
+def _policy_details(r: PolicyReport, scope: str) -> None:
+    """``-v``: a policy's whole search, counterexample by counterexample."""
+    st = r.result.stats
+    never = ", ".join(st.never_fired()) or "none"
+    print(
+        f"{r.policy}: {st.examples} examples, {st.steps} steps, {st.walks} random walks "
+        f"({scope}), {st.contract_traces} contract traces; never fired: {never}"
+    )
+    fired = ", ".join(f"{k} {n}" for k, n in sorted(st.rules.items()) if n)
+    print(f"  rules fired: {fired}")
+    print(f"  ops applied: {', '.join(f'{k} {n}' for k, n in sorted(st.ops.items()) if n)}")
+    print(f"  {st.coverage_line()}")
+    for warning in st.unexercised(r.result.invariants):
+        print(f"  warning: {warning}")
+    for err in r.checker_errors():
+        print(f"  CHECKER ERROR (a bug in kvmodel; the findings here still stand): {err}")
+    for inv, c in sorted(r.result.found.items()):
+        where = f" -> {r.bundles[inv]}" if inv in r.bundles else ""
+        tag = (
+            "CLAIM VIOLATED"
+            if inv in r.claims
+            else "FAILED"
+            if inv in r.failures()
+            else "violated, not claimed"
+        )
+        shrunk = {"machine": f"Hypothesis {c.hypothesis_ops}", "walk": "random walk"}.get(
+            c.found_by, f"engine self-check, from {c.hypothesis_ops}"
+        )
+        print(
+            f"  {tag}: {inv}: {len(c.ops)} ops ({shrunk}, "
+            f"{'1-minimal' if c.one_minimal else 'not proven 1-minimal'}"
+            f"{', value-minimal' if c.value_minimal else ''}; "
+            f"{_engine_brief(c.config)}){where}"
+        )
 
 
 def _seconds(text: str) -> float:
@@ -338,6 +378,12 @@ def add_check(sub: Subparsers) -> None:
     )
     ck.add_argument("--out", help="directory for counterexample bundles")
     ck.add_argument("--json", action="store_true")
+    ck.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="each policy's whole search after the table (default: one line per policy)",
+    )
     ck.add_argument("--quiet", action="store_true", help="no progress bar (drawn only on a TTY)")
     ck.set_defaults(func=_cmd_check)
     _add_replay_check(sub)

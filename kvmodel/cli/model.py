@@ -20,6 +20,7 @@ from kvmodel.cli.common import (
 )
 from kvmodel.config import EngineConfig, default_config
 from kvmodel.errors import ConfigError, PolicyNotFoundError
+from kvmodel.io.itf import ITF_VARS
 from kvmodel.io.trace import Trace, iter_trace_lines, load_trace
 from kvmodel.policy import claimed_invariants, registered_policies, resolve_policy
 from kvmodel.replay import Summary, replay
@@ -80,7 +81,16 @@ def _cmd_export_itf(args: argparse.Namespace) -> int:
     from kvmodel.io.itf import dumps_itf, itf_trace
 
     trace = load_trace(args.trace)
-    itf = itf_trace(trace.ops, args.policy, engine_config(args.config))
+    variables = None if args.vars is None else [v.strip() for v in args.vars.split(",") if v]
+    first, last = (None, None) if args.ops is None else args.ops
+    itf = itf_trace(
+        trace.ops,
+        args.policy,
+        engine_config(args.config),
+        variables=variables,
+        first=first or 0,
+        last=last,
+    )
     atomic_write(Path(args.output), dumps_itf(itf))
     stopped = itf["#meta"].get("stopped")
     print(
@@ -98,8 +108,37 @@ def add_export_itf(sub: Subparsers) -> None:
     ex.add_argument("trace", help="trace file (JSONL, spec/trace-format.md)")
     ex.add_argument("--policy", default="lru", help="policy name or package.module:Name")
     ex.add_argument("--config", help="engine config TOML (default: hbm 512 + hbf 4096 blocks)")
+    ex.add_argument(
+        "--vars",
+        metavar="VAR,...",
+        help="only these variables (default: all of " + ", ".join(ITF_VARS) + ")",
+    )
+    ex.add_argument(
+        "--ops",
+        type=_op_window,
+        metavar="FIRST:LAST",
+        help="only the states of ops FIRST..LAST (inclusive; either may be omitted), after the "
+        "state before FIRST -- every op is still replayed, and the output is valid ITF",
+    )
     ex.add_argument("-o", "--output", required=True, metavar="OUT.itf.json")
     ex.set_defaults(func=_cmd_export_itf)
+
+
+def _op_window(text: str) -> tuple[int | None, int | None]:
+    """``FIRST:LAST`` (either may be empty) as two op indices."""
+    first, sep, last = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        lo = int(first) if first.strip() else None
+        hi = int(last) if last.strip() else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected FIRST:LAST op indices, either omitted (got {text!r})"
+        ) from None
+    if (lo is not None and lo < 0) or (lo is not None and hi is not None and hi < lo):
+        raise argparse.ArgumentTypeError(f"expected 0 <= FIRST <= LAST (got {text!r})")
+    return lo, hi
 
 
 def _cmd_policies(args: argparse.Namespace) -> int:

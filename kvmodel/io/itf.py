@@ -30,17 +30,19 @@ is whole, so the size is states x resident blocks: meant for counterexamples and
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from typing import Any
 
 from kvmodel.config import EngineConfig
+from kvmodel.contexts import Context
 from kvmodel.engine import Engine
-from kvmodel.errors import KVModelError
+from kvmodel.errors import ConfigError, KVModelError
+from kvmodel.ids import BlockId
 from kvmodel.io.observations import observation_to_json
 from kvmodel.io.trace import Op, op_name
 from kvmodel.policy import Policy, resolve_policy
 
-__all__ = ["ITF_VARS", "dumps_itf", "itf_trace"]
+__all__ = ["ITF_VARS", "block_name", "block_record", "context_record", "dumps_itf", "itf_trace"]
 
 #: the variables of every state, in order
 ITF_VARS = ("action", "op_index", "t", "contexts", "blocks", "free", "writes", "records")
@@ -63,45 +65,70 @@ def _value(v: Any) -> Any:
     return str(v)
 
 
-def _state(
-    engine: Engine, action: str, index: int, t: float, records: Sequence[Any]
-) -> dict[str, Any]:
-    view = engine.view
-    contexts = []
-    for cid in sorted(engine.contexts):
-        c = engine.contexts[cid]
-        chain = [s.key or "" for s in c.materialized]
-        sequence = [
+def context_record(c: Context) -> dict[str, Any]:
+    """A context's ITF record (the one definition: ITF states and the viewer's frames read it)."""
+    return {
+        "open": c.is_open,
+        "phase": c.phase.value,
+        "messages": len(c),
+        "tokens": _value(c.total_tokens),
+        "valid": c.valid,
+        "chain": [s.key or "" for s in c.materialized],
+        "sequence": [
             {"id": m.id, "kind": m.kind.value, "tokens": m.tokens, "state": st.value}
             for m, st in c.message_states()
-        ]
-        contexts.append([
-            cid,
-            {"open": c.is_open, "phase": c.phase.value, "messages": len(c),
-             "tokens": _value(c.total_tokens), "valid": c.valid, "chain": chain,
-             "sequence": sequence},
-        ])  # fmt: skip
-    blocks = []
-    for bid in sorted(engine.blocks):
-        b = engine.blocks[bid]
-        info = view.block(bid)
-        blocks.append([
-            b.spec.key or f"slot-{bid}",
-            {"slot": bid, "tier": b.tier, "depth": b.depth, "state": info.state.value,
-             "holders": {"#set": sorted(b.holders)}},
-        ])  # fmt: skip
-    mem = engine.memory
-    return {
-        "#meta": {"index": index + 1},
-        "action": action,
-        "op_index": index,
-        "t": repr(float(t)),
-        "contexts": {"#map": contexts},
-        "blocks": {"#map": sorted(blocks, key=lambda kv: kv[0])},
-        "free": {"#map": [[tier.name, mem.free_count(tier.name)] for tier in mem.tiers]},
-        "writes": {"#map": [[tier.name, _value(mem.writes[tier.name])] for tier in mem.tiers]},
-        "records": [_value(observation_to_json(o)) for o in records],
+        ],
     }
+
+
+def block_name(engine: Engine, bid: BlockId) -> str:
+    """A resident block's name in ITF: its key, or ``slot-N`` for a partial tail (no key)."""
+    return engine.blocks[bid].spec.key or f"slot-{bid}"
+
+
+def block_record(engine: Engine, bid: BlockId) -> dict[str, Any]:
+    """A resident block's ITF record (one definition, as :func:`context_record`)."""
+    b = engine.blocks[bid]
+    return {
+        "slot": bid,
+        "tier": b.tier,
+        "depth": b.depth,
+        "state": engine.view.block(bid).state.value,
+        "holders": {"#set": sorted(b.holders)},
+    }
+
+
+def _state(
+    engine: Engine, action: str, index: int, t: float, records: Sequence[Any], names: Set[str]
+) -> dict[str, Any]:
+    mem = engine.memory
+    every: dict[str, Callable[[], Any]] = {
+        "action": lambda: action,
+        "op_index": lambda: index,
+        "t": lambda: repr(float(t)),
+        "contexts": lambda: {
+            "#map": [[cid, context_record(engine.contexts[cid])] for cid in sorted(engine.contexts)]
+        },
+        "blocks": lambda: {
+            "#map": sorted(
+                (
+                    [block_name(engine, bid), block_record(engine, bid)]
+                    for bid in sorted(engine.blocks)
+                ),
+                key=lambda kv: str(kv[0]),
+            )
+        },
+        "free": lambda: {"#map": [[tier.name, mem.free_count(tier.name)] for tier in mem.tiers]},
+        "writes": lambda: {
+            "#map": [[tier.name, _value(mem.writes[tier.name])] for tier in mem.tiers]
+        },
+        "records": lambda: [_value(observation_to_json(o)) for o in records],
+    }
+    out: dict[str, Any] = {"#meta": {"index": index + 1}}
+    for name in ITF_VARS:
+        if name in names:
+            out[name] = every[name]()
+    return out
 
 
 def itf_trace(
@@ -110,14 +137,39 @@ def itf_trace(
     config: EngineConfig,
     *,
     meta: Mapping[str, Any] | None = None,
+    variables: Sequence[str] | None = None,
+    first: int = 0,
+    last: int | None = None,
 ) -> dict[str, Any]:
     """The ITF trace of replaying ``ops`` under ``policy``: a state before the first op and after
     each op applied. An op the model refuses (a bad trace, a policy's protocol error) ends the
     trace there; ``#meta.stopped`` says why. ``meta`` is added to ``#meta`` (a counterexample's
-    invariant and op, say)."""
+    invariant and op, say).
+
+    ``variables`` keeps only those of :data:`ITF_VARS` (in their order); ``first`` and ``last``
+    keep the window of ops ``first..last`` (inclusive; every op is still replayed): its first
+    state is the state before op ``first`` (``init`` when ``first`` is 0), then one after each op
+    of the window -- still a valid ITF trace, whose initial state is the model's state there.
+    """
+    names = ITF_VARS if variables is None else tuple(v for v in ITF_VARS if v in variables)
+    unknown = sorted(set(variables or ()) - set(ITF_VARS))
+    if unknown or not names:
+        raise ConfigError(
+            f"unknown ITF variable(s) {', '.join(unknown) or '(none given)'}; expected some of "
+            + ", ".join(ITF_VARS)
+        )
+    stop = len(ops) - 1 if last is None else last
+    if (first, last) != (0, None) and not 0 <= first <= stop < len(ops):
+        raise ConfigError(
+            f"expected an op window FIRST:LAST with 0 <= FIRST <= LAST < {len(ops)}, the "
+            f"trace's ops (got {first}:{stop})"
+        )
+    keep = frozenset(names)
     pol = resolve_policy(policy)
     engine: Engine = getattr(pol, "engine_class", Engine)(config, pol)  # an engine mutant's own
-    states = [_state(engine, "init", -1, ops[0].t if ops else 0.0, ())]
+    states = []
+    if first == 0:
+        states.append(_state(engine, "init", -1, ops[0].t if ops else 0.0, (), keep))
     head: dict[str, Any] = {
         "format": "ITF",
         "format-description": _ADR,
@@ -125,16 +177,19 @@ def itf_trace(
         "description": f"kvmodel replay under {engine.policy.name}",
         "policy": engine.policy.name,
     }
-    for i, op in enumerate(ops):
+    if first > 0 or last is not None:
+        head["window"] = [first, stop]
+    for i, op in enumerate(ops[: stop + 1]):
         seen = len(engine.log)
         try:
             engine.apply(op)
         except KVModelError as e:
             head["stopped"] = f"op {i} ({op_name(op)}): {e}"
             break
-        states.append(_state(engine, op_name(op), i, op.t, engine.log.since(seen)))
+        if i >= first - 1:
+            states.append(_state(engine, op_name(op), i, op.t, engine.log.since(seen), keep))
     head.update({k: _value(v) for k, v in (meta or {}).items() if v is not None})
-    return {"#meta": head, "vars": list(ITF_VARS), "states": states}
+    return {"#meta": head, "vars": list(names), "states": states}
 
 
 def dumps_itf(itf: Mapping[str, Any]) -> str:
