@@ -400,7 +400,7 @@ def test_check_cli_budget_walks_and_jobs(
 ) -> None:
     from checkers.search.bundle import config_to_toml
 
-    base = ["check", "kvtether", "--invariants", "no-zombie-kv", "--max-examples", "3"]
+    base = ["check", "kvtether", "--invariants", "no-zombie-kv", "--max-examples", "3", "-v"]
     walks = ["--steps", "5", "--walks", "16", "-j", "2", "--walk-ops", "300", "--tier-blocks", "64"]
     assert main([*base, *walks]) == 0
     out = capsys.readouterr().out
