@@ -126,6 +126,70 @@ def scaling(steps: int, lengths: tuple[int, ...], policies: tuple[str, ...]) -> 
             )
 
 
+def op_kinds(steps: int, lengths: tuple[int, ...], policies: tuple[str, ...]) -> None:
+    """Each op kind's cost against context length (issue 61 item 5): one context grown to each
+    length beside a cold one that fills memory, then ``steps`` rounds of [append 16 tokens,
+    infer, pin the first message, unpin it, turn_end], every op timed on its own, and, in a
+    second run, ``steps`` rounds of [fork the whole context, infer on the fork, close it]. Flat
+    rows mean an op's work is its own, not the context's. A fork shares the context's whole
+    chain, so it and the close of the fork attach and detach each block (one holder more or
+    less on every block, spec P4): their work is the chain, by the model's definition, and the
+    next inference of the context re-keys the blocks whose holders changed."""
+    from kvmodel.io.trace import Close, Fork, Pin, TurnEnd, Unpin, op_name
+
+    print(f"op cost vs context length ({steps} rounds, memory full; us per op):")
+    for policy in policies:
+        rows: dict[str, list[float]] = {}
+        for length in lengths:
+            for forks in (False, True):
+                filler = 4 * steps + 64
+                ops, _ = _growth_trace(length, 0, filler, 1)
+                c = ContextId("c0")
+                n = len(ops)
+                for i in range(steps):
+                    t = float(WARM_STEPS + i)
+                    if forks:
+                        fork = ContextId(f"f{i}")
+                        ops += [Fork(t, fork, c), Infer(t, fork, ()), Close(t, fork)]
+                        continue
+                    m = Message(MessageId(f"r{i}"), Role.USER, MessageKind.OBSERVATION, 16)
+                    ops += [
+                        Append(t, c, (m,)),
+                        Infer(t, c, ()),
+                        Pin(t, c, 0, 1),
+                        Unpin(t, c, 0, 1),
+                        TurnEnd(t, c),
+                    ]
+                blocks = length // 16 + filler + 1
+                cfg = EngineConfig(16, (TierConfig(TierName("hbm"), blocks),))
+                spent: dict[str, float] = {}
+                last = [0.0]
+
+                def hook(
+                    _e: object,
+                    i: int,
+                    op: Op,
+                    n: int = n,
+                    spent: dict[str, float] = spent,
+                    last: list[float] = last,
+                    c: ContextId = c,
+                ) -> None:
+                    now = time.perf_counter()
+                    if i >= n:
+                        kind = op_name(op) + (" (the fork)" if op.ctx != c else "")  # type: ignore[union-attr]
+                        spent[kind] = spent.get(kind, 0.0) + now - last[0]
+                    last[0] = time.perf_counter()
+
+                replay(ops, policy, cfg, after_op=hook, observe=False)
+                for kind, sec in spent.items():
+                    rows.setdefault(kind, []).append(sec / steps * 1e6)
+        head = "".join(f"{n:>10,}" for n in lengths)
+        print(f"  {policy:<9} {'op':<15}{head}  tokens  longest/shortest")
+        for kind, us in rows.items():
+            cells = "".join(f"{u:>10.1f}" for u in us)
+            print(f"  {policy:<9} {kind:<15}{cells}  us      {us[-1] / us[0]:.2f}x")
+
+
 def memory(n_ops: int, observe: bool) -> None:
     """Peak resident memory of generating and replaying an ``n_ops`` trace (with its log, or
     without: ``kvmodel replay`` without ``--observations``)."""
@@ -156,9 +220,11 @@ def main() -> None:
     elif a.quick:
         throughput(2_000)
         scaling(50, (1_024, 16_384), ("kvtether", "lru"))
+        op_kinds(20, (1_024, 16_384), ("kvtether",))
     else:
         throughput(100_000)
         scaling(1_000, (1_024, 10_240, 102_400, 512_000), ("kvtether", "lru", "vllm-prefix"))
+        op_kinds(100, (1_024, 102_400, 512_000), ("lru", "kvtether"))
 
 
 if __name__ == "__main__":

@@ -194,15 +194,22 @@ class Context:
             self._pin_depth = deepest
         return self._pin_depth
 
-    def first_reasoning_block(self) -> int | None:
-        """Index of the block holding the first reasoning token (None: no reasoning). KV before
-        it survives every turn-end strip (Lachesis's reasoning-stripped segment)."""
+    def first_reasoning_index(self) -> int | None:
+        """Index of the first reasoning message (None: none). Cached: an append keeps the cache
+        current and only an edit makes it unknown, so a turn end in a context without reasoning
+        does not walk the context."""
         if self._first_reasoning is None:
             self._first_reasoning = next(
                 (i for i, (m, _) in enumerate(self.entries) if m.kind is MessageKind.REASONING), -1
             )
         i = self._first_reasoning
-        return None if i < 0 else self.starts[i] // self.block_size
+        return None if i < 0 else i
+
+    def first_reasoning_block(self) -> int | None:
+        """Index of the block holding the first reasoning token (None: no reasoning). KV before
+        it survives every turn-end strip (Lachesis's reasoning-stripped segment)."""
+        i = self.first_reasoning_index()
+        return None if i is None else self.starts[i] // self.block_size
 
     def first_temporary_index(self) -> int | None:
         if not self.temporaries:
@@ -378,23 +385,23 @@ class Context:
         return n
 
     def strip_reasoning(self) -> int:
-        """Remove every reasoning message (spec P9). Returns how many."""
-        first = next(
-            (i for i, (m, _) in enumerate(self.entries) if m.kind is MessageKind.REASONING), None
-        )
+        """Remove every reasoning message (spec P9). Returns how many. Walks the messages from
+        the first reasoning one on (none without reasoning)."""
+        first = self.first_reasoning_index()
         if first is None:
             return 0
         kept: list[tuple[Message, int]] = []
         n = 0
-        for m, uid in self.entries:
+        for m, uid in self.entries[first:]:
             if m.kind is MessageKind.REASONING:
                 self._expire(uid, Event.INVALIDATE)
                 n += 1
             else:
                 kept.append((m, uid))
         self._invalidate_from(first)
-        self.entries = kept
+        self.entries[first:] = kept
         self._restart(first)
+        self._first_reasoning = -1  # (every reasoning message is gone)
         return n
 
     def drop_temporaries(self) -> None:

@@ -12,6 +12,7 @@ which case its projected lifetime under the observed write rate is (spec M6)::
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Mapping, Sequence
 
@@ -20,7 +21,14 @@ import attrs
 from kvmodel.errors import ConfigError, InternalError
 from kvmodel.ids import BlockId, TierName
 
-__all__ = ["SECONDS_PER_YEAR", "Memory", "ModelShape", "TierConfig", "device_years"]
+__all__ = [
+    "MAX_TIER_BLOCKS",
+    "SECONDS_PER_YEAR",
+    "Memory",
+    "ModelShape",
+    "TierConfig",
+    "device_years",
+]
 
 SECONDS_PER_YEAR = 365.25 * 24 * 3600
 
@@ -44,9 +52,20 @@ class ModelShape:
         return self.bytes_per_token() * block_size
 
 
+#: the largest tier, in blocks (spec M1): 2**40, a thousand times a petabyte of 1 MB blocks.
+#: Slots are created as they are used, so a tier this large costs nothing until it is; the
+#: bound keeps sizes, counts and the figures computed from them plain integers
+MAX_TIER_BLOCKS = 2**40
+
+
 def _positive(_inst: object, attr: attrs.Attribute[int], value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"tier field {attr.name!r} must be an integer >= 1 (got {value!r})")
+    if value > MAX_TIER_BLOCKS:
+        raise ConfigError(
+            f"tier field {attr.name!r} must be at most {MAX_TIER_BLOCKS:,} (2**40) blocks "
+            f"(got {value:,})"
+        )
 
 
 @attrs.frozen(slots=True)
@@ -105,7 +124,10 @@ class Memory:
     """Free lists and counters for every tier. Slot ids are global: tier i owns a contiguous range.
 
     Allocation takes the lowest free slot id first is *not* promised; it takes the front of a FIFO
-    free list, which is deterministic and what paged engines do.
+    free list, which is deterministic and what paged engines do. The list is kept lazily: a
+    tier's never-used slots are a counter (they stand at the list's front, in order, as if the
+    list had been filled at start) and only slots once freed are held, in the order they were
+    freed. So a tier costs memory and time for the slots used, not for its size (spec M1).
     """
 
     def __init__(self, tiers: Sequence[TierConfig]) -> None:
@@ -118,13 +140,19 @@ class Memory:
         #: the tiers' names in configuration order (fastest first), fixed at construction
         self.names: tuple[TierName, ...] = tuple(names)
         self._by_name: dict[TierName, TierConfig] = {t.name: t for t in tiers}
+        #: per tier: the next never-used slot (up to the tier's end), and the slots freed since
+        self._fresh: dict[TierName, int] = {}
         self._free: dict[TierName, deque[BlockId]] = {}
-        self._tier_of: list[TierName] = []
+        self._end: dict[TierName, int] = {}
+        starts = []
         base = 0
         for t in tiers:
-            self._free[t.name] = deque(BlockId(base + i) for i in range(t.blocks))
-            self._tier_of.extend([t.name] * t.blocks)
+            starts.append(base)
+            self._fresh[t.name] = base
+            self._free[t.name] = deque()
             base += t.blocks
+            self._end[t.name] = base
+        self._starts: tuple[int, ...] = tuple(starts)
         self._used: set[BlockId] = set()
         self.writes: dict[TierName, int] = {t.name: 0 for t in tiers}
 
@@ -135,28 +163,35 @@ class Memory:
         return tier in self._by_name
 
     def tier_of(self, block: BlockId) -> TierName:
-        return self._tier_of[block]
+        return self.names[bisect_right(self._starts, block) - 1]
 
     def free_count(self, tier: TierName) -> int:
-        return len(self._free[tier])
+        return self._end[tier] - self._fresh[tier] + len(self._free[tier])
 
     def free_blocks(self, tier: TierName) -> tuple[BlockId, ...]:
-        """The free slots of ``tier`` in the order :meth:`alloc` takes them."""
-        return tuple(self._free[tier])
+        """The free slots of ``tier`` in the order :meth:`alloc` takes them (as many as the
+        tier has free: for small tiers, the symbolic search's state)."""
+        fresh = (BlockId(b) for b in range(self._fresh[tier], self._end[tier]))
+        return (*fresh, *self._free[tier])
 
     def used_count(self, tier: TierName) -> int:
-        return self.config(tier).blocks - len(self._free[tier])
+        return self.config(tier).blocks - self.free_count(tier)
 
     def total_free(self) -> int:
         """Free slots a primary may take: in every tier but the copy tiers (MV15)."""
-        return sum(len(self._free[t.name]) for t in self.tiers if not t.copies_only)
+        return sum(self.free_count(t.name) for t in self.tiers if not t.copies_only)
 
     def alloc(self, tier: TierName) -> BlockId:
         """Take a free slot of ``tier`` and count one block write (spec M3)."""
-        free = self._free[tier]
-        if not free:
-            raise InternalError(f"alloc on full tier {tier!r}")
-        b = free.popleft()
+        fresh = self._fresh[tier]
+        if fresh < self._end[tier]:
+            self._fresh[tier] = fresh + 1
+            b = BlockId(fresh)
+        else:
+            free = self._free[tier]
+            if not free:
+                raise InternalError(f"alloc on full tier {tier!r}")
+            b = free.popleft()
         if b in self._used:
             raise InternalError(f"double allocation of block {b}")
         self._used.add(b)
@@ -169,7 +204,7 @@ class Memory:
         case in which the engine evicts for room, M4), one write counted (spec M3)."""
         if block not in self._used:
             raise InternalError(f"reuse of free block {block}")
-        self.writes[self._tier_of[block]] += 1
+        self.writes[self.tier_of(block)] += 1
         return block
 
     def write_copy(self, tier: TierName) -> None:
@@ -187,7 +222,7 @@ class Memory:
         if block not in self._used:
             raise InternalError(f"double free of block {block}")
         self._used.discard(block)
-        self._free[self._tier_of[block]].append(block)
+        self._free[self.tier_of(block)].append(block)
 
     def is_used(self, block: BlockId) -> bool:
         return block in self._used
@@ -197,7 +232,7 @@ class Memory:
         used: dict[TierName, int] = {t.name: 0 for t in self.tiers}
         for b in self._used:
             used[self.tier_of(b)] += 1
-        return {t.name: (len(self._free[t.name]), used[t.name], t.blocks) for t in self.tiers}
+        return {t.name: (self.free_count(t.name), used[t.name], t.blocks) for t in self.tiers}
 
     def device_years(self, tier: TierName, seconds: float) -> float | None:
         c = self.config(tier)

@@ -32,6 +32,61 @@ def test_free_lists_are_fifo_and_count_writes() -> None:
         m.free(BlockId(1))
 
 
+def test_a_lazy_free_list_is_the_fifo_list_filled_at_start() -> None:
+    """Never-used slots are a counter in front of the slots freed since (spec M1): the same
+    slots in the same order as a list filled at start, checked against that list over random
+    allocations and frees, on two tiers."""
+    from collections import deque
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    m = Memory([TierConfig(HBM, 5), TierConfig(HBF, 7)])
+    ref = {HBM: deque(BlockId(i) for i in range(5)), HBF: deque(BlockId(5 + i) for i in range(7))}
+    used: list[BlockId] = []
+    for _ in range(2_000):
+        tier = (HBM, HBF)[int(rng.integers(2))]
+        if used and (not ref[tier] or rng.random() < 0.45):
+            b = used.pop(int(rng.integers(len(used))))
+            m.free(b)
+            ref[m.tier_of(b)].append(b)
+        elif ref[tier]:
+            b = m.alloc(tier)
+            assert b == ref[tier].popleft()
+            used.append(b)
+        for t in (HBM, HBF):
+            assert m.free_blocks(t) == tuple(ref[t])
+            assert m.free_count(t) == len(ref[t])
+    assert sorted(m.accounting()) == [HBF, HBM]
+
+
+def test_a_tier_costs_what_is_used_not_its_size() -> None:
+    """A tier of 2**40 blocks (the most there may be) is built and used at once; one more
+    block is refused, naming the key."""
+    from kvmodel.memory import MAX_TIER_BLOCKS
+
+    m = Memory([TierConfig(HBM, 4), TierConfig(HBF, MAX_TIER_BLOCKS)])
+    assert m.alloc(HBF) == 4
+    assert m.free_count(HBF) == MAX_TIER_BLOCKS - 1
+    assert m.tier_of(BlockId(MAX_TIER_BLOCKS + 3)) == HBF
+    m.free(BlockId(4))
+    assert m.accounting()[HBF] == (MAX_TIER_BLOCKS, 0, MAX_TIER_BLOCKS)
+    # a replay on it is the replay on any tier it never fills (the trace writes ~20k blocks)
+    from kvmodel.config import EngineConfig
+    from kvmodel.replay import replay
+    from kvmodel.workloads import AgenticParams, generate_agentic
+
+    tr = generate_agentic(AgenticParams(seed=3, sessions=2))
+    runs = [replay(tr, "kvtether", EngineConfig(16, (TierConfig(HBM, n),))) for n in
+            (MAX_TIER_BLOCKS, 100_000)]  # fmt: skip
+    assert runs[0].summary.to_json() == runs[1].summary.to_json()
+    for blocks in (MAX_TIER_BLOCKS + 1, 9_200_000_000_000_000_000, 410 * 10**21):
+        with pytest.raises(
+            ConfigError, match=r"x\.toml: \[\[tiers\]\] #1: .*'blocks' must be at most"
+        ):
+            parse_config({"tiers": [{"name": "a", "blocks": blocks}]}, source="x.toml")
+
+
 def test_device_years_formula() -> None:
     # 100k P/E over 512 GB at WA 1.02, written at 1 GB/s: budget/rate seconds
     y = device_years(

@@ -43,7 +43,7 @@ _SKIP: dict[str, frozenset[str]] = {
     ),
     # contexts and memory are the engine's (read there), marks is the victim source (a cache)
     "Residency": frozenset({"contexts", "memory", "marks", "_tick"}),
-    "Memory": frozenset({"writes", "tiers", "_by_name", "_tier_of"}),
+    "Memory": frozenset({"writes", "tiers", "names", "_by_name", "_end", "_starts"}),
     "ResidentBlock": frozenset({"version"}),
     # the pin depth and first reasoning message are caches of the entries and pins (None:
     # not computed yet), filled or not depending on which checks read them
