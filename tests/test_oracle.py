@@ -330,3 +330,54 @@ def test_a_long_divergence_shows_what_differs() -> None:
     assert "write k7 in hbm" not in text
     short = OracleVerdict("ILLEGAL", 3, "decisions differ", ("reject",), ("write k1 in hbm",))
     assert "  reference allows: reject" in short.render()
+
+
+def _write(path: Path, log: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in log))
+    return path
+
+
+def test_a_log_read_op_by_op_from_its_file_gets_the_same_verdicts(tmp_path: Path) -> None:
+    """kvmodel oracle reads the log as a LogStream (offsets per op, records parsed when asked
+    for): the same records by op as the whole log grouped, and the same verdicts -- OK, ILLEGAL
+    with its shortened witness, --keep-going's divergences (which rebuild the reference from
+    recalled records), an end record -- and a log out of op order is read whole, alike."""
+    from checkers.conformance.oracle_log import LogStream, load_log, records_by_op
+
+    tr, lru_log, cfg = _lru_vs_kvtether()
+    own = _log(tr, "kvtether", cfg)
+    ended = [*own[: len(own) // 2], {"op": own[len(own) // 2]["op"], "kind": "end"}]
+    shuffled = sorted(lru_log, key=lambda r: (int(str(r["op"])) % 7, int(str(r["seq"]))))
+    for name, log in (("own", own), ("lru", lru_log), ("ended", ended), ("shuffled", shuffled)):
+        path = _write(tmp_path / f"{name}.jsonl", log)
+        stream = LogStream(path)
+        assert dict(stream.items()) == records_by_op(load_log(path)), name
+        for kw in ({}, {"keep_going": True, "shorten": False}):
+            want = check_log(tr, log, "kvtether", cfg, **kw)  # type: ignore[arg-type]
+            assert check_log(tr, stream, "kvtether", cfg, **kw) == want, (name, kw)  # type: ignore[arg-type]
+    assert check_log(tr, LogStream(tmp_path / "lru.jsonl"), "kvtether", cfg).shortened_trace
+
+
+def test_a_log_stream_refuses_what_load_log_refuses(tmp_path: Path) -> None:
+    from checkers.conformance.oracle_log import LogStream
+    from kvmodel.errors import TraceError
+
+    good = {"seq": 0, "t": 0, "op": 0, "kind": "infer"}
+    for bad in ('{"op": "x", "kind": "hit"}', "{nope", '{"op": 1, "kind": "hit", "depth": -1}'):
+        path = tmp_path / "bad.jsonl"
+        path.write_text(json.dumps(good) + "\n" + bad + "\n")
+        with pytest.raises(TraceError, match=r"bad\.jsonl:2: "):
+            LogStream(path)
+
+
+def test_a_forgotten_log_keeps_counting_and_refuses_what_it_dropped() -> None:
+    from kvmodel.errors import InternalError
+
+    tr = random_trace(RandomParams(seed=1, ops=40))
+    r = replay(tr, "lru", CFG)
+    n = len(r.engine.log)
+    r.engine.log.forget()
+    assert len(r.engine.log) == n
+    assert r.engine.log.since(n) == []
+    with pytest.raises(InternalError, match="forgotten"):
+        r.engine.log.since(n - 1)

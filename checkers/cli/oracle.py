@@ -22,6 +22,7 @@ def _cmd_oracle(args: argparse.Namespace) -> int:
     """Log conformance: is IMPL_LOG a behaviour the reference allows on TRACE?"""
     from checkers.conformance.adapters import refuse_undeclared
     from checkers.conformance.oracle import check_log, check_log_invariants, load_log
+    from checkers.conformance.oracle_log import LogStream
 
     if args.invariant and not args.invariants_only:
         raise ConfigError("--invariant goes with --invariants-only (--policy judges by the rank)")
@@ -34,15 +35,15 @@ def _cmd_oracle(args: argparse.Namespace) -> int:
         # an op the implementation never implemented cannot be judged from its log: refused
         # by name (exit 2), never compared as though the implementation had ignored it
         refuse_undeclared(trace, args.implements.split(","), file=args.trace)
-    log = load_log(args.log)
     config = engine_config(args.config)
     if args.invariants_only:
         names = invariant_names(args.invariant, default=sorted(STRUCTURAL_CLAIMS))
+        log = load_log(args.log)
         verdict = check_log_invariants(trace, log, config, names, complete=args.complete)
     else:
         verdict = check_log(
             trace,
-            log,
+            LogStream(args.log),  # read op by op: the judge holds what the log describes
             args.policy,
             config,
             complete=args.complete,

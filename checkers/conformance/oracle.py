@@ -37,6 +37,7 @@ import attrs
 from checkers.conformance.oracle_invariants import check_log_invariants, follow_every_victim
 from checkers.conformance.oracle_log import (
     Divergence,
+    LogStream,
     OracleVerdict,
     Puppet,
     Record,
@@ -311,7 +312,12 @@ class Conformance:
     """
 
     def __init__(
-        self, policy: str | Policy, config: EngineConfig, *, allow: Iterable[str] = ()
+        self,
+        policy: str | Policy,
+        config: EngineConfig,
+        *,
+        allow: Iterable[str] = (),
+        recall: Callable[[int], Sequence[Record]] | None = None,
     ) -> None:
         self.policy, self.config = policy, config
         self.allow = frozenset(allow)
@@ -325,15 +331,23 @@ class Conformance:
             m.copies.chooser = self.follow.choose_copy
             m.reclaims_dead = declared_reclaim(self.follow.inner) is Reclaim.DEAD  # (MV2)
         self.ops = 0
-        #: each op, the victims it followed, whether it was adopted, and the implementation's
-        #: records for it
-        self._seen: list[tuple[Op, list[tuple[str, object]], bool, Sequence[Record]]] = []
+        #: each op and whether it was adopted; its records are recalled when a rebuild needs
+        #: them: from ``recall`` (the caller's: a log read op by op from its file) or, without
+        #: one, kept here
+        self._seen: list[tuple[Op, bool]] = []
+        self._recall = recall
+        self._kept: dict[int, Sequence[Record]] = {}
+
+    def _records(self, j: int) -> Sequence[Record]:
+        """The implementation's records for op ``j`` (an op already stepped)."""
+        return self._recall(j) if self._recall is not None else self._kept.get(j, ())
 
     def _rebuilt(self, i: int) -> Conformance:
         """A reference that has applied ops ``0..i-1`` as this one did, rebuilt on demand (only
         a divergence needs it, and snapshotting every op would cost O(resident) per op)."""
-        again = Conformance(self.policy, self.config, allow=self.allow)
-        for j, (op, victims, adopted, records) in enumerate(self._seen[:i]):
+        again = Conformance(self.policy, self.config, allow=self.allow, recall=self._records)
+        for j, (op, adopted) in enumerate(self._seen[:i]):
+            records = self._records(j)
             if adopted:  # an adopted op's victims are the puppet's to take, not the follower's
                 again._apply_adopted(j, op, records)
             else:
@@ -342,7 +356,7 @@ class Conformance:
                 again._before(op, records)
                 again.engine.apply(op)
                 again._after(op, seen, records)
-            again._seen.append((op, victims, adopted, records))
+            again._seen.append((op, adopted))
         again.ops = i
         return again
 
@@ -460,7 +474,7 @@ class Conformance:
             )
         if why is not None:
             return f"cannot follow the implementation past op {i}: {why}"
-        again._seen.append((op, _victims(records), True, records))
+        again._seen.append((op, True))
         again.ops = i + 1
         self.follow, self.engine, self._seen, self.ops = (
             again.follow,
@@ -477,7 +491,10 @@ class Conformance:
         own = own_keys(self.engine, op)
         wanted = _victims(records)
         self.follow.expect(records)
-        self._seen.append((op, wanted, False, records))
+        self._seen.append((op, False))
+        if self._recall is None and records:
+            self._kept[i] = records
+        self.engine.log.forget()  # (every op's records are read in the op: hold none after it)
         seen = len(self.engine.log)
         try:
             self._before(op, records)
@@ -535,7 +552,7 @@ def _verdict(
     if any(op >= n_ops or op < 0 for op in by_op):
         return OracleVerdict("UNKNOWN", reason="the log names ops the trace does not have")
     last_logged = last_complete(by_op, n_ops, complete)
-    conf = Conformance(policy, config, allow=allow)
+    conf = Conformance(policy, config, allow=allow, recall=lambda j: by_op.get(j, ()))
     first: OracleVerdict | None = None
     found: list[Divergence] = []
     for i, op in enumerate(trace.ops):
@@ -568,7 +585,7 @@ def _with(first: OracleVerdict, found: Sequence[Divergence], stopped: str = "") 
 
 def check_log(
     trace: Trace,
-    log: Sequence[Record],
+    log: Sequence[Record] | LogStream,
     policy: str | Policy,
     config: EngineConfig,
     *,
@@ -586,7 +603,9 @@ def check_log(
     the verdict lists every divergence with a class (the first one is shortened). ``allow``:
     opt-in admissible :data:`VARIANTS`."""
     allow = tuple(allow)
-    by_op = records_by_op(log)
+    by_op: Mapping[int, Sequence[Record]] = (
+        log if isinstance(log, LogStream) else records_by_op(log)
+    )
     verdict = _verdict(
         trace, by_op, policy, config, complete=complete, keep_going=keep_going, allow=allow
     )

@@ -10,9 +10,10 @@ with it; policy mode's ``--keep-going`` adopts a divergent op with it).
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,7 +22,7 @@ import attrs
 from kvmodel.engine import Engine
 from kvmodel.errors import TraceError
 from kvmodel.ids import BlockId, BlockKey, TierName
-from kvmodel.io.jsonl import read_jsonl
+from kvmodel.io.jsonl import iter_jsonl
 from kvmodel.io.trace import MAX_STRING, Infer, Op
 from kvmodel.policy import BasePolicy, Placement
 from kvmodel.view import BlockInfo, ModelView, NewBlock
@@ -29,6 +30,7 @@ from kvmodel.view import BlockInfo, ModelView, NewBlock
 __all__ = [
     "MOVE_KINDS",
     "Divergence",
+    "LogStream",
     "OracleVerdict",
     "Puppet",
     "Record",
@@ -151,34 +153,95 @@ def _field_ok(v: object, kind: str, nullable: bool) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def load_log(path: str | Path) -> list[dict[str, Any]]:
-    out = []
-    for n, rec in read_jsonl(path, "implementation log"):
-        if (
-            not isinstance(rec, dict)
-            or not isinstance(rec.get("op"), int)
-            or not isinstance(rec.get("kind"), str)
-        ):
+def _checked(rec: Any, path: str | Path, n: int) -> dict[str, Any]:
+    """A log line's record, its fields checked (spec T4), or a located error."""
+    if (
+        not isinstance(rec, dict)
+        or not isinstance(rec.get("op"), int)
+        or not isinstance(rec.get("kind"), str)
+    ):
+        raise TraceError(
+            "expected an observation record with integer 'op' and 'kind'",
+            file=str(path),
+            line=n,
+            field="op",
+        )
+    for name, value in rec.items():  # (a record's own fields: fewer than _FIELDS)
+        spec = _FIELDS.get(name)
+        if spec is None:
+            continue
+        kind, nullable = spec
+        if not _field_ok(value, kind, nullable):
+            what = f"{'an' if kind[0] in 'aeiu' else 'a'} {kind}" + (
+                " >= 0" if kind == "integer" else ""
+            )
             raise TraceError(
-                "expected an observation record with integer 'op' and 'kind'",
+                f"expected {what}{' or null' if nullable else ''} (got {rec[name]!r:.60})",
                 file=str(path),
                 line=n,
-                field="op",
+                op=str(rec["kind"])[:40],
+                field=name,
             )
-        for name, (kind, nullable) in _FIELDS.items():
-            if name in rec and not _field_ok(rec[name], kind, nullable):
-                what = f"{'an' if kind[0] in 'aeiu' else 'a'} {kind}" + (
-                    " >= 0" if kind == "integer" else ""
-                )
-                raise TraceError(
-                    f"expected {what}{' or null' if nullable else ''} (got {rec[name]!r:.60})",
-                    file=str(path),
-                    line=n,
-                    op=str(rec["kind"])[:40],
-                    field=name,
-                )
-        out.append(rec)
-    return out
+    return rec
+
+
+def load_log(path: str | Path) -> list[dict[str, Any]]:
+    """Every record of an implementation's log, checked (the whole log in memory: for a long
+    log, :class:`LogStream`)."""
+    return [_checked(rec, path, n) for n, _, _, rec in iter_jsonl(path, "implementation log")]
+
+
+class LogStream(Mapping[int, Sequence[Record]]):
+    """An implementation's log as its records by op, read from the file when asked for.
+
+    One pass checks every record (as :func:`load_log` does) and keeps, per op, where its
+    records are in the file, and the ops of its ``end`` records; an op's records are parsed
+    again each time they are read. So a judge holds an offset per op, not the log: a 152 MB log
+    of 4,860 ops is a few hundred KB. A log whose ops are not in order (records of an op after
+    a later op's) is read whole instead, as :func:`records_by_op` groups it -- the same records
+    either way.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._spans: dict[int, list[tuple[int, int]]] = {}
+        self._whole: dict[int, list[Record]] | None = None
+        self.end_ops: list[int] = []
+        last = -1
+        for n, start, stop, rec in iter_jsonl(path, "implementation log"):
+            op = int(_checked(rec, path, n)["op"])
+            if rec["kind"] == "end":
+                self.end_ops.append(op)
+            spans = self._spans.setdefault(op, [])
+            if spans and spans[-1][1] == start:
+                spans[-1] = (spans[-1][0], stop)
+            else:
+                spans.append((start, stop))
+            if op < last and self._whole is None:
+                self._whole = {}  # out of order: read it whole below
+            last = max(last, op)
+        if self._whole is not None:
+            self._whole = records_by_op(load_log(path))
+            self._spans = {}
+
+    def __getitem__(self, op: int) -> Sequence[Record]:
+        if self._whole is not None:
+            return self._whole[op]
+        spans = self._spans[op]  # (KeyError: no records for op)
+        out: list[Record] = []
+        with self.path.open("rb") as f:
+            for start, stop in spans:
+                f.seek(start)
+                for line in f.read(stop - start).split(b"\n"):
+                    if line.strip():
+                        out.append(json.loads(line))
+        return out
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._whole if self._whole is not None else self._spans)
+
+    def __len__(self) -> int:
+        return len(self._whole if self._whole is not None else self._spans)
 
 
 #: the records of the movement layer (spec/movement.md MV8)
@@ -272,7 +335,11 @@ def last_complete(by_op: Mapping[int, Sequence[Record]], n_ops: int, complete: b
     op logged (spec/invariants.md §Oracle)."""
     if complete:
         return n_ops
-    ends = [op for op, recs in by_op.items() if any(r["kind"] == "end" for r in recs)]
+    ends = (
+        by_op.end_ops
+        if isinstance(by_op, LogStream)
+        else [op for op, recs in by_op.items() if any(r["kind"] == "end" for r in recs)]
+    )
     if ends:
         return min(max(ends) + 1, n_ops)
     return max(by_op, default=-1)

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal, TypeAlias
 
 import attrs
 
+from kvmodel.errors import InternalError
 from kvmodel.ids import BlockId, BlockKey, ContextId, TierName
 from kvmodel.lifecycle import BlockClass
 
@@ -227,26 +228,38 @@ def observation_to_json(o: Observation) -> dict[str, Any]:
 
 
 class ObservationLog:
-    """Append-only list of observations with a dense ``seq``."""
+    """Append-only list of observations with a dense ``seq``. :meth:`forget` lets a reader
+    that has read every record so far drop them (a judge of a long log holds one op's records,
+    not the run's); ``seq``, ``len`` and :meth:`since` still count from the run's first."""
 
     def __init__(self) -> None:
         self.records: list[Observation] = []
+        #: records forgotten: ``records[0]`` has this seq
+        self._base = 0
 
     @property
     def next_seq(self) -> int:
-        return len(self.records)
+        return self._base + len(self.records)
 
     def add(self, record: Observation) -> None:
         self.records.append(record)
 
+    def forget(self) -> None:
+        """Drop every record kept so far (their seqs are not given again)."""
+        self._base += len(self.records)
+        self.records = []
+
     def __len__(self) -> int:
-        return len(self.records)
+        return self._base + len(self.records)
 
     def __iter__(self) -> Iterator[Observation]:
+        """The records kept (every record, unless some were forgotten)."""
         return iter(self.records)
 
     def since(self, seq: int) -> list[Observation]:
-        return self.records[seq:]
+        if seq < self._base:
+            raise InternalError(f"records from seq {seq} were forgotten (kept from {self._base})")
+        return self.records[seq - self._base :]
 
     def to_jsonl(self) -> str:
         return "".join(
