@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,7 +17,7 @@ from checkers.invariants.contract import ContractCoverage, contract_violation
 from checkers.invariants.registry import FINDINGS, invariant_names
 from checkers.invariants.replay import check_ops, nondeterminism
 from checkers.invariants.structural import Violation
-from checkers.search.coverage import SearchStats
+from checkers.search.coverage import SearchStats, count_records
 from checkers.search.scope import (
     CROWD,
     CROWD_EVERY,
@@ -25,10 +28,11 @@ from checkers.search.scope import (
     WIDE_TIER_BLOCKS,
     WalkScope,
 )
-from kvmodel.cli.common import Subparsers, atomic_write, engine_config, int_at_least
+from kvmodel.cli.common import Subparsers, atomic_writer, engine_config, int_at_least
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import ConfigError
+from kvmodel.io.observations import Observation, observation_line
 from kvmodel.io.trace import Trace
 from kvmodel.policy import registered_policies, resolve_policy
 from kvmodel.progress import bar, wanted
@@ -221,13 +225,31 @@ def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig
     # progress (a terminal only): every op of the monitored replay, of the nondeterministic
     # check's replays and of the two self-checks on ample memory
     runs = 3
-    with bar(len(ops) * (1 + runs + 2), "replay --check", on=wanted(args.quiet)) as done:
-        run = check_ops(ops, args.policy, config, names, tick=lambda: done("monitor"))
+    counted: Counter[str] = Counter()
+    with contextlib.ExitStack() as stack:
+        # the monitored run's records, op by op: counted for the coverage line and written to
+        # --observations as they come, then forgotten (a long trace's log is not held)
+        out = (
+            stack.enter_context(atomic_writer(Path(args.observations)))
+            if args.observations
+            else None
+        )
+        done = stack.enter_context(
+            bar(len(ops) * (1 + runs + 2), "replay --check", on=wanted(args.quiet))
+        )
+        first_tier = config.tiers[0].name
+
+        def records(recs: Sequence[Observation]) -> None:
+            count_records(counted, first_tier, recs)
+            if out is not None:
+                out.write("".join(observation_line(o) for o in recs))
+
+        run = check_ops(
+            ops, args.policy, config, names, tick=lambda: done("monitor"), stream=records
+        )
         if run.trace_error is not None:
             line = trace.line_of(run.applied)
             raise run.trace_error.located(file=trace.source, line=line, op=None)
-        if args.observations:
-            atomic_write(Path(args.observations), run.engine.log.to_jsonl())
         found = list(run.violations)
         odd = nondeterminism(
             ops, args.policy, config, runs=runs, tick=lambda: done("nondeterministic")
@@ -253,7 +275,7 @@ def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig
     # one, and an invariant whose trigger never happened held vacuously
     seen = SearchStats()
     seen.count_ops(ops[: run.applied])
-    seen.observe(run.engine, ops[: run.applied])
+    seen.observe(run.engine, ops[: run.applied], records=counted)
     idle = seen.unexercised(held)
     if args.json:
         print(

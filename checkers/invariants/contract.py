@@ -170,6 +170,7 @@ def diverge(
             last_whole = k
         if found is not None:
             return found
+        engine.log.forget()  # (the op's records are read: a long trace holds none of them)
         if tick is not None:
             tick()
     return None

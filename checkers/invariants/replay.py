@@ -13,7 +13,7 @@ from checkers.invariants.structural import Violation
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import TraceError
-from kvmodel.io.observations import observation_to_json
+from kvmodel.io.observations import Observation, observation_to_json
 from kvmodel.io.trace import Op, Trace, TraceHeader
 from kvmodel.policy import Policy, resolve_policy
 
@@ -70,31 +70,33 @@ def check_ops(
     endurance_years: float = 5.0,
     contract: bool = True,
     tick: Callable[[], None] | None = None,
+    stream: Callable[[Sequence[Observation]], None] | None = None,
 ) -> CheckRun:
     """Apply ``ops`` with a :class:`Monitor`; stop at the first violation of ``stop_at`` (if
     given), at a refused policy decision, or at an op the model rejects as bad input.
     ``contract=False``: without the contract model (:data:`~checkers.invariants.monitor.
     READS_CONTRACT` says what then goes unjudged), never for a verdict. ``tick``: called after
-    each op applied (a progress bar's step)."""
+    each op applied (a progress bar's step). ``stream``: given each op's records after the op,
+    which the engine's log then forgets (a long trace's checked replay holds none of them)."""
     pol = resolve_policy(policy)
     engine = engine_for(pol, config)
     mon = Monitor(engine, invariants, endurance_years=endurance_years, contract=contract)
-    prepare = getattr(pol, "prepare", None)
-    if callable(prepare):
-        try:  # (the policy's own code: a finding, never a lost run)
-            went_on = mon.call_policy(
-                "prepare", lambda: prepare(Trace(TraceHeader(), tuple(ops)), config)
-            )
-        except TraceError as e:
-            return CheckRun((), engine, 0, e)
-        if not went_on:
-            return CheckRun(tuple(mon.violations), engine, 0)
+    went_on, refused = _prepare(mon, pol, ops, config)
+    if refused is not None:
+        return CheckRun((), engine, 0, refused)
+    if not went_on:
+        return CheckRun(tuple(mon.violations), engine, 0)
     applied = 0
     for op in ops:
+        seen = len(engine.log)
         try:
             went_on = mon.apply(op)
         except TraceError as e:
             return CheckRun(tuple(mon.violations), engine, applied, e)
+        finally:
+            if stream is not None:
+                stream(engine.log.since(seen))
+                engine.log.forget()
         applied += 1
         if tick is not None:
             tick()
@@ -104,6 +106,22 @@ def check_ops(
             return CheckRun(tuple(mon.violations), engine, applied, None, mon.compared_whole)
     mon.at_end()
     return CheckRun(tuple(mon.violations), engine, applied, None, mon.compared_whole)
+
+
+def _prepare(
+    mon: Monitor, pol: Policy, ops: Sequence[Op], config: EngineConfig
+) -> tuple[bool, TraceError | None]:
+    """A policy's ``prepare`` (an offline policy reads the trace first), if it has one: whether
+    the run goes on, and the trace error that refused it."""
+    prepare = getattr(pol, "prepare", None)
+    if not callable(prepare):
+        return True, None
+    try:  # (the policy's own code: a finding, never a lost run)
+        return mon.call_policy(
+            "prepare", lambda: prepare(Trace(TraceHeader(), tuple(ops)), config)
+        ), None
+    except TraceError as e:
+        return False, e
 
 
 def nondeterminism(
@@ -117,28 +135,59 @@ def nondeterminism(
     """Replay ``ops`` ``runs`` times, each with a fresh policy and engine; a
     ``nondeterministic`` finding at the first op whose records differ between two replays (a
     policy that breaks ties by ``id()``, set order or a clock), else None. ``tick``: called after
-    each op of each replay."""
-    logs = []
+    each op of each replay.
+
+    The replays go in lockstep, op by op, and each op's records are compared and then
+    forgotten, so a long trace holds ``runs`` engines' states, not their logs (three logs of a
+    million records were most of a long ``replay --check``'s memory). The replays are built
+    one after another, as separate runs would be, so a policy that keeps state across runs
+    (itself the finding) still shows it."""
+    # no invariant and no contract model: only the logs are compared, and the monitor's
+    # checks never change what the engine does (the contract model was most of the time of a
+    # `replay --check` and of a finding's replays in a search)
+    ongoing: list[tuple[Monitor, list[int]]] = []
     for _ in range(runs):
-        # no invariant and no contract model: only the logs are compared, and the monitor's
-        # checks never change what the engine does (the contract model was most of the time
-        # of a `replay --check` and of a finding's replays in a search)
-        run = check_ops(ops, policy, config, [], contract=False, tick=tick)
-        logs.append([observation_to_json(o) for o in run.engine.log])
-    first = logs[0]
-    for other in logs[1:]:
-        if other != first:
-            k = next(
-                (i for i, (a, b) in enumerate(zip(first, other, strict=False)) if a != b),
-                min(len(first), len(other)),
-            )
-            rec = first[k] if k < len(first) else other[k]
-            return Violation(
-                "nondeterministic",
-                f"two replays of the same trace differ at record {k} (op {rec.get('op')}): "
-                f"{_brief(first, k)} vs {_brief(other, k)}",
-                op=int(rec.get("op", 0)),
-            )
+        pol = resolve_policy(policy)
+        engine = engine_for(pol, config)
+        mon = Monitor(engine, [], contract=False)
+        went_on, refused = _prepare(mon, pol, ops, config)
+        ongoing.append((mon, [0 if went_on and refused is None else -1]))
+    counted = 0  # records compared so far (the first run's)
+    for i, op in enumerate(ops):
+        step: list[list[dict[str, Any]] | None] = []
+        for mon, state in ongoing:
+            if state[0] < 0:
+                step.append(None)
+                continue
+            log = mon.engine.log
+            seen = len(log)
+            try:
+                went_on = mon.apply(op)
+            except TraceError:
+                went_on = False
+            step.append([observation_to_json(o) for o in log.since(seen)])
+            log.forget()
+            if not went_on:
+                state[0] = -1
+            if tick is not None:
+                tick()
+        first = step[0]
+        for other in step[1:]:
+            if other != first:
+                a, b = first or [], other or []
+                k = next(
+                    (j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                    min(len(a), len(b)),
+                )
+                return Violation(
+                    "nondeterministic",
+                    f"two replays of the same trace differ at record {counted + k} (op {i}): "
+                    f"{_brief(a, k)} vs {_brief(b, k)}",
+                    op=i,
+                )
+        counted += len(first or [])
+        if all(state[0] < 0 for _, state in ongoing):
+            break
     return None
 
 

@@ -30,6 +30,7 @@ from kvmodel.io.observations import (
     FreeReason,
     InferObs,
     LoadObs,
+    Observation,
     RejectObs,
 )
 from kvmodel.io.trace import OP_NAMES, Op, Pin, op_name
@@ -42,6 +43,7 @@ __all__ = [
     "SearchStats",
     "Witnesses",
     "at_deadlines",
+    "count_records",
     "run_coverage",
 ]
 
@@ -77,12 +79,11 @@ def at_deadlines(ops: Iterable[Op]) -> int:
     return n
 
 
-def run_coverage(engine: Engine, ops: Sequence[Op], seconds_bound: float = 5.0) -> Counter[str]:
-    """What one finished run of ``ops`` exercised, from its observation log and memory."""
-    cov: Counter[str] = Counter()
-    cov["at deadlines"] = at_deadlines(ops)
-    first_tier = engine.memory.names[0] if engine.memory.names else None
-    for r in engine.log:
+def count_records(cov: Counter[str], first_tier: str, records: Iterable[Observation]) -> None:
+    """Add what ``records`` (an op's, or a whole log) show to ``cov`` (one definition for a
+    whole log and a log read op by op); ``first_tier``: the engine's fastest tier (a write
+    elsewhere is a spill)."""
+    for r in records:
         if isinstance(r, EvictObs):
             cov["evictions"] += 1
             cov[f"evict:{r.state.value}"] += 1
@@ -106,6 +107,24 @@ def run_coverage(engine: Engine, ops: Sequence[Op], seconds_bound: float = 5.0) 
             cov["loads"] += 1
         elif isinstance(r, DropCopyObs):
             cov["copies dropped"] += 1
+
+
+def run_coverage(
+    engine: Engine,
+    ops: Sequence[Op],
+    seconds_bound: float = 5.0,
+    records: Counter[str] | None = None,
+) -> Counter[str]:
+    """What one finished run of ``ops`` exercised, from its observation log and memory.
+    ``records``: the log's counts, already taken op by op with :func:`count_records` (a run
+    whose log was forgotten as it went)."""
+    cov: Counter[str] = Counter()
+    cov["at deadlines"] = at_deadlines(ops)
+    if records is None:
+        count_records(cov, engine.memory.names[0], engine.log)
+    else:
+        cov.update(records)
+        # (the maxima were counted as maxima: an update adds, and each appears once here)
     st = engine.stats
     seconds = (st.t_last or 0.0) - (st.t_first or 0.0)
     cov["latest clock"] = int(st.t_last or 0.0)  # (whole seconds: what a clock rule saw)
@@ -215,9 +234,12 @@ class SearchStats:
         for k, n in cov.items():
             self.coverage[k] = max(self.coverage[k], n) if k in MAXIMA else self.coverage[k] + n
 
-    def observe(self, engine: Engine, ops: Sequence[Op]) -> Counter[str]:
-        """Add one finished run of ``ops``; return its own counts (the machine targets them)."""
-        cov = run_coverage(engine, ops)
+    def observe(
+        self, engine: Engine, ops: Sequence[Op], records: Counter[str] | None = None
+    ) -> Counter[str]:
+        """Add one finished run of ``ops``; return its own counts (the machine targets them).
+        ``records``: its log's counts, taken as it went (see :func:`run_coverage`)."""
+        cov = run_coverage(engine, ops, records=records)
         self.add(cov)
         return cov
 

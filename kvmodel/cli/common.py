@@ -7,9 +7,9 @@ import argparse
 import contextlib
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeAlias
+from typing import TextIO, TypeAlias
 
 import attrs
 
@@ -23,6 +23,7 @@ __all__ = [
     "agentic_from",
     "agentic_params",
     "atomic_write",
+    "atomic_writer",
     "engine_config",
     "int_at_least",
     "number_in",
@@ -73,15 +74,25 @@ def number_in(lo: float, hi: float = math.inf, *, low_open: bool = False) -> Cal
 def atomic_write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file renamed into place: a reader never
     sees half a file, and a path that cannot be written is a ConfigError (exit 2) naming it."""
+    with atomic_writer(path) as f:
+        f.write(text)
+
+
+@contextlib.contextmanager
+def atomic_writer(path: Path) -> Iterator[TextIO]:
+    """:func:`atomic_write` for text written as it is made (a long log, line by line): the
+    temporary file is renamed into place when the block ends, and removed if it raises."""
     try:
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     except ValueError:
         raise ConfigError(f"{path}: cannot write here: not a file name") from None
     try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot write: {e.strerror}") from None
+        try:
+            with tmp.open("w", encoding="utf-8") as f:
+                yield f
+            tmp.replace(path)
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot write: {e.strerror}") from None
     finally:
         with contextlib.suppress(OSError):
             if tmp.exists():

@@ -33,6 +33,7 @@ __all__ = [
     "Observation",
     "ObservationLog",
     "RejectObs",
+    "observation_line",
     "observation_to_json",
 ]
 
@@ -227,6 +228,11 @@ def observation_to_json(o: Observation) -> dict[str, Any]:
     return d
 
 
+def observation_line(o: Observation) -> str:
+    """A record as a line of a JSONL log (T4), its newline included."""
+    return json.dumps(observation_to_json(o), separators=(",", ":")) + "\n"
+
+
 class ObservationLog:
     """Append-only list of observations with a dense ``seq``. :meth:`forget` lets a reader
     that has read every record so far drop them (a judge of a long log holds one op's records,
@@ -262,6 +268,4 @@ class ObservationLog:
         return self.records[seq - self._base :]
 
     def to_jsonl(self) -> str:
-        return "".join(
-            json.dumps(observation_to_json(o), separators=(",", ":")) + "\n" for o in self.records
-        )
+        return "".join(observation_line(o) for o in self.records)
