@@ -162,3 +162,13 @@ def test_bench_viewer_runs(
     ops, mb = int(rows[0][0].replace(",", "")), float(rows[0][1])
     assert ops > 50
     assert 0 < mb <= 2 * ops / 1000 + 0.1  # the page's own code is about 20 KB
+
+
+def test_bench_long_logs_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _load("bench_long_logs")
+    assert bench.main(["--sessions", "2", "--rounds", "3", "--fork-depth", "40"]) == 0
+    out = capsys.readouterr().out
+    rows = {ln[2:26].strip(): ln.split() for ln in out.splitlines() if ln.startswith("  ")}
+    for name in ("replay", "replay --observations", "oracle --policy", "replay --check"):
+        assert rows[name][-1 if name != "replay --observations" else -4] == "0", out
+    assert "40 deep" in out

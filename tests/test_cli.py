@@ -273,3 +273,32 @@ def test_help_states_every_exit_code_once(capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr().out
     codes = [cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_BAD_INPUT, cli.EXIT_UNDECIDED]
     assert [out.count(f"* {c} -- ") for c in codes] == [1, 1, 1, 1]
+
+
+def test_newer_commands_refuse_bad_input_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 63 item 5: each of these ended in a traceback, some after minutes of work."""
+    import kvmodel.studies.sweep as sweep
+
+    # an op on a context the trace never opened, resampled (a KeyError in sessions_of)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"kvtrace":1}\n{"op":"infer","t":0,"ctx":"nope","output":[]}\n')
+    out = tmp_path / "out.jsonl"
+    assert main(["generate", "--from-traces", str(bad), "-o", str(out)]) == 2
+    assert f"{bad}:2: op 'infer', field 'ctx': context 'nope' was never opened" in (
+        capsys.readouterr().err
+    )
+    assert not out.exists()
+    # --out naming a file: refused before the search, the discovery or the comparison
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for argv in (["check", "lru", "--invariants", "no-zombie-kv"], ["discover"], ["compare"]):
+        assert main([*argv, "--out", str(a_file)]) == 2, argv
+        assert f"--out {a_file}: exists and is not a directory" in capsys.readouterr().err
+    # a scheduler address where none answers (an OSError traceback after 30 s)
+    monkeypatch.setattr(sweep, "CONNECT_TIMEOUT_S", 1)
+    assert main(["sweep", "--scheduler", "tcp://127.0.0.1:1", "--quiet"]) == 2
+    assert "--scheduler 'tcp://127.0.0.1:1': no Dask scheduler answered" in (
+        capsys.readouterr().err
+    )

@@ -28,7 +28,13 @@ from checkers.search.scope import (
     WIDE_TIER_BLOCKS,
     WalkScope,
 )
-from kvmodel.cli.common import Subparsers, atomic_writer, engine_config, int_at_least
+from kvmodel.cli.common import (
+    Subparsers,
+    atomic_writer,
+    engine_config,
+    int_at_least,
+    output_dir,
+)
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import ConfigError
@@ -58,7 +64,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         resolve_policy(p)  # fail fast on a bad name (exit 2)
     profile = args.profile or ("ci" if args.policy else "dev")
     shrinker = args.shrink or ("hypothesis" if args.policy else "dd")
-    out = Path(args.out) if args.out else None
+    out = output_dir(args.out) if args.out else None
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1 (got {args.jobs})")
     if args.workers and args.scheduler:

@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from kvmodel.cli.common import Subparsers, atomic_write, int_at_least
+from kvmodel.cli.common import Subparsers, atomic_write, int_at_least, output_dir
 from kvmodel.errors import ConfigError
 from kvmodel.progress import wanted
 
@@ -79,6 +79,7 @@ def _cmd_discover(args: argparse.Namespace) -> int:
 
     if args.workers and args.scheduler:
         raise ConfigError("--workers and --scheduler exclude each other")
+    out = output_dir(args.out) if args.out else None  # (before the work, not after it)
     talk = wanted(args.quiet)
     cells = (TRAIN, TEST) if args.cells == "default" else (SMALL_TRAIN, SMALL_TEST)
     train: tuple[AnyCell, ...] = cells[0]
@@ -103,9 +104,7 @@ def _cmd_discover(args: argparse.Namespace) -> int:
         scheduler=args.scheduler,
         done=(lambda msg: print(f"discover: {msg}", file=sys.stderr)) if talk else None,
     )
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+    if out is not None:
         atomic_write(out / "discovery.json", json.dumps(d.to_json(), indent=2) + "\n")
         if d.best is not None:
             atomic_write(out / "discovered.py", d.best.source(provenance(d)))

@@ -27,6 +27,7 @@ __all__ = [
     "engine_config",
     "int_at_least",
     "number_in",
+    "output_dir",
     "workload",
     "workload_args",
     "workload_params",
@@ -97,6 +98,22 @@ def atomic_writer(path: Path) -> Iterator[TextIO]:
         with contextlib.suppress(OSError):
             if tmp.exists():
                 tmp.unlink()
+
+
+def output_dir(path: str, flag: str = "--out") -> Path:
+    """The directory a command will write into, made now, before any work: a path that names a
+    file or cannot be made is a ConfigError (exit 2) naming it, not a traceback after the
+    work (``discover --out FILE`` failed after 53 s)."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"{flag} {path}: exists and is not a directory")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{flag} {path}: cannot make the directory: {e.strerror}") from None
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: the directory is not writable")
+    return p
 
 
 def engine_config(path: str | None) -> EngineConfig:

@@ -18,6 +18,7 @@ from kvmodel.cli.common import (
     engine_config,
     int_at_least,
     number_in,
+    output_dir,
     workload,
     workload_args,
     workload_params,
@@ -189,6 +190,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         compare,
     )
 
+    out = output_dir(args.out) if args.out else None  # (before the work, not after it)
     pols = args.policies.split(",") if args.policies else None
     cache = [p for p in (pols or CACHE_POLICIES) if p in CACHE_POLICIES or pols]
     place = [p for p in (pols or PLACEMENT_POLICIES) if p in PLACEMENT_POLICIES]
@@ -277,8 +279,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         print(cmp.render_paper())
     else:
         print(cmp.render())
-    if args.out:
-        for path in cmp.plot(Path(args.out)):
+    if out is not None:
+        for path in cmp.plot(out):
             print(f"wrote {path}", file=sys.stderr)
     return 0
 

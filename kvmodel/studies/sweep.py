@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from kvmodel.errors import ConfigError
 
-__all__ = ["executor", "local_cluster", "run_tasks", "sweep_cell"]
+__all__ = ["CONNECT_TIMEOUT_S", "connect", "executor", "local_cluster", "run_tasks", "sweep_cell"]
 
 T = TypeVar("T")
 
@@ -49,6 +49,23 @@ def local_cluster(workers: int | None) -> Iterator[str | None]:
         cluster.close()
 
 
+#: seconds a client waits for a scheduler to answer before the command says there is none
+CONNECT_TIMEOUT_S = 10
+
+
+def connect(scheduler: str) -> Any:
+    """A Dask client of the scheduler at ``scheduler``, or a :class:`ConfigError` (exit 2)
+    naming the address when none answers (an address with no scheduler was an ``OSError``
+    traceback after 30 s)."""
+    try:
+        return _dask().Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError, ValueError, TypeError) as e:
+        raise ConfigError(
+            f"--scheduler {scheduler!r}: no Dask scheduler answered there within "
+            f"{CONNECT_TIMEOUT_S} s ({type(e).__name__}: {e})"
+        ) from None
+
+
 @contextmanager
 def executor(jobs: int, scheduler: str | None = None) -> Iterator[Executor]:
     """A ``concurrent.futures`` executor: ``jobs`` local processes, or the workers of the Dask
@@ -57,7 +74,7 @@ def executor(jobs: int, scheduler: str | None = None) -> Iterator[Executor]:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             yield pool
         return
-    client = _dask().Client(scheduler)
+    client = connect(scheduler)
     try:
         yield client.get_executor(pure=False)
     finally:
@@ -86,7 +103,7 @@ def run_tasks(
     dist = _dask()
     cluster: Any = None
     if scheduler:
-        client = dist.Client(scheduler)
+        client = connect(scheduler)
     else:
         cluster = dist.LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None

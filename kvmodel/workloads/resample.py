@@ -20,9 +20,9 @@ from typing import Any
 import attrs
 import numpy as np
 
-from kvmodel.errors import ConfigError
+from kvmodel.errors import ConfigError, TraceError
 from kvmodel.ids import ContextId, MessageId, SessionId
-from kvmodel.io.trace import EndSession, Fork, Op, Open, Trace, TraceHeader
+from kvmodel.io.trace import EndSession, Fork, Op, Open, Trace, TraceHeader, op_name
 from kvmodel.messages import Message, MessageKind
 from kvmodel.workloads.timeline import merge_streams
 
@@ -44,14 +44,31 @@ def sessions_of(traces: Sequence[Trace]) -> list[list[Op]]:
     owner: dict[ContextId, SessionId] = {}
     out: dict[SessionId, list[Op]] = {}
     for tr in traces:
-        for op in tr.ops:
+        for i, op in enumerate(tr.ops):
             if isinstance(op, Open):
                 owner[op.ctx] = op.session
             elif isinstance(op, Fork):
-                owner[op.ctx] = owner[op.src]
-            sid = op.session if isinstance(op, EndSession) else owner[op.ctx]
+                owner[op.ctx] = _owner(owner, op.src, tr, i, "src")
+            if isinstance(op, EndSession):
+                sid = op.session
+            else:
+                sid = _owner(owner, op.ctx, tr, i, "ctx")
             out.setdefault(sid, []).append(op)
     return list(out.values())
+
+
+def _owner(
+    owner: dict[ContextId, SessionId], ctx: ContextId, tr: Trace, i: int, field: str
+) -> SessionId:
+    """The session of a context the trace opened before op ``i``, or a located error: a
+    resampled session must hold every op of its contexts (an op on a context never opened is
+    not a valid trace, spec T3)."""
+    sid = owner.get(ctx)
+    if sid is None:
+        raise TraceError(f"context {ctx!r} was never opened before this op", field=field).located(
+            file=tr.source, line=tr.line_of(i), op=op_name(tr.ops[i])
+        )
+    return sid
 
 
 def _message(m: Message, k: int) -> Message:
