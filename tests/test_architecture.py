@@ -60,6 +60,18 @@ def test_checker_imports_point_down(path: Path) -> None:
     assert up == [], f"{path.name} is on floor {CHECKER_FLOORS[here]!r} and imports above it"
 
 
+def test_the_model_never_imports_a_policy() -> None:
+    """Policies sit on the model, as a user's would (issue 63 item 4: kvmodel/cli/studies.py
+    imported the spawn predictor; its command now plugs in from policies/cli.py)."""
+    found = [
+        f"{p.relative_to(ROOT).as_posix()}:{line}: {mod}"
+        for p in _sources("kvmodel")
+        for line, mod in _imports(p)
+        if mod == "policies" or mod.startswith("policies.")
+    ]
+    assert found == []
+
+
 @pytest.mark.parametrize("package", ["kvmodel", "policies"])
 def test_the_model_side_never_imports_the_checkers(package: str) -> None:
     found = [
@@ -104,9 +116,11 @@ def test_every_command_is_an_entry_point_and_the_install_is_current() -> None:
     assert set(sub.choices) == set(declared)
     model = sorted(n for n, v in declared.items() if v.startswith("kvmodel."))
     assert model == [
-        *("compare", "demo", "export-itf", "generate", "import", "lachesis"),
+        *("compare", "demo", "export-itf", "generate", "import"),
         *("policies", "replay", "simulate", "stats", "sweep"),
     ]
+    # the policies package plugs its own in (the model's command line imports no policy)
+    assert sorted(n for n, v in declared.items() if v.startswith("policies.")) == ["lachesis"]
 
 
 def test_the_model_runs_without_the_checkers(tmp_path: Path) -> None:
