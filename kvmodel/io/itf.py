@@ -19,19 +19,24 @@ a policy and records, before the first op and after each one:
 ``records``     the op's observation records (spec T4), absent fields dropped
 ==============  ===============================================================================
 
-Values are ITF values: integers, strings, booleans, lists, records, ``{"#set": ...}`` and
-``{"#map": [[k, v], ...]}``; an integer beyond 2**53 is ``{"#bigint": "..."}``. A checker that
-found a counterexample adds the violated invariant and its op to ``#meta``. The schema this
-output satisfies is ``spec/itf.schema.json``. Deterministic: same inputs, same bytes. Every state
-is whole, so the size is states x resident blocks: meant for counterexamples and short traces
-(a small ``--config``), not for a day of real traffic.
+:func:`itf_trace` returns the states with plain JSON integers (what the viewer's frames and the
+tests read); :func:`dumps_itf` writes them through itf-py, the Apalache/Quint ITF library, as
+ITF's consumers read them: every integer ``{"#bigint": "..."}`` (Quint's reader and the Rust
+``itf`` crate refuse a bare integer), ``{"#set": ...}`` sorted and ``{"#map": [[k, v], ...]}``.
+A checker that found a counterexample adds the violated invariant and its op to ``#meta``. The
+schema this output satisfies is ``spec/itf.schema.json``. Deterministic: same inputs, same
+bytes. Every state is whole, so the size is states x resident blocks: meant for counterexamples
+and short traces (a small ``--config``, ``--vars``, ``--ops``), not for a day of real traffic.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
+from types import SimpleNamespace
 from typing import Any
+
+import itf_py
 
 from kvmodel.config import EngineConfig
 from kvmodel.contexts import Context
@@ -42,7 +47,15 @@ from kvmodel.io.observations import observation_to_json
 from kvmodel.io.trace import Op, op_name
 from kvmodel.policy import Policy, resolve_policy
 
-__all__ = ["ITF_VARS", "block_name", "block_record", "context_record", "dumps_itf", "itf_trace"]
+__all__ = [
+    "ITF_VARS",
+    "block_name",
+    "block_record",
+    "context_record",
+    "dumps_itf",
+    "itf_json",
+    "itf_trace",
+]
 
 #: the variables of every state, in order
 ITF_VARS = ("action", "op_index", "t", "contexts", "blocks", "free", "writes", "records")
@@ -192,6 +205,44 @@ def itf_trace(
     return {"#meta": head, "vars": list(names), "states": states}
 
 
+class _SortedSet(frozenset[Any]):
+    """A set that itf-py writes in sorted order: same inputs, same bytes (a plain frozenset of
+    strings iterates in the order of the run's string hashes)."""
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(sorted(frozenset.__iter__(self), key=repr))
+
+
+def _python(v: Any) -> Any:
+    """A value of :func:`itf_trace`'s states as the Python value itf-py writes: ``#map`` a dict,
+    ``#set`` a set, ``#bigint`` an int, a record an object with those attributes."""
+    if isinstance(v, dict):
+        if "#map" in v:
+            return {_python(k): _python(x) for k, x in v["#map"]}
+        if "#set" in v:
+            return _SortedSet(_python(x) for x in v["#set"])
+        if "#bigint" in v:
+            return int(v["#bigint"])
+        return SimpleNamespace(**{str(k): _python(x) for k, x in v.items()})
+    if isinstance(v, list):
+        return [_python(x) for x in v]
+    return v
+
+
+def itf_json(itf: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`itf_trace`'s result as ITF's consumers read it, written by itf-py (the Apalache /
+    Quint ITF library): every integer ``{"#bigint": "..."}``, maps ``#map`` and sets ``#set``
+    (Quint's reader and the Rust ``itf`` crate refuse a bare JSON integer)."""
+    out: dict[str, Any] = {"#meta": dict(itf["#meta"]), "vars": list(itf["vars"])}
+    states = []
+    for s in itf["states"]:
+        values = {k: _python(v) for k, v in s.items() if k != "#meta"}
+        states.append(itf_py.state_to_json(itf_py.State(meta=dict(s["#meta"]), values=values)))
+    out["states"] = states
+    return out
+
+
 def dumps_itf(itf: Mapping[str, Any]) -> str:
-    """The ITF JSON text (keys in a fixed order, one trailing newline)."""
-    return json.dumps(itf, indent=1, ensure_ascii=False) + "\n"
+    """The ITF JSON text of :func:`itf_trace`'s result, as :func:`itf_json` writes it (keys in
+    a fixed order, one trailing newline)."""
+    return json.dumps(itf_json(itf), indent=1, ensure_ascii=False) + "\n"
