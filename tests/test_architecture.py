@@ -1,4 +1,4 @@
-"""The layers are what the README's ARCHITECTURE section says (kvmodel issue 15): imports read
+"""The layers are what docs/architecture.md says (kvmodel issue 15): imports read
 from the source, so a new module that reaches up a floor fails here, not in review."""
 
 from __future__ import annotations

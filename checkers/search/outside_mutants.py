@@ -79,8 +79,8 @@ inference's admission then, and now does (M4.4; spec/invariants.md, Self-checks 
   new block takes the first of its placement's tiers with a free slot.
 
 Written 2026-12-05, the same way: fifteen more policies, all caught by ``kvmodel check`` at the
-ci profile and not kept, since each repeats a bug class the zoo has (README, How much the search
-finds), and this one, which is kept:
+ci profile and not kept, since each repeats a bug class the zoo has (docs/checking-a-policy.md,
+How much the search finds), and this one, which is kept:
 
 * :class:`AgentWeightTable` weighs candidates by the agent kind that wrote them, from a table
   that has no reviewer: its ``eviction_order`` raises ``KeyError`` in the middle of an
