@@ -107,6 +107,37 @@ TARGETS: dict[str, Target] = {
             lambda f, o: ["import", "openai", f["openai"], "-o", o],
             writes=True,
         ),
+        # the newer commands that read a trace (issue 63 item 5)
+        Target(
+            "generate-from-traces",
+            ("trace",),
+            lambda f, o: ["generate", "--from-traces", f["trace"], "--sessions", "3", "-o", o],
+            writes=True,
+        ),
+        Target("stats", ("trace",), lambda f, o: ["stats", f["trace"]]),
+        Target(
+            "view",
+            ("trace", "config"),
+            lambda f, o: ["view", f["trace"], "--config", f["config"], "--check", "-o", o],
+            writes=True,
+        ),
+        Target(
+            "export-itf",
+            ("trace", "config"),
+            lambda f, o: [
+                "export-itf",
+                f["trace"],
+                "--config",
+                f["config"],
+                "--ops",
+                "2:9",
+                "--vars",
+                "blocks,free",
+                "-o",
+                o,
+            ],
+            writes=True,
+        ),
     )
 }
 
@@ -247,6 +278,10 @@ def seeds() -> dict[str, list[dict[str, bytes]]]:
         "kv-events": [{"events": events}],
         "import-claude-code": [{"transcript": p.read_bytes()} for p in cc],
         "import-openai": [{"openai": p.read_bytes()} for p in oa if p.is_file()],
+        "generate-from-traces": [{"trace": t} for t in traces],
+        "stats": [{"trace": t} for t in traces],
+        "view": [{"trace": t, "config": config} for t in traces],
+        "export-itf": [{"trace": t, "config": config} for t in traces],
     }
 
 
@@ -438,6 +473,9 @@ ARGV_GRAMMAR: dict[str, tuple[str, ...]] = {
     "kv-events": ("{events}", "--json"),
     "generate": ("--seed", "--sessions", "--turns", "-o", "--preset"),
     "policies": ("--json",),
+    "export-itf": ("{trace}", "--config", "--vars", "--ops", "-o", "--policy"),
+    "view": ("{trace}", "--config", "--check", "--observations", "-o", "--policy"),
+    "stats": ("{trace}", "--presets", "--fit"),
     "import": ("openai", "claude-code", "{trace}", "-o"),
 }
 
