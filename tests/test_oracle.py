@@ -352,10 +352,16 @@ def test_a_log_read_op_by_op_from_its_file_gets_the_same_verdicts(tmp_path: Path
         path = _write(tmp_path / f"{name}.jsonl", log)
         stream = LogStream(path)
         assert dict(stream.items()) == records_by_op(load_log(path)), name
-        for kw in ({}, {"keep_going": True, "shorten": False}):
+        kws: list[dict[str, bool]] = [{"shorten": False}]
+        if name == "lru":  # (38 divergences, each adopted after a rebuild from recalled records)
+            kws.append({"keep_going": True, "shorten": False})
+        for kw in kws:
             want = check_log(tr, log, "kvtether", cfg, **kw)  # type: ignore[arg-type]
             assert check_log(tr, stream, "kvtether", cfg, **kw) == want, (name, kw)  # type: ignore[arg-type]
-    assert check_log(tr, LogStream(tmp_path / "lru.jsonl"), "kvtether", cfg).shortened_trace
+    # the shortening reads the prefix back from the file (once: it replays hundreds of times)
+    short = check_log(tr, LogStream(tmp_path / "lru.jsonl"), "kvtether", cfg, budget=60)
+    assert short.shortened_trace
+    assert short == check_log(tr, lru_log, "kvtether", cfg, budget=60)
 
 
 def test_a_log_stream_refuses_what_load_log_refuses(tmp_path: Path) -> None:
