@@ -410,6 +410,18 @@ def test_prove_cli_takes_the_fragment_size(capsys: pytest.CaptureFixture[str]) -
     assert main([*args, *inv]) == 0  # lru claims neither: findings, not failures
     out = json.loads(capsys.readouterr().out)
     assert out["fragment_size"] == {"contexts": 2, "slots": 3, "edits": 2}
+    # each verdict names its scope (issue 62 item 4): never "for all sizes"
+    sizes = "the fragment of 2 contexts of one block each, 3 slots in one tier, 2 edit(s) each"
+    for a in out["fragment"]:
+        assert (
+            a["scope"]
+            == {
+                "proved": f"every depth of {sizes}; not for all sizes",
+                "bounded": f"up to depth {a['depth']} of {sizes}",
+                "violated": f"a counterexample of depth {a['depth']} in {sizes}",
+                "unknown": "none",
+            }[a["rung"]]
+        )
     assert {(a["invariant"], a["rung"], a["depth"]) for a in out["fragment"]} == {
         ("no-zombie-kv", "violated", 2),
         ("free-at-boundary", "violated", 2),

@@ -95,13 +95,17 @@ def _cmd_prove(args: argparse.Namespace) -> int:
             done("reach")
     if args.json:
         out = {
-            "rank": [attrs.asdict(p) for p in proofs],
+            "rank": [
+                {**attrs.asdict(p), "scope": "any two evictable blocks, all feature values"}
+                for p in proofs
+            ],
             "fragment": [
                 {
                     **attrs.asdict(a),
                     "trace": [str(x) for x in a.trace],
                     "claimed": a.invariant in claims,
                     "structural": a.structural,
+                    "scope": a.scope(fragment),
                 }
                 for a in answers
             ],
@@ -152,7 +156,8 @@ def _cmd_prove(args: argparse.Namespace) -> int:
         f = fragment
         print(
             f"invariants over the fragment ({f.contexts} contexts, {f.slots} slots, "
-            f"{f.edits} edit each; BMC to depth {args.depth}, then k-induction):"
+            f"{f.edits} edit each; BMC to depth {args.depth}, then k-induction; a proof holds "
+            "at every depth of this fragment, not for all sizes):"
         )
         for a in answers:
             mark = "!" if a.rung == "violated" and a.invariant in claims else " "

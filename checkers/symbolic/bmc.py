@@ -137,6 +137,21 @@ class Answer:
             return STRUCTURAL_IN_FRAGMENT.get(self.invariant)
         return None
 
+    def scope(self, f: Fragment) -> str:
+        """What this answer speaks for, as the field states a verdict's scope (issue 62 item
+        4): a k-induction proof holds at every depth but only of the fragment's sizes -- never
+        "for all sizes", which no rung here proves."""
+        sizes = (
+            f"the fragment of {f.contexts} contexts of one block each, {f.slots} slots in one "
+            f"tier, {f.edits} edit(s) each"
+        )
+        return {
+            "proved": f"every depth of {sizes}; not for all sizes",
+            "bounded": f"up to depth {self.depth} of {sizes}",
+            "violated": f"a counterexample of depth {self.depth} in {sizes}",
+            "unknown": "none",
+        }[self.rung]
+
     def render(self) -> str:
         what = {
             "violated": f"violated at depth {self.depth}",
