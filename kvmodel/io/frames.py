@@ -5,7 +5,7 @@ The viewer once stored every ITF state whole, so a page grew with ops x resident
 changed, in terms of the ITF's own records (:func:`kvmodel.io.itf.context_record` and
 :func:`~kvmodel.io.itf.block_record`, the one definition of a state), and the page rebuilds
 any step in the browser. :func:`decode` rebuilds the ITF states from the frames in Python: the
-tests hold the page's decoder (JavaScript, in :mod:`kvmodel.io.viewer`) and this one to the ITF
+tests hold the page's decoder (JavaScript, in kvmodel/io/viewer.html) and this one to the ITF
 export step for step.
 
 The encoding (``FRAMES_VERSION``)::
