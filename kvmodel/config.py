@@ -41,6 +41,10 @@ DEFAULT_MODEL = ModelShape(layers=32, kv_heads=8, head_dim=128, dtype_bytes=2)
 
 @attrs.frozen(slots=True)
 class EngineConfig:
+    """An engine: its block size in tokens, its tiers in placement order (the first is the
+    fastest) and optionally the model's shape (bytes per block). Read from TOML by
+    :func:`load_config`; ``kvmodel check`` without ``--config`` draws a swarm of them."""
+
     block_size: int = DEFAULT_BLOCK_SIZE
     tiers: tuple[TierConfig, ...] = ()
     model: ModelShape | None = None
@@ -189,6 +193,8 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<config>") -> Engine
 
 
 def load_config(path: str | Path) -> EngineConfig:
+    """Read an engine config from TOML (spec M1); a bad file is a :class:`ConfigError` naming
+    it and what was expected."""
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))

@@ -115,12 +115,20 @@ STRUCTURAL_CLAIMS: frozenset[str] = frozenset(
 
 @attrs.frozen(slots=True)
 class Placement:
+    """Where a new block goes: ``tiers`` in order of preference (the first with a free slot,
+    or room made by eviction, wins); ``bypass``: the block serves its inference, is never
+    indexed and is freed right after it (spec PP2, P8)."""
+
     tiers: tuple[TierName, ...]
     bypass: bool = False
 
 
 @runtime_checkable
 class Policy(Protocol):
+    """What the engine asks a policy (spec PP1): ``place`` each new block, order the
+    ``eviction_order`` candidates when room is needed, and reclaim blocks ``on_op`` after
+    each op. Subclass :class:`BasePolicy` for the defaults and declarative ranks."""
+
     @property
     def name(self) -> str: ...
 

@@ -73,6 +73,9 @@ class Summary:
 
 @attrs.frozen(slots=True)
 class ReplayResult:
+    """The engine after the last op (its observation ``log``, its state) and the run's
+    :class:`Summary`."""
+
     engine: Engine
     summary: Summary
 

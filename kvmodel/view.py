@@ -111,6 +111,9 @@ class NewBlock:
 
 @attrs.frozen(slots=True)
 class ContextInfo:
+    """A policy's snapshot of one context: identity, spawn relation, lifecycle phase (spec L4),
+    sizes in messages, tokens and blocks, and when it was opened and closed."""
+
     id: ContextId
     session: SessionId
     agent: AgentKind
@@ -131,6 +134,9 @@ class ContextInfo:
 
 @attrs.frozen(slots=True)
 class TierInfo:
+    """A policy's snapshot of one tier: its place in the order, capacity and free blocks in
+    blocks, writes so far, and its P/E-cycle budget (None: it does not wear)."""
+
     name: TierName
     index: int
     capacity: int

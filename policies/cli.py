@@ -60,7 +60,7 @@ def _cmd_lachesis_cv(args: argparse.Namespace) -> int:
 
 def add_lachesis(sub: Subparsers) -> None:
     la = sub.add_parser("lachesis", help="Lachesis's spawn-signal predictor: fit, cross-validate")
-    lsub = la.add_subparsers(dest="lachesis_command", required=True)
+    lsub = la.add_subparsers(dest="lachesis_command", required=True, help="what to do")
     lf = lsub.add_parser("fit", help="fit ridge weights (default: the documented training set)")
     lf.add_argument("traces", nargs="*", help="trace files (default: built-in training traces)")
     lf.add_argument("--out", required=True, help="weights JSON to write")
@@ -68,7 +68,12 @@ def add_lachesis(sub: Subparsers) -> None:
     lf.set_defaults(func=_cmd_lachesis_fit)
     lc = lsub.add_parser("cv", help="grouped k-fold CV: Kendall tau and 10%% selection shares")
     lc.add_argument("traces", nargs="*", help="trace files (default: built-in training traces)")
-    lc.add_argument("--folds", type=int_at_least(2), default=5)
-    lc.add_argument("--select", type=number_in(0.0, 1.0, low_open=True), default=0.1)
-    lc.add_argument("--json", action="store_true")
+    lc.add_argument("--folds", type=int_at_least(2), default=5, help="folds (default 5)")
+    lc.add_argument(
+        "--select",
+        type=number_in(0.0, 1.0, low_open=True),
+        default=0.1,
+        help="share of workers chosen, shortest-predicted first (default 0.1)",
+    )
+    lc.add_argument("--json", action="store_true", help="print the scores as JSON")
     lc.set_defaults(func=_cmd_lachesis_cv)

@@ -19,8 +19,10 @@ not set itself; the checkers' own searches
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -95,3 +97,38 @@ def vllm_pool(vllm_src: Path) -> object:
 def _no_harvested_constants() -> Iterator[None]:
     with fixed_constants():
         yield
+
+
+CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium driven by Selenium (the HTML viewer's and the docs site's tests);
+    skipped, saying why, where it is not installed."""
+    if CHROMIUM is None or DRIVER is None:
+        pytest.skip("no chromium/chromedriver on this machine (apt-get install chromium "
+                    "chromium-driver; .ci/run does)")  # fmt: skip
+    os.environ.setdefault("SE_OFFLINE", "true")  # never let Selenium Manager download anything
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1200,900",
+    ):
+        opts.add_argument(flag)  # fmt: skip
+    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    try:
+        yield driver
+    finally:
+        driver.quit()

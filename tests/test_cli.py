@@ -53,6 +53,27 @@ def test_replay_json_summary(trace_file: Path, capsys: pytest.CaptureFixture[str
     assert isinstance(out["hbf_device_years"], float)
 
 
+def test_a_policy_module_beside_the_user_is_found(
+    trace_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`kvmodel replay --policy here_policy:Mine` next to here_policy.py finds it (the working
+    directory is searched last, so it never shadows an installed module)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "here_policy.py").write_text(
+        "from kvmodel import BasePolicy\n\nclass Mine(BasePolicy):\n    name = 'mine'\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(work))])
+    monkeypatch.chdir(work)
+    assert main(["replay", str(trace_file), "--policy", "here_policy:Mine", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["policy"] == "mine"
+    assert sys.path[-1] == str(work)
+
+
 def test_replay_writes_observations(trace_file: Path, tmp_path: Path) -> None:
     obs = tmp_path / "obs.jsonl"
     assert main(["replay", str(trace_file), "--observations", str(obs)]) == 0

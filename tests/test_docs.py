@@ -13,7 +13,7 @@ import pytest
 from kvmodel.cli import _parser
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def test_the_readme_fits_on_two_screens() -> None:

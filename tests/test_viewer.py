@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,6 @@ from kvmodel.io.trace import Op, dump_trace, parse_trace_lines
 from kvmodel.io.viewer import Finding, viewer_html
 from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, random_trace
 
-CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 CONFIG = (
     'block_size = 4\n[[tiers]]\nname = "hbm"\nblocks = 6\n[[tiers]]\nname = "hbf"\nblocks = 6\n'
 )
@@ -30,36 +28,6 @@ CONFIG = (
 
 def load_config_text(text: str) -> EngineConfig:
     return parse_config(tomllib.loads(text))
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if CHROMIUM is None or DRIVER is None:
-        pytest.skip("no chromium/chromedriver on this machine (apt-get install chromium "
-                    "chromium-driver; .ci/run does)")  # fmt: skip
-    os.environ.setdefault("SE_OFFLINE", "true")  # never let Selenium Manager download anything
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--window-size=1200,900",
-    ):
-        opts.add_argument(flag)  # fmt: skip
-    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def _open(driver: Any, page: Path) -> None:

@@ -336,7 +336,12 @@ def add_check(sub: Subparsers) -> None:
         "--max-examples", type=int_at_least(1), help="Hypothesis examples (overrides profile)"
     )
     ck.add_argument("--steps", type=int_at_least(1), help="steps per example (overrides profile)")
-    ck.add_argument("--seed", type=int_at_least(0), default=0)
+    ck.add_argument(
+        "--seed",
+        type=int_at_least(0),
+        default=0,
+        help="the search's seed (default 0; a search is a function of its arguments)",
+    )
     ck.add_argument(
         "--shrink",
         choices=["hypothesis", "dd"],
@@ -405,7 +410,7 @@ def add_check(sub: Subparsers) -> None:
         "draws its own)",
     )
     ck.add_argument("--out", help="directory for counterexample bundles")
-    ck.add_argument("--json", action="store_true")
+    ck.add_argument("--json", action="store_true", help="print every policy's report as JSON")
     ck.add_argument(
         "-v",
         "--verbose",

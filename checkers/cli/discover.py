@@ -59,7 +59,7 @@ def add_discover(sub: Subparsers) -> None:
         metavar="DIR",
         help="write discovery.json, the best policy as discovered.py and plots (matplotlib)",
     )
-    d.add_argument("--json", action="store_true")
+    d.add_argument("--json", action="store_true", help="print the search's result as JSON")
     d.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     d.set_defaults(func=_cmd_discover)
 

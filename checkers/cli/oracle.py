@@ -59,7 +59,7 @@ def _cmd_oracle(args: argparse.Namespace) -> int:
 
 def add_oracle(sub: Subparsers) -> None:
     orc = sub.add_parser("oracle", help="check an implementation's log against the reference")
-    orc.add_argument("trace")
+    orc.add_argument("trace", help="the trace the implementation ran (JSONL)")
     orc.add_argument("log", help="the implementation's observation log (JSONL, spec T4)")
     mode = orc.add_mutually_exclusive_group(required=True)
     mode.add_argument("--policy", help="the reference policy (a rank policy)")
@@ -96,7 +96,7 @@ def add_oracle(sub: Subparsers) -> None:
         help="the ops (and trace features, e.g. output-hash) the implementation implements: a "
         "trace with any other is refused, naming the op (default: it implements every op)",
     )
-    orc.add_argument("--json", action="store_true")
+    orc.add_argument("--json", action="store_true", help="print the verdict as JSON")
     orc.set_defaults(func=_cmd_oracle)
 
 
@@ -121,5 +121,5 @@ def _cmd_kv_events(args: argparse.Namespace) -> int:
 def add_kv_events(sub: Subparsers) -> None:
     ke = sub.add_parser("kv-events", help="check a vLLM KV-event log (a partial log)")
     ke.add_argument("log", help="JSONL of BlockStored/BlockRemoved/AllBlocksCleared events")
-    ke.add_argument("--json", action="store_true")
+    ke.add_argument("--json", action="store_true", help="print the verdict as JSON")
     ke.set_defaults(func=_cmd_kv_events)

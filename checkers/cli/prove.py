@@ -188,7 +188,7 @@ def add_prove(sub: Subparsers) -> None:
     pv = sub.add_parser(
         "prove", help="Z3: rank-order proofs, bounded model checking and k-induction"
     )
-    pv.add_argument("policy")
+    pv.add_argument("policy", help="policy name or package.module:Name")
     pv.add_argument("--prop", help="comma-separated rank properties (default: those it claims)")
     pv.add_argument("--invariant", help="comma-separated fragment invariants (default: all)")
     pv.add_argument("--depth", type=int_at_least(1), default=8, help="BMC depth (default 8)")
@@ -246,6 +246,6 @@ def add_prove(sub: Subparsers) -> None:
         default=900.0,
         help="--reach: stop (bounded, not proved) after this many seconds (default 900)",
     )
-    pv.add_argument("--json", action="store_true")
+    pv.add_argument("--json", action="store_true", help="print every verdict as JSON")
     pv.add_argument("--quiet", action="store_true", help="no progress bar (drawn only on a TTY)")
     pv.set_defaults(func=_cmd_prove)

@@ -80,5 +80,5 @@ def add_view(sub: Subparsers) -> None:
         help="an implementation's observation log (T4): its counts beside the model's; with a "
         "rank --policy, the oracle's first divergence is highlighted",
     )
-    vw.add_argument("-o", "--output", required=True, metavar="OUT.html")
+    vw.add_argument("-o", "--output", required=True, metavar="OUT.html", help="page to write")
     vw.set_defaults(func=_cmd_view)

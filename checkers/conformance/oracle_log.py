@@ -61,6 +61,11 @@ class Divergence:
 
 @attrs.frozen
 class OracleVerdict:
+    """What :func:`check_log` (``kvmodel oracle``) decided: ``OK`` (the log is a behaviour the
+    reference allows), ``ILLEGAL`` (at ``op``: what the reference ``expected`` and what the log
+    ``got``, the state before, and a shortened trace and log that still diverge) or
+    ``UNKNOWN`` (the log cannot decide: ``reason`` says why). :meth:`render` is the text."""
+
     verdict: str  # OK | ILLEGAL | UNKNOWN
     op: int | None = None
     reason: str = ""

@@ -38,6 +38,10 @@ EXPECTED_VERDICTS = Path(__file__).with_name("expected_verdicts.toml")
 
 @attrs.frozen
 class PolicyReport:
+    """One policy's row of ``kvmodel check``: its claims, the search's result (what was
+    violated, by how long a trace, what the runs covered) and the bundle written for each
+    counterexample."""
+
     policy: str
     claims: frozenset[str]
     result: SearchResult

@@ -122,6 +122,11 @@ STRUCTURAL_IN_FRAGMENT: dict[str, str] = {
 
 @attrs.frozen
 class Answer:
+    """One invariant's verdict from :func:`prove`: its ``rung`` (``violated``, ``proved``,
+    ``bounded`` or ``unknown``), the depth it was reached at, the time, a violating ``trace``
+    of fragment actions, and ``reason`` (why a rung is ``unknown``). :meth:`scope` says what a
+    ``proved`` speaks for (this fragment, not every size)."""
+
     invariant: str
     rung: str  # violated | proved | bounded | unknown
     depth: int

@@ -71,7 +71,9 @@ def _parser() -> argparse.ArgumentParser:
         epilog=codes,  # the one text of the exit codes, this module's docstring
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="kvmodel COMMAND --help for each"
+    )
     commands = _commands()
     if not commands:
         raise ConfigError(
@@ -96,6 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # --help (0) or a usage error (2): a status, like any other
         return e.code if isinstance(e.code, int) else EXIT_BAD_INPUT
     func: Callable[[argparse.Namespace], int] = args.func
+    # a policy path names a module beside the user (`kvmodel check my_policy:MyPolicy` next to
+    # my_policy.py), as `python -m` would find it; appended, so a file in the working directory
+    # never shadows an installed module
+    if (cwd := os.getcwd()) not in sys.path:
+        sys.path.append(cwd)
     try:
         return func(args)
     except BrokenPipeError:

@@ -167,7 +167,9 @@ def workload(
 def workload_args(sp: argparse.ArgumentParser) -> None:
     """The built-in generator's options: ``--seed``, ``--sessions``, ``--turns``,
     ``--workload-preset``."""
-    sp.add_argument("--seed", type=int_at_least(0), default=0)
+    sp.add_argument(
+        "--seed", type=int_at_least(0), default=0, help="the generator's seed (default 0)"
+    )
     sp.add_argument(
         "--sessions",
         type=int_at_least(1, 100_000),

@@ -120,7 +120,9 @@ def add_export_itf(sub: Subparsers) -> None:
         help="only the states of ops FIRST..LAST (inclusive; either may be omitted), after the "
         "state before FIRST -- every op is still replayed, and the output is valid ITF",
     )
-    ex.add_argument("-o", "--output", required=True, metavar="OUT.itf.json")
+    ex.add_argument(
+        "-o", "--output", required=True, metavar="OUT.itf.json", help="ITF file to write"
+    )
     ex.set_defaults(func=_cmd_export_itf)
 
 
@@ -161,7 +163,7 @@ def _cmd_policies(args: argparse.Namespace) -> int:
 
 def add_policies(sub: Subparsers) -> None:
     pol = sub.add_parser("policies", help="list registered policies and their claims")
-    pol.add_argument("--json", action="store_true")
+    pol.add_argument("--json", action="store_true", help="print the registry as JSON")
     pol.set_defaults(func=_cmd_policies)
 
 
@@ -265,5 +267,5 @@ def add_demo(sub: Subparsers) -> None:
     workload_args(d)
     d.add_argument("--policies", help="comma-separated policy names (default: all registered)")
     d.add_argument("--config", help="engine config TOML (default: hbm 256 + hbf 1024 blocks)")
-    d.add_argument("--json", action="store_true")
+    d.add_argument("--json", action="store_true", help="print the comparison as JSON")
     d.set_defaults(func=_cmd_demo)

@@ -80,6 +80,15 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _scale_arg(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--scale",
+        type=number_in(0.0, low_open=True),
+        default=0.005,
+        help="shrink the presets' capacities (default 0.005, for seconds-long runs)",
+    )
+
+
 def add_simulate(sub: Subparsers) -> None:
     sm = sub.add_parser("simulate", help="metrics of one workload under one policy")
     sm.add_argument(
@@ -87,21 +96,18 @@ def add_simulate(sub: Subparsers) -> None:
         default="agentic",
         help="'agentic', a preset (single-agent, multi-agent) or a trace file",
     )
-    sm.add_argument("--policy", default="kvtether")
+    sm.add_argument(
+        "--policy", default="kvtether", help="policy name or package.module:Name (default kvtether)"
+    )
     sm.add_argument("--config", help="engine config TOML")
     sm.add_argument(
         "--preset",
         metavar="SPLIT[:MODEL]",
         help="hardware preset, e.g. 2/6:llama-4-maverick (see kvmodel.studies.presets)",
     )
-    sm.add_argument(
-        "--scale",
-        type=number_in(0.0, low_open=True),
-        default=0.005,
-        help="shrink preset capacities (default 0.005, for seconds-long runs)",
-    )
+    _scale_arg(sm)
     workload_args(sm)
-    sm.add_argument("--json", action="store_true")
+    sm.add_argument("--json", action="store_true", help="print the metrics as JSON")
     sm.set_defaults(func=_cmd_simulate)
 
 
@@ -288,9 +294,18 @@ def add_compare(sub: Subparsers) -> None:
         help="'agentic', a preset (single-agent, multi-agent) or a trace file",
     )
     cp.add_argument("--policies", help="comma-separated subset (default: both families)")
-    cp.add_argument("--splits", default="1/7,2/6,3/5,4/4,8/8*")
-    cp.add_argument("--model", default="llama-4-maverick")
-    cp.add_argument("--scale", type=number_in(0.0, low_open=True), default=0.005)
+    cp.add_argument(
+        "--splits",
+        default="1/7,2/6,3/5,4/4,8/8*",
+        help="HBM/HBF stack splits of the tier comparison (8/8*: HBF behind eight HBM stacks; "
+        "kvmodel.studies.presets)",
+    )
+    cp.add_argument(
+        "--model",
+        default="llama-4-maverick",
+        help="model preset: its KV bytes per token (llama-4-maverick, qwen3-235b-a22b)",
+    )
+    _scale_arg(cp)
     cp.add_argument("--config", help="engine config TOML for the cache comparison")
     cp.add_argument(
         "--capacity",
@@ -339,7 +354,7 @@ def add_compare(sub: Subparsers) -> None:
     )
     cp.add_argument("--scheduler", metavar="ADDRESS", help="run the cells on this Dask scheduler")
     cp.add_argument("--quiet", action="store_true", help="no progress bar (drawn only on a TTY)")
-    cp.add_argument("--json", action="store_true")
+    cp.add_argument("--json", action="store_true", help="print every cell as JSON")
     workload_args(cp)
     cp.set_defaults(func=_cmd_compare)
 
@@ -479,5 +494,5 @@ def add_stats(sub: Subparsers) -> None:
         help="comma-separated real trace families from ../shared/traces (mini-swe-agent, "
         "tau-bench, claude-code), each whole or one half (fit, validation; spec R9)",
     )
-    st.add_argument("--json", action="store_true")
+    st.add_argument("--json", action="store_true", help="print the statistics as JSON")
     st.set_defaults(func=_cmd_stats)

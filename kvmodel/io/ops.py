@@ -278,6 +278,8 @@ class TraceHeader:
 
 @attrs.frozen(slots=True)
 class Trace:
+    """A parsed trace (spec T1): its header and ops, and each op's source line for errors."""
+
     header: TraceHeader
     ops: tuple[Op, ...]
     #: 1-based source line of each op (for error messages); empty for traces built in code.
