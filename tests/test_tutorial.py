@@ -1,5 +1,6 @@
-"""The tutorial (docs/tutorial.md) runs as written (issue 63 item 2): its files are written, its
-commands run in order in an empty directory, each exits as the page says (``<!-- exit N -->``
+"""The tutorials (docs/tutorial.md: a policy; docs/tutorial-engine.md: an engine) run as
+written (issue 63 item 2): their files are written, their commands run in order in an empty
+directory, each exits as the page says (``<!-- exit N -->``
 before a block; 0 otherwise) and prints what the page shows (a ``text`` block after it, ``...``
 standing for lines or the rest of a line left out). So the page cannot drift from the code."""
 
@@ -16,6 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIAL = ROOT / "docs" / "tutorial.md"
+TUTORIALS = [TUTORIAL, ROOT / "docs" / "tutorial-engine.md"]
 
 _BLOCK = re.compile(r"(?:<!-- exit (\d+) -->\n)?```(\w+)([^\n]*)\n(.*?)```", re.S)
 
@@ -77,8 +79,18 @@ def test_the_tutorial_has_what_it_promises() -> None:
     assert [b.exit for b in bs if b.exit] == [1]  # the broken policy's check fails
 
 
+def test_the_engine_tutorial_has_what_it_promises() -> None:
+    bs = blocks(TUTORIALS[1].read_text(encoding="utf-8"))
+    files = [b.info for b in bs if b.lang == "python"]
+    assert files == ['title="toy_engine.py"'] * 2 + ['title="many_traces.py"']
+    outputs = [b.body for b in bs if b.lang == "text"]
+    assert outputs[0].startswith("ILLEGAL")  # the bug is found
+    assert outputs[2].startswith("OK")  # and the fix conforms
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="the tutorial's commands are bash")
-def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
+@pytest.mark.parametrize("page", TUTORIALS, ids=lambda p: p.name)
+def test_the_tutorial_runs_as_written(page: Path, tmp_path: Path) -> None:
     env = {
         **os.environ,
         # the interpreter running the tests runs the commands (its `kvmodel`, its `python`)
@@ -86,7 +98,7 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
         "COLUMNS": "100",
     }
     last = ""
-    for b in blocks(TUTORIAL.read_text(encoding="utf-8")):
+    for b in blocks(page.read_text(encoding="utf-8")):
         if b.lang == "python":
             name = re.fullmatch(r'title="([^"]+)"', b.info)
             assert name is not None, f"a python block without a file name: {b.info!r}"
