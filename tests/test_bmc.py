@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
+import sys
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
@@ -444,3 +446,31 @@ def test_no_vacuous_proof_on_a_fragment_that_cannot_make_the_situation() -> None
         assert answers[name].rung == "unknown", name
         assert answers[name].reason.startswith("the fragment cannot make an eviction choosing")
     assert answers["no-zombie-kv"].rung == "proved"
+
+
+def test_prove_json_carries_the_method_and_the_solvers_work() -> None:
+    """Issue 62 item 4: each fragment answer names how it was reached (the invariant a proof
+    used) and the solver's work -- queries and Z3 resource units, the same in a fresh process
+    on any machine (the time is the one figure that is not)."""
+    small = ["--contexts", "1", "--slots", "2", "--edits", "0", "--depth", "2"]
+    argv = ["prove", "kvtether", "--invariant", "no-zombie-kv", *small]
+    runs = [
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-m", "kvmodel.cli", *argv, "--json"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )["fragment"]
+        for _ in range(2)
+    ]
+    first, second = runs
+    for a in first:
+        assert a["rung"] == "proved"
+        assert a["method"].startswith(f"{a['depth']}-induction of the invariant itself")
+        assert a["queries"] >= 2  # BMC to depth 2, then induction
+        assert a["rlimit_units"] > 0
+    assert [(a["queries"], a["rlimit_units"]) for a in first] == [
+        (a["queries"], a["rlimit_units"]) for a in second
+    ]

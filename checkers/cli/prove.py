@@ -106,6 +106,7 @@ def _cmd_prove(args: argparse.Namespace) -> int:
                     "claimed": a.invariant in claims,
                     "structural": a.structural,
                     "scope": a.scope(fragment),
+                    "method": a.method,
                 }
                 for a in answers
             ],

@@ -48,6 +48,8 @@ class PolicyReport:
     bundles: Mapping[str, Path]
 
     def verdict(self, invariant: str) -> str:
+        """``violated`` (the search found a counterexample: see ``result.found``) or
+        ``holds`` (none was found in what the search covered)."""
         return "violated" if invariant in self.result.found else "holds"
 
     def failures(self) -> list[str]:

@@ -38,7 +38,7 @@ from checkers.symbolic.fragment import (
     explore,
 )
 from checkers.symbolic.transition import PolicyProfile, State, Step, zombie
-from checkers.symbolic.z3util import RLIMIT, TIMEOUT_MS, limited, unknown_reason
+from checkers.symbolic.z3util import RLIMIT, TIMEOUT_MS, limited, rlimit_count, unknown_reason
 from kvmodel.lifecycle import BlockClass
 from kvmodel.policy import (
     Policy,
@@ -133,6 +133,22 @@ class Answer:
     seconds: float
     trace: tuple[Action, ...] = ()
     reason: str = ""
+    #: the solver's work for this answer: Z3 queries made, and resource units spent (Z3's
+    #: deterministic step count, which ``rlimit`` bounds: the same on any machine)
+    queries: int = 0
+    rlimit_units: int = 0
+
+    @property
+    def method(self) -> str:
+        """How the rung was reached, and the invariant a proof used."""
+        if self.rung == "proved":
+            return (
+                f"{self.depth}-induction of the invariant itself, strengthened by the fragment's "
+                "well-formedness (checked inductive first) and simple paths"
+            )
+        if self.rung in ("bounded", "violated"):
+            return f"bounded model checking to depth {self.depth}"
+        return "none"
 
     @property
     def structural(self) -> str | None:
@@ -394,35 +410,42 @@ def _prove_symbolic(
     wf_ok = _wellformed_is_inductive(prof, f, ms, rlimit)
     out = []
     for name in names:
-        t0 = time.perf_counter()
-        rung, d, trace, why = bmc(prof, f, name, depth, timeout_ms=ms, rlimit=rlimit)
-        if rung == "violated":
-            out.append(Answer(name, "violated", d, time.perf_counter() - t0, trace))
-            continue
-        if rung == "unknown":
-            out.append(
-                Answer(
-                    name,
-                    "unknown",
-                    d,
-                    time.perf_counter() - t0,
-                    reason=f"{why} at depth {d}",
-                )
-            )
-            continue
-        proved_at = 0
-        if wf_ok:
-            for k in range(1, min(max_k, depth) + 1):
-                r = induction(prof, f, name, k, timeout_ms=ms, rlimit=rlimit)
-                if r == "proved":
-                    proved_at = k
-                    break
-        dt = time.perf_counter() - t0
-        if proved_at:
-            out.append(Answer(name, "proved", proved_at, dt))
-        else:
-            out.append(Answer(name, "bounded", depth, dt))
+        units = rlimit_count()
+        answer, queries = _prove_one(prof, f, name, depth, max_k, ms, rlimit, wf_ok)
+        out.append(attrs.evolve(answer, queries=queries, rlimit_units=rlimit_count() - units))
     return out
+
+
+def _prove_one(
+    prof: PolicyProfile,
+    f: Fragment,
+    name: str,
+    depth: int,
+    max_k: int,
+    ms: int,
+    rlimit: int,
+    wf_ok: bool,
+) -> tuple[Answer, int]:
+    """One invariant's rung, and the Z3 queries it took."""
+    t0 = time.perf_counter()
+    rung, d, trace, why = bmc(prof, f, name, depth, timeout_ms=ms, rlimit=rlimit)
+    queries = d  # one BMC query per depth reached
+    if rung == "violated":
+        return Answer(name, "violated", d, time.perf_counter() - t0, trace), queries
+    if rung == "unknown":
+        dt = time.perf_counter() - t0
+        return Answer(name, "unknown", d, dt, reason=f"{why} at depth {d}"), queries
+    proved_at = 0
+    if wf_ok:
+        for k in range(1, min(max_k, depth) + 1):
+            queries += 1
+            if induction(prof, f, name, k, timeout_ms=ms, rlimit=rlimit) == "proved":
+                proved_at = k
+                break
+    dt = time.perf_counter() - t0
+    if proved_at:
+        return Answer(name, "proved", proved_at, dt), queries
+    return Answer(name, "bounded", depth, dt), queries
 
 
 def rank_counterexample(

@@ -17,7 +17,7 @@ import z3
 from checkers.invariants import Logic
 from kvmodel.lifecycle import BlockClass
 
-__all__ = ["RLIMIT", "TIMEOUT_MS", "Z3_LOGIC", "limited", "unknown_reason"]
+__all__ = ["RLIMIT", "TIMEOUT_MS", "Z3_LOGIC", "limited", "rlimit_count", "unknown_reason"]
 
 #: resource units per ``check`` (about 50x the largest query on the default fragment)
 RLIMIT = 50_000_000
@@ -33,6 +33,15 @@ def limited(solver: S, *, rlimit: int = RLIMIT, timeout_ms: int = TIMEOUT_MS) ->
     solver.set("rlimit", rlimit)
     solver.set("timeout", timeout_ms)
     return solver
+
+
+def rlimit_count() -> int:
+    """Z3's resource units spent so far in this process (one counter for every solver): the
+    difference around a computation is what it cost (what ``rlimit`` bounds). The same queries
+    in a fresh process cost the same on any machine; repeated in one process they may cost a
+    little less (Z3 keeps what it built)."""
+    stats = z3.Solver().statistics()
+    return int(stats.get_key_value("rlimit count")) if "rlimit count" in list(stats.keys()) else 0
 
 
 def unknown_reason(solver: z3.Solver | z3.Optimize) -> str:
