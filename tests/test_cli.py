@@ -80,6 +80,29 @@ def test_replay_writes_observations(trace_file: Path, tmp_path: Path) -> None:
     recs = [json.loads(x) for x in obs.read_text().splitlines()]
     assert [r["seq"] for r in recs] == list(range(len(recs)))
     assert {r["kind"] for r in recs} >= {"infer", "alloc"}
+    # written op by op, the same bytes as the log a replay holds whole
+    from kvmodel.io.trace import load_trace
+    from kvmodel.replay import replay
+
+    whole = replay(load_trace(trace_file), "lru").engine.log.to_jsonl()
+    assert obs.read_text(encoding="utf-8") == whole
+
+
+def test_a_replay_that_fails_midway_leaves_no_log(tmp_path: Path) -> None:
+    """An op the model refuses after the log has started: exit 2, and no half-written log."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"op":"open","t":0,"ctx":"a","session":"s","agent":"main"}\n'
+        '{"op":"append","t":0,"ctx":"a","messages":[{"id":"m","role":"user","kind":"user",'
+        '"tokens":40}]}\n'
+        '{"op":"infer","t":0,"ctx":"a","output":[]}\n'
+        '{"op":"infer","t":1,"ctx":"nobody","output":[]}\n',
+        encoding="utf-8",
+    )
+    obs = tmp_path / "obs.jsonl"
+    assert main(["replay", str(bad), "--observations", str(obs)]) == 2
+    assert not obs.exists()
+    assert list(tmp_path.iterdir()) == [bad]
 
 
 def test_a_checked_replay_streams_the_same_log(trace_file: Path, tmp_path: Path) -> None:

@@ -13,15 +13,17 @@ from kvmodel.cli.common import (
     Subparsers,
     agentic_from,
     atomic_write,
+    atomic_writer,
     engine_config,
     int_at_least,
     number_in,
     workload_args,
 )
 from kvmodel.config import EngineConfig, default_config
+from kvmodel.engine import Engine
 from kvmodel.errors import ConfigError, PolicyNotFoundError
 from kvmodel.io.itf import ITF_VARS
-from kvmodel.io.trace import Trace, iter_trace_lines, load_trace
+from kvmodel.io.trace import Op, Trace, iter_trace_lines, load_trace
 from kvmodel.policy import claimed_invariants, registered_policies, resolve_policy
 from kvmodel.replay import Summary, replay
 
@@ -36,10 +38,18 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     )
     if checked is not None and args.check is not None:  # ``--check``, added by the checkers
         return checked(args, trace, config)
-    # the records are built only when they are written out: the summary needs none
-    result = replay(trace, args.policy, config, observe=bool(args.observations))
-    if args.observations:
-        atomic_write(Path(args.observations), result.engine.log.to_jsonl())
+    if not args.observations:  # the records are built only to be written: the summary needs none
+        result = replay(trace, args.policy, config, observe=False)
+    else:
+        # written op by op and forgotten (a long trace's log is never held whole); the file
+        # appears only when the whole replay succeeded (atomic_writer), never half-written
+        with atomic_writer(Path(args.observations)) as out:
+
+            def write(engine: Engine, i: int, op: Op) -> None:
+                out.write(engine.log.to_jsonl())
+                engine.log.forget()
+
+            result = replay(trace, args.policy, config, after_op=write)
     _print_summary(result.summary, as_json=args.json)
     return 0
 
