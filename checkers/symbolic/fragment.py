@@ -15,7 +15,6 @@ observe); it gives, per invariant, the shortest failing depth and a witness.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Sequence
 
 import attrs
@@ -23,6 +22,7 @@ import attrs
 from checkers.invariants import Monitor
 from checkers.invariants.replay import engine_for
 from checkers.search.coverage import Witnesses
+from checkers.symbolic.copying import copier
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.ids import ContextId, MessageId, SessionId, TierName
@@ -222,7 +222,8 @@ def explore(
 ) -> Shortest:
     """Breadth-first search of the executable model over all enabled action sequences.
 
-    Each child is a deep copy of its parent's engine, monitor and harness state with one more
+    Each child is a deep copy of its parent's engine, monitor and harness state (one pickle of
+    the parent, thawed per child: :func:`~checkers.symbolic.copying.copier`) with one more
     op applied (as :func:`~checkers.invariants.replay.check_ops` applies ops), so a level costs one
     op per child rather than a replay from the start."""
     names = list(invariants)
@@ -239,8 +240,12 @@ def explore(
     for d in range(1, depth + 1):
         nxt: list[_Node] = []
         for node in frontier:
-            for a in node.logical.enabled():
-                child = copy.deepcopy(node)
+            actions = node.logical.enabled()
+            if not actions:
+                continue
+            thaw = copier(node)  # frozen once, thawed per child
+            for a in actions:
+                child = thaw()
                 child.path = (*node.path, a)
                 op = child.logical.op(a, float(d))
                 before = len(child.monitor.violations)

@@ -29,8 +29,6 @@ not; a search that is not exact, or that stops at its caps, reports **bounded**,
 
 from __future__ import annotations
 
-import copy
-import pickle
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -40,6 +38,7 @@ import attrs
 from checkers.invariants import FINDINGS, INVARIANTS, Monitor
 from checkers.invariants.replay import engine_for
 from checkers.search.coverage import WITNESS_POLICIES, Witnesses
+from checkers.symbolic.copying import UncopyableError, copier
 from checkers.symbolic.statekey import state_key
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
@@ -457,8 +456,8 @@ def reach(
         nxt: list[_Node] = []
         for node in frontier:
             try:
-                thaw = _copier(node)
-            except _UncopyableError as e:
+                thaw = copier(node)
+            except UncopyableError as e:
                 capped = str(e)
                 break
             for s in node.harness.enabled():
@@ -560,29 +559,6 @@ def _place_code(policy: Policy) -> str | None:
     return None if owner is None else owner.__name__
 
 
-class _UncopyableError(Exception):
-    """A state the search cannot copy: the search stops there (bounded, never a crash)."""
-
-
-def _copier(node: _Node) -> Callable[[], _Node]:
-    """A maker of deep copies of ``node``: by pickle (twice as fast as ``copy.deepcopy``), or,
-    where the state does not pickle (a policy or an engine written outside the project may hold
-    a lambda, a class made at run time, ...), by ``copy.deepcopy``; :class:`_UncopyableError` where
-    neither can copy it -- the search cannot branch from such a state, and says so."""
-    try:
-        frozen = pickle.dumps(node, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as e:  # (pickle raises PicklingError, TypeError, AttributeError, ...)
-        try:
-            copy.deepcopy(node)
-        except Exception as e2:
-            raise _UncopyableError(
-                f"the search cannot copy a state of the run ({type(e2).__name__}: {e2}; "
-                f"pickle: {type(e).__name__}: {e}), so it cannot branch from it"
-            ) from None
-        return lambda: copy.deepcopy(node)
-    return lambda: pickle.loads(frozen)
-
-
 def check_merges(
     policy: str | Policy,
     wide: Wide | None = None,
@@ -606,7 +582,7 @@ def check_merges(
     monitor = Monitor(engine, REACH_INVARIANTS)
     for op in w.prelude():
         monitor.apply(op)
-    root = _copier(_Node(engine, monitor, WideHarness(w), ()))
+    root = copier(_Node(engine, monitor, WideHarness(w), ()))
     first: dict[tuple[object, ...], tuple[Callable[[], _Node], int]] = {}
     pairs, bad = 0, []
     for _ in range(walks):
@@ -622,13 +598,13 @@ def check_merges(
             key = state_key(node.engine, node.monitor, node.harness)
             seen = first.get(key)
             if seen is None:
-                first[key] = (_copier(node), d)
+                first[key] = (copier(node), d)
                 continue
             other: _Node = seen[0]()
             if other.path == node.path:
                 continue
             pairs += 1
-            a, b = _copier(node)(), other
+            a, b = copier(node)(), other
             for k in range(1, follow + 1):
                 opts = a.harness.enabled()
                 if not opts:
