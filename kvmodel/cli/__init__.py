@@ -23,6 +23,7 @@ failed run leaves no partial file.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -101,8 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # a policy path names a module beside the user (`kvmodel check my_policy:MyPolicy` next to
     # my_policy.py), as `python -m` would find it; appended, so a file in the working directory
     # never shadows an installed module
-    if (cwd := os.getcwd()) not in sys.path:
-        sys.path.append(cwd)
+    with contextlib.suppress(OSError):  # (a working directory since deleted: nothing to add)
+        if (cwd := os.getcwd()) not in sys.path:
+            sys.path.append(cwd)
     try:
         return func(args)
     except BrokenPipeError:
