@@ -127,6 +127,7 @@ class Shadow(FollowsCopies, ShadowState):
         self._used: Counter[str] = Counter()
         #: following: the copies in each tier (spec/movement.md), as the log's records make them
         self.copies = ShadowCopies(tiers, exclusive, copy_rules)
+        self._live_cache = {}
         self._begin_copies()
 
     # -------------------------------------------------------------- validity

@@ -96,6 +96,9 @@ class FollowsCopies:
     _used_now: list[tuple[int, BlockKey, str]]
     #: the inference's loads not yet stamped (:meth:`_flush`)
     _loads_now: list[tuple[int, BlockKey, str]]
+    #: each open context's packed keys (:meth:`_live_keys`), with the context and the
+    #: (packed, next uid, length) they were packed at
+    _live_cache: dict[ContextId, tuple[ShadowContext, tuple[int, int, int], frozenset[BlockKey]]]
 
     def _free_slots(self, loose: Counter[str]) -> dict[str, int]:
         """Each tier's free slots by the model's own count: the Shadow's (it overrides this)."""
@@ -135,14 +138,24 @@ class FollowsCopies:
         return got
 
     def _live_keys(self) -> set[BlockKey]:
-        """The keys some open context has packed (MV6), from the model's own packing."""
-        return {
-            k
-            for c in self.ctxs.values()
-            if c.open and c.packed
-            for k, _ in self.packer.pack(c.seq)[: c.packed]
-            if k is not None
-        }
+        """The keys some open context has packed (MV6), from the model's own packing. Each
+        context's keys are packed again only when its sequence or its packed count changed
+        since the last call: every change to a sequence admits a message (a fresh uid) or
+        drops one (a shorter sequence), so (packed, next uid, length) tells. (Packing every
+        open context at every copy record was most of a tiered run's checking time:
+        examples/offload_on_wait.py spent 34 of its 41 s here.)"""
+        cache = self._live_cache
+        out: set[BlockKey] = set()
+        for c in self.ctxs.values():
+            if not (c.open and c.packed):
+                continue
+            sig = (c.packed, c.next_uid, len(c.seq))
+            hit = cache.get(c.id)
+            if hit is None or hit[0] is not c or hit[1] != sig:
+                keys = frozenset(k for k, _ in self.packer.pack(c.seq)[: c.packed] if k is not None)
+                hit = cache[c.id] = (c, sig, keys)
+            out |= hit[2]
+        return out
 
     def _follow_copy(self, r: CopyObs, loose: Counter[str], todo: list[Observation]) -> None:
         """A demotion's or an offload's copy (MV2, MV3): where it may go, what it came to."""
