@@ -188,6 +188,34 @@ class Answer:
         return line
 
 
+class Unrolled:
+    """The transition system unrolled once per policy and fragment, shared by every invariant's
+    queries: its states and steps are the same Z3 terms whichever invariant is checked, so they
+    are built once (building them, every pair of blocks' rank order among them, was a third of
+    a ``prove``'s time when each invariant rebuilt them)."""
+
+    def __init__(self, prof: PolicyProfile, f: Fragment) -> None:
+        self.prof, self.f = prof, f
+        self._states: dict[str, list[State]] = {}
+        self._steps: dict[tuple[str, str], list[Step]] = {}
+
+    def states(self, tag: str, n: int) -> list[State]:
+        """States ``0 .. n-1`` named by ``tag``."""
+        got = self._states.setdefault(tag, [])
+        while len(got) < n:
+            got.append(State(self.f, len(got), tag))
+        return got[:n]
+
+    def steps(self, tag: str, step_tag: str, n: int) -> list[Step]:
+        """Steps ``1 .. n`` between the states named by ``tag``, named by ``step_tag``."""
+        states = self.states(tag, n + 1)
+        got = self._steps.setdefault((tag, step_tag), [])
+        while len(got) < n:
+            i = len(got) + 1
+            got.append(Step(self.f, states[i - 1], states[i], i, step_tag, self.prof))
+        return got[:n]
+
+
 def bmc(
     prof: PolicyProfile,
     f: Fragment,
@@ -196,17 +224,18 @@ def bmc(
     *,
     timeout_ms: int = TIMEOUT_MS,
     rlimit: int = RLIMIT,
+    unrolled: Unrolled | None = None,
 ) -> tuple[str, int, tuple[Action, ...], str]:
     """("violated", d, actions, "") at the shortest failing depth d, ("bounded", depth, (), "")
     when none to ``depth``, or ("unknown", d, (), why) when depth d ran out of its budget
-    (``why``: "resource limit", or "timeout" -- the wall-clock safety net)."""
+    (``why``: "resource limit", or "timeout" -- the wall-clock safety net). ``unrolled``: the
+    system's states and steps, shared with other invariants' queries."""
+    u = unrolled or Unrolled(prof, f)
     solver = limited(z3.Solver(), rlimit=rlimit, timeout_ms=timeout_ms)
-    states = [State(f, 0, "s")]
-    solver.add(states[0].initial())
+    solver.add(u.states("s", 1)[0].initial())
     steps: list[Step] = []
     for d in range(1, depth + 1):
-        states.append(State(f, d, "s"))
-        step = Step(f, states[d - 1], states[d], d, "a", prof)
+        step = u.steps("s", "a", d)[d - 1]
         steps.append(step)
         solver.add(step.cons)
         lit = z3.Bool(f"check{d}")
@@ -229,14 +258,17 @@ def induction(
     *,
     timeout_ms: int = TIMEOUT_MS,
     rlimit: int = RLIMIT,
+    unrolled: Unrolled | None = None,
 ) -> str:
-    """ "proved" if the invariant is k-inductive (with simple paths), "no" if not, or "unknown"."""
+    """ "proved" if the invariant is k-inductive (with simple paths), "no" if not, or "unknown".
+    ``unrolled``: the system's states and steps, shared with other invariants' queries."""
+    u = unrolled or Unrolled(prof, f)
     solver = limited(z3.Solver(), rlimit=rlimit, timeout_ms=timeout_ms)
-    states = [State(f, i, "i") for i in range(k + 2)]
+    states = u.states("i", k + 2)
     for st in states:
         solver.add(st.wellformed())
     for i in range(1, k + 2):
-        step = Step(f, states[i - 1], states[i], i, "b", prof)
+        step = u.steps("i", "b", i)[i - 1]
         solver.add(step.cons)
         solver.add(step.violated(invariant) if i == k + 1 else z3.Not(step.violated(invariant)))
         if invariant == "no-zombie-kv" and i == 1:
@@ -408,10 +440,11 @@ def _prove_symbolic(
             for n in names
         ]
     wf_ok = _wellformed_is_inductive(prof, f, ms, rlimit)
+    unrolled = Unrolled(prof, f)
     out = []
     for name in names:
         units = rlimit_count()
-        answer, queries = _prove_one(prof, f, name, depth, max_k, ms, rlimit, wf_ok)
+        answer, queries = _prove_one(prof, f, name, depth, max_k, ms, rlimit, wf_ok, unrolled)
         out.append(attrs.evolve(answer, queries=queries, rlimit_units=rlimit_count() - units))
     return out
 
@@ -425,10 +458,11 @@ def _prove_one(
     ms: int,
     rlimit: int,
     wf_ok: bool,
+    unrolled: Unrolled,
 ) -> tuple[Answer, int]:
     """One invariant's rung, and the Z3 queries it took."""
     t0 = time.perf_counter()
-    rung, d, trace, why = bmc(prof, f, name, depth, timeout_ms=ms, rlimit=rlimit)
+    rung, d, trace, why = bmc(prof, f, name, depth, timeout_ms=ms, rlimit=rlimit, unrolled=unrolled)
     queries = d  # one BMC query per depth reached
     if rung == "violated":
         return Answer(name, "violated", d, time.perf_counter() - t0, trace), queries
@@ -439,7 +473,8 @@ def _prove_one(
     if wf_ok:
         for k in range(1, min(max_k, depth) + 1):
             queries += 1
-            if induction(prof, f, name, k, timeout_ms=ms, rlimit=rlimit) == "proved":
+            r = induction(prof, f, name, k, timeout_ms=ms, rlimit=rlimit, unrolled=unrolled)
+            if r == "proved":
                 proved_at = k
                 break
     dt = time.perf_counter() - t0
