@@ -207,6 +207,7 @@ def test_prove_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert "structural: checked as used <= slots" in out
     assert "claims the fragment does not cover (only kvmodel check tests them): chains" in out
     args = ["prove", "lru", "--depth", "3", "--invariant", "accounting", "--self-check"]
+    args += ["--contexts", "2"]  # (the fragment's size is not what this reads)
     assert main([*args, "--self-check-walks", "3"]) == 0
     out = capsys.readouterr().out
     assert "transitions of 3 random walks" in out

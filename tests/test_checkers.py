@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -186,7 +187,9 @@ def test_bundles_replay_through_the_cli_and_the_repro_test_fails(
     assert r.returncode == 1, r.stdout  # the reproducer fails while the counterexample stands
 
 
-def test_check_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_cli_exit_codes_and_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     # a claimed invariant violated (a mutant) -> 1; a finding on an unclaimed one -> 0
     mutant = "checkers.search.mutants:MRUInverted"
     assert main(["check", mutant, "--invariants", "suspended-mru", "--json"]) == 1
@@ -204,7 +207,20 @@ def test_check_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFix
     assert inv["claimed"]
     assert inv["one_minimal"]
     assert inv["value_minimal"]
-    # quiet by default: the table, one line per policy, where the details are
+    # quiet by default: the table, one line per policy, where the details are. (-v only prints
+    # more of the same search, which is deterministic: it is searched once for both runs)
+    import checkers.search.report as report
+
+    searched: dict[str, list[report.PolicyReport]] = {}
+    real = report.check_policies
+
+    def once(policies: list[str], names: list[str], **kw: Any) -> list[report.PolicyReport]:
+        key = repr((policies, names, sorted((k, v) for k, v in kw.items() if k != "done")))
+        if key not in searched:
+            searched[key] = real(policies, names, **kw)
+        return searched[key]
+
+    monkeypatch.setattr(report, "check_policies", once)
     assert main(["check", "lru", "--invariants", "no-zombie-kv,accounting"]) == 0
     out = capsys.readouterr().out
     line = ("lru: 0 claims violated; 0 findings; 1 unclaimed invariant violated; "
@@ -218,15 +234,15 @@ def test_check_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFix
     assert "violated, not claimed: no-zombie-kv" in out  # not "finding", the F columns' word
     assert "examples" in out
     assert "never fired" in out
+    assert len(searched) == 1
     assert main(["check", "lru", "--invariants", "bogus"]) == 2
     assert main(["check", "nope"]) == 2
     # two policies of one name would share a row (as a discover --out module and the built-in
     # `discovered` could): refused before any search
-    from checkers.search.report import check_policies
     from kvmodel.errors import ConfigError
 
     with pytest.raises(ConfigError, match="both named 'lru'"):
-        check_policies(["lru", "policies.lru:LRU"])
+        real(["lru", "policies.lru:LRU"])
 
 
 def test_an_engine_refusing_valid_input_is_a_finding_and_bad_input_stays_bad(

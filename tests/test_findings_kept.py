@@ -143,12 +143,12 @@ def _kind(name: str) -> str:
 
 @pytest.fixture(autouse=True)
 def _short_deadline(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The hang subjects sleep an hour: the op deadline ends them in half a second. Only theirs:
-    a short deadline on every test once fired on a loaded CI machine inside a slow gen-2 garbage
-    collection of a subject that does not hang (for a hang subject, an op of its that the
-    deadline cut short is a hang finding either way)."""
+    """The hang subjects sleep an hour: the op deadline ends them in a fifth of a second. Only
+    theirs: a short deadline on every test once fired on a loaded CI machine inside a slow
+    gen-2 garbage collection of a subject that does not hang (for a hang subject, an op of its
+    that the deadline cut short is a hang finding either way)."""
     if "Hang" in request.node.name:
-        monkeypatch.setattr(deadline, "OP_SECONDS", 0.5)
+        monkeypatch.setattr(deadline, "OP_SECONDS", 0.2)
 
 
 @pytest.mark.parametrize("name", FAULTS)

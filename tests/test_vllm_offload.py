@@ -82,17 +82,22 @@ def _run(
     return verdicts, coverage
 
 
+#: the traces of the 10,000 the default run judges
+SLICE = 400
+
+
 @pytest.mark.parametrize("cpu_policy", sorted(REFERENCE))
 def test_the_real_offloading_tier_agrees_with_its_reference(
     vllm_pool: BlockPoolModules, offload: OffloadModules, cpu_policy: str
 ) -> None:
-    verdicts, cov = _run(vllm_pool, offload, range(1000), cpu_policy=cpu_policy)
-    assert verdicts == Counter({"OK": 1000})  # zero false alarms
+    # a slice of the 10,000 (the rest run under -m slow)
+    verdicts, cov = _run(vllm_pool, offload, range(SLICE), cpu_policy=cpu_policy)
+    assert verdicts == Counter({"OK": SLICE})  # zero false alarms
     # pressure in both tiers: GPU evictions, CPU drops for room, loads back, failed stores
-    assert cov["evict"] > 20_000
-    assert cov["drop-copy"] > 10_000
-    assert cov["load"] > 1000
-    assert cov["reject"] > 1000
+    assert cov["evict"] > 20 * SLICE
+    assert cov["drop-copy"] > 10 * SLICE
+    assert cov["load"] > SLICE
+    assert cov["reject"] > SLICE
 
 
 @pytest.mark.slow
@@ -100,8 +105,8 @@ def test_the_real_offloading_tier_agrees_with_its_reference(
 def test_the_real_offloading_tier_agrees_on_ten_thousand_traces(
     vllm_pool: BlockPoolModules, offload: OffloadModules, cpu_policy: str
 ) -> None:
-    verdicts, _ = _run(vllm_pool, offload, range(1000, 10_000), cpu_policy=cpu_policy)
-    assert verdicts == Counter({"OK": 9000})
+    verdicts, _ = _run(vllm_pool, offload, range(SLICE, 10_000), cpu_policy=cpu_policy)
+    assert verdicts == Counter({"OK": 10_000 - SLICE})
 
 
 def test_the_cpu_policies_differ_where_the_references_do(

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from checkers.invariants import Monitor
+from checkers.invariants.monitor import READS_CONTRACT
 from checkers.invariants.replay import engine_for
 from checkers.search.coverage import Witnesses
 from checkers.symbolic.copying import copier
@@ -225,12 +226,17 @@ def explore(
     Each child is a deep copy of its parent's engine, monitor and harness state (one pickle of
     the parent, thawed per child: :func:`~checkers.symbolic.copying.copier`) with one more
     op applied (as :func:`~checkers.invariants.replay.check_ops` applies ops), so a level costs one
-    op per child rather than a replay from the start."""
+    op per child rather than a replay from the start.
+
+    The contract model follows the engine only where one of ``invariants`` reads it
+    (:data:`~checkers.invariants.monitor.READS_CONTRACT`): every other invariant is judged from
+    the engine's state and log alone, the same with or without it, and copying the model was
+    most of a child's cost (spec/invariants.md, Proofs)."""
     names = list(invariants)
     failing: dict[str, tuple[int, tuple[Action, ...]]] = {}
     witnesses = Witnesses(tuple(names))
     engine = engine_for(resolve_policy(policy), fragment.config)
-    monitor = Monitor(engine, names)
+    monitor = Monitor(engine, names, contract=not READS_CONTRACT.isdisjoint(names))
     for op in fragment.prelude():
         monitor.apply(op)
     frontier = [_Node(engine, monitor, Harness(fragment), ())]

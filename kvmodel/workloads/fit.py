@@ -202,10 +202,12 @@ def fit_generator(
     best, best_stats = score(p)
     start = p
     joint = FIT_GRID["rounds"] if passes else ()
+    # an error of 0 is the target's very statistics: no candidate can score strictly less, so
+    # the search stops there (the same result, without scoring the rest of the grid)
     for r in joint:
         for o in FIT_GRID["observation_scale"]:
             q = attrs.evolve(start, rounds=int(r), observation_scale=float(o))
-            if q == start:
+            if q == start or best == 0.0:
                 continue
             e, st = score(q)
             if e < best:
@@ -217,12 +219,12 @@ def fit_generator(
         grids["compact_at_tokens"] = COMPACTION_GRID
     if target.subagents_per_session:
         grids["p_spawn"] = SPAWN_GRID
-    for _ in range(passes):
+    for _ in range(passes if best else 0):
         moved = False
         for knob, grid in grids.items():
             for v in grid:
                 q = attrs.evolve(p, **{knob: type(getattr(p, knob))(v)})
-                if q == p:
+                if q == p or best == 0.0:
                     continue
                 e, st = score(q)
                 if e < best:
@@ -235,7 +237,7 @@ def fit_generator(
         for m in WAIT_GRID["tool_wait_median_s"]:
             for sg in WAIT_GRID["tool_wait_sigma"]:
                 q = attrs.evolve(start, tool_wait_median_s=m, tool_wait_sigma=sg)
-                if q == start:
+                if q == start or waited == 0.0:
                     continue
                 st = workload_stats(generate_agentic(q))
                 e = wait_error(st, target)
