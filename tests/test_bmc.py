@@ -14,7 +14,7 @@ import sys
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 import pytest
@@ -475,3 +475,39 @@ def test_prove_json_carries_the_method_and_the_solvers_work() -> None:
     assert [(a["queries"], a["rlimit_units"]) for a in first] == [
         (a["queries"], a["rlimit_units"]) for a in second
     ]
+
+
+@pytest.mark.parametrize("policy", ["kvtether", "checkers.search.mutants:LateDeadReclaim"])
+def test_explore_leaves_the_contract_model_out_only_where_no_invariant_reads_it(
+    policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the contract model (no invariant it judges reads it) the exhaustive search finds
+    the same failures at the same depths, the same states and the same witnesses; with an
+    invariant that reads it, the model is there."""
+    import checkers.symbolic.fragment as fragment
+    from checkers.invariants import Monitor
+
+    made: list[bool] = []
+
+    class Recording(Monitor):
+        def __init__(self, *a: Any, contract: bool = True, **k: Any) -> None:
+            made.append(contract)
+            super().__init__(*a, contract=contract, **k)
+
+    class WithModel(Monitor):
+        def __init__(self, *a: Any, contract: bool = True, **k: Any) -> None:
+            super().__init__(*a, contract=True, **k)
+
+    f = Fragment(contexts=2, slots=3, edits=1)
+    names = ["accounting", "no-zombie-kv", "free-at-boundary", "pinned-never-evicted"]
+    monkeypatch.setattr(fragment, "Monitor", Recording)
+    lean = explore(policy, f, 4, names)
+    explore(policy, f, 1, [*names, "suspended-mru"])
+    assert made == [False, True]
+    monkeypatch.setattr(fragment, "Monitor", WithModel)
+    full = explore(policy, f, 4, names)
+    assert (lean.failing, lean.states, lean.stopped) == (full.failing, full.states, full.stopped)
+    assert lean.witnesses is not None
+    assert full.witnesses is not None
+    assert lean.witnesses.seen == full.witnesses.seen
+    assert lean.states > 100
