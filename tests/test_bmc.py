@@ -511,3 +511,30 @@ def test_explore_leaves_the_contract_model_out_only_where_no_invariant_reads_it(
     assert full.witnesses is not None
     assert lean.witnesses.seen == full.witnesses.seen
     assert lean.states > 100
+
+
+class _LockedTether(KVTether):
+    """KVTether holding a lock, as a policy shared across threads might: no state of a run
+    under it can be copied, so the exhaustive search cannot branch."""
+
+    name: ClassVar[str] = "locked-tether"
+
+    def __init__(self) -> None:
+        super().__init__()
+        import threading
+
+        self._lock = threading.Lock()
+
+
+def test_a_state_the_search_cannot_copy_makes_every_rung_unknown_never_a_crash() -> None:
+    """The symbolic rungs would say proved (the policy's data is KVTether's); the executable
+    model's search, which must corroborate them, cannot copy a state: it stops and says why,
+    and no rung it did not corroborate is proved (it had raised out of prove)."""
+    f = Fragment(contexts=2)
+    found = explore(_LockedTether(), f, 3, ["no-zombie-kv"])
+    assert found.capped is not None
+    assert found.capped.startswith("at depth 1: the search cannot copy a state of the run")
+    answers = prove(_LockedTether(), ["no-zombie-kv", "accounting"], fragment=f, depth=3)
+    assert {a.rung for a in answers} == {"unknown"}
+    assert all("search stopped at depth 1" in a.reason for a in answers)
+    assert {a.rung for a in prove(KVTether(), ["no-zombie-kv"], fragment=f, depth=3)} == {"proved"}

@@ -376,6 +376,9 @@ def _corroborate(
     why = ""
     if found.stopped is not None:
         why = f"the engine refused a decision of the policy at depth {found.stopped[0]}"
+    if found.capped is not None:
+        # (what it found before is still reported; what it did not reach is not corroborated)
+        why = why or f"the executable model's search stopped {found.capped}"
     for a in answers:
         hit = found.failing.get(a.invariant)
         if hit is not None and (a.rung != "violated" or hit[0] < a.depth):

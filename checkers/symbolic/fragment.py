@@ -23,7 +23,7 @@ from checkers.invariants import Monitor
 from checkers.invariants.monitor import READS_CONTRACT
 from checkers.invariants.replay import engine_for
 from checkers.search.coverage import Witnesses
-from checkers.symbolic.copying import copier
+from checkers.symbolic.copying import UncopyableError, copier
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.ids import ContextId, MessageId, SessionId, TierName
@@ -166,6 +166,9 @@ class Shortest:
     stopped: tuple[int, tuple[Action, ...]] | None = None
     #: the situations each invariant constrains that some explored state made
     witnesses: Witnesses | None = None
+    #: why the search stopped before ``depth`` (a state it cannot copy), or None: what it found
+    #: until then is kept, and nothing it did not reach may be called proved
+    capped: str | None = None
 
 
 def _abstract(engine: Engine, lg: Harness) -> tuple[object, ...]:
@@ -243,13 +246,18 @@ def explore(
     seen: set[tuple[object, ...]] = set()
     stopped: tuple[int, tuple[Action, ...]] | None = None
     n_states = 0
+    capped: str | None = None
     for d in range(1, depth + 1):
         nxt: list[_Node] = []
         for node in frontier:
             actions = node.logical.enabled()
             if not actions:
                 continue
-            thaw = copier(node)  # frozen once, thawed per child
+            try:
+                thaw = copier(node)  # frozen once, thawed per child
+            except UncopyableError as e:
+                capped = f"at depth {d}: {e}"
+                break
             for a in actions:
                 child = thaw()
                 child.path = (*node.path, a)
@@ -270,6 +278,6 @@ def explore(
                 n_states += 1
                 nxt.append(child)
         frontier = nxt
-        if not frontier:
+        if not frontier or capped:
             break
-    return Shortest(depth, n_states, failing, stopped, witnesses)
+    return Shortest(depth, n_states, failing, stopped, witnesses, capped)
