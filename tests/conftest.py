@@ -132,3 +132,16 @@ def browser() -> Iterator[Any]:
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.fixture(scope="session")
+def lru_zombie_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The counterexample bundle ``kvmodel check lru --invariants no-zombie-kv --out DIR``
+    writes (``DIR/lru/no-zombie-kv``): searched once per test process for the tests that only
+    read it (the viewer's pages, the ITF it carries). Read-only: a test that runs something in
+    a bundle writes its own (tests/test_checkers.py)."""
+    from kvmodel.cli import main
+
+    out = tmp_path_factory.mktemp("cex")
+    assert main(["check", "lru", "--invariants", "no-zombie-kv", "--out", str(out)]) == 0
+    return out / "lru" / "no-zombie-kv"

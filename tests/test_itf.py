@@ -77,10 +77,8 @@ def test_export_itf_command_is_deterministic(tmp_path: Path) -> None:
     assert dumps_itf(itf_trace(tr.ops, "kvtether", load_config(cfg))) == a.read_text()
 
 
-def test_a_counterexample_bundle_carries_its_states_as_itf(tmp_path: Path) -> None:
-    out = tmp_path / "cex"
-    assert main(["check", "lru", "--invariants", "no-zombie-kv", "--out", str(out)]) == 0
-    bundle = out / "lru" / "no-zombie-kv"
+def test_a_counterexample_bundle_carries_its_states_as_itf(lru_zombie_bundle: Path) -> None:
+    bundle = lru_zombie_bundle
     itf = json.loads((bundle / "counterexample.itf.json").read_text())
     _valid(itf)
     assert itf["#meta"]["invariant"] == "no-zombie-kv"
@@ -138,16 +136,16 @@ def _exit_code(argv: list[str]) -> int | str | None:
         return e.code
 
 
-def test_the_written_itf_is_what_its_consumers_read(tmp_path: Path) -> None:
+def test_the_written_itf_is_what_its_consumers_read(
+    tmp_path: Path, lru_zombie_bundle: Path
+) -> None:
     """Issue 63 item 7: Quint's reader and the Rust itf crate take every integer as
     {"#bigint": "..."}. The bundle's counterexample.itf.json has no bare integer in its states
     and round-trips through itf-py (the Apalache/Quint ITF library): parsed and written again,
     every state is the same JSON; its integers read back as the model's."""
     import itf_py
 
-    out = tmp_path / "cex"
-    assert main(["check", "lru", "--invariants", "no-zombie-kv", "--out", str(out)]) == 0
-    text = (out / "lru" / "no-zombie-kv" / "counterexample.itf.json").read_text()
+    text = (lru_zombie_bundle / "counterexample.itf.json").read_text()
     data = json.loads(text)
     _valid(data)
 

@@ -38,12 +38,12 @@ def _step(driver: Any) -> int:
     return int(driver.find_element("id", "step").get_attribute("value"))
 
 
-def test_a_bundle_page_opens_at_the_violation_and_steps(browser: Any, tmp_path: Path) -> None:
+def test_a_bundle_page_opens_at_the_violation_and_steps(
+    browser: Any, lru_zombie_bundle: Path
+) -> None:
     from selenium.webdriver.common.keys import Keys
 
-    out = tmp_path / "cex"
-    assert main(["check", "lru", "--invariants", "no-zombie-kv", "--out", str(out)]) == 0
-    bundle = out / "lru" / "no-zombie-kv"
+    bundle = lru_zombie_bundle
     itf = json.loads((bundle / "counterexample.itf.json").read_text())
     at = itf["#meta"]["at"]
     _open(browser, bundle / "index.html")
@@ -181,12 +181,10 @@ def test_a_page_stays_small(tmp_path: Path) -> None:
     assert len(page) <= 2_000_000 * len(tr.ops) / 1000
 
 
-def test_screenshots_of_two_views(browser: Any, tmp_path: Path) -> None:
+def test_screenshots_of_two_views(browser: Any, tmp_path: Path, lru_zombie_bundle: Path) -> None:
     """docs/viewer-*.png are these two views; regenerate with KVMODEL_SCREENSHOTS=docs."""
-    out = tmp_path / "cex"
-    assert main(["check", "lru", "--invariants", "no-zombie-kv", "--out", str(out)]) == 0
     target = Path(os.environ.get("KVMODEL_SCREENSHOTS", tmp_path))
-    _open(browser, out / "lru" / "no-zombie-kv" / "index.html")
+    _open(browser, lru_zombie_bundle / "index.html")
     assert browser.save_screenshot(str(target / "viewer-violation.png"))
     tr = generate_agentic(AgenticParams(seed=3, sessions=3, turns=2))
     trace_file, cfg, page = tmp_path / "t.jsonl", tmp_path / "c.toml", tmp_path / "p.html"
