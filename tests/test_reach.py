@@ -281,3 +281,34 @@ def test_an_offline_policy_is_not_searched(capsys: pytest.CaptureFixture[str]) -
         reach("belady", TINY)
     assert main(["prove", "belady", "--invariant", "no-zombie-kv", "--depth", "1", "--reach"]) == 0
     assert "--reach: not run" in capsys.readouterr().err
+
+
+class _Counted:
+    """A state that does not pickle (it holds a lambda) but deep-copies, counting its copies."""
+
+    copies = 0
+
+    def __init__(self) -> None:
+        self.f = lambda: 0
+        self.items: list[int] = []
+
+    def __deepcopy__(self, memo: dict[int, object]) -> _Counted:
+        _Counted.copies += 1
+        c = _Counted()
+        c.items = list(self.items)
+        return c
+
+
+def test_a_state_that_does_not_pickle_is_deep_copied_once_per_child() -> None:
+    from checkers.symbolic.copying import UncopyableError, copier
+
+    node = _Counted()
+    thaw = copier(node)
+    a, b = thaw(), thaw()
+    assert _Counted.copies == 2  # the trial copy is the first child: no copy is thrown away
+    a.items.append(1)
+    assert (b.items, node.items) == ([], [])
+    import threading
+
+    with pytest.raises(UncopyableError, match="cannot branch from it"):
+        copier(threading.Lock())

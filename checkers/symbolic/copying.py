@@ -27,11 +27,11 @@ def copier(node: T) -> Callable[[], T]:
         frozen = pickle.dumps(node, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as e:  # (pickle raises PicklingError, TypeError, AttributeError, ...)
         try:
-            copy.deepcopy(node)
+            first = [copy.deepcopy(node)]  # (the trial copy is the first one handed out)
         except Exception as e2:
             raise UncopyableError(
                 f"the search cannot copy a state of the run ({type(e2).__name__}: {e2}; "
                 f"pickle: {type(e).__name__}: {e}), so it cannot branch from it"
             ) from None
-        return lambda: copy.deepcopy(node)
+        return lambda: first.pop() if first else copy.deepcopy(node)
     return lambda: pickle.loads(frozen)
