@@ -122,6 +122,11 @@ class WorkloadStats:
     session_p50_s: float | None
     session_mean_s: float | None
     concurrency: float | None
+    #: the number of timed sessions running at once, time-weighted over the same span: its
+    #: 90th percentile and its peak (None as above). The mean hides how bursty the arrivals
+    #: are, and a cache feels the peaks (spec/metrics.md E9: real runs launched in batches)
+    concurrency_p90: float | None
+    concurrency_peak: float | None
 
 
 #: the rows of the side-by-side table: (field, label, format)
@@ -164,6 +169,8 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("session_p50_s", "session length p50 s", "{:.0f}"),
     ("session_mean_s", "session length mean s", "{:.0f}"),
     ("concurrency", "sessions running at once (mean)", "{:.2f}"),
+    ("concurrency_p90", "sessions running at once p90", "{:.0f}"),
+    ("concurrency_peak", "sessions running at once (peak)", "{:.0f}"),
 )
 
 
@@ -349,6 +356,7 @@ def workload_stats(trace: Trace) -> WorkloadStats:
     window = max((b for _, b in spans.values()), default=0.0) - min(
         (a for a, _ in spans.values()), default=0.0
     )
+    at_once = _at_once(list(spans.values())) if window > 0 else None
     return WorkloadStats(
         sessions=len(sessions),
         inferences=len(prompts),
@@ -393,7 +401,27 @@ def workload_stats(trace: Trace) -> WorkloadStats:
         session_p50_s=_pct(lengths, 50) if lengths else None,
         session_mean_s=sum(lengths) / len(lengths) if lengths else None,
         concurrency=sum(lengths) / window if window > 0 else None,
+        concurrency_p90=at_once[0] if at_once else None,
+        concurrency_peak=at_once[1] if at_once else None,
     )
+
+
+def _at_once(spans: Sequence[Sequence[float]]) -> tuple[float, float] | None:
+    """The number of spans open at once, weighted by how long it lasts, from the first start to
+    the last end: its 90th percentile and its maximum (None over an empty span). A span ending
+    where another starts does not overlap it."""
+    events = sorted([(b, -1) for a, b in spans] + [(a, 1) for a, b in spans])
+    if not events or events[-1][0] <= events[0][0]:
+        return None
+    held: dict[int, float] = {}
+    n, last = 0, events[0][0]
+    for t, d in events:
+        held[n] = held.get(n, 0.0) + (t - last)
+        n, last = n + d, t
+    counts = sorted(held)
+    weights = np.cumsum([held[k] for k in counts])
+    p90 = counts[int(np.searchsorted(weights, 0.9 * weights[-1]))]
+    return float(p90), float(max(k for k in counts if held[k] > 0))
 
 
 def _weighted_pcts(xs: list[tuple[int, int]], qs: tuple[float, ...]) -> tuple[float, ...] | None:
@@ -427,5 +455,5 @@ def render_side_by_side(columns: Mapping[str, WorkloadStats]) -> str:
 TIME_FIELDS = tuple(
     f
     for f, _, _ in ROWS
-    if f.startswith(("wait_", "session_p", "session_mean", "reuse_")) or f == "concurrency"
+    if f.startswith(("wait_", "session_p", "session_mean", "reuse_", "concurrency"))
 )
