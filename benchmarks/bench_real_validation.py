@@ -47,6 +47,8 @@ ABLATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("+ reasoning x1", {"reasoning_scale": 1.0}),
     ("+ pinned system prompt", {"pin_system": True}),
     ("+ forks and temporaries", {"p_fork": 0.1, "p_temporary": 0.1}),
+    # not a piece the first presets had: the real runs' bursts (spec E9), measured beside them
+    ("+ arrivals in batches of 4", {"arrival_batch": 4}),
     (
         "+ all four",
         {

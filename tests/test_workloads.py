@@ -11,7 +11,7 @@ import pytest
 
 from kvmodel import EngineConfig, TierConfig
 from kvmodel.ids import BlockKey, TierName
-from kvmodel.io.trace import EndSession, Infer, Open, TurnEnd, iter_trace_lines
+from kvmodel.io.trace import EndSession, Infer, Open, Trace, TurnEnd, iter_trace_lines
 from kvmodel.logical import Sequences
 from kvmodel.messages import AgentKind
 from kvmodel.policy import Placement
@@ -138,3 +138,38 @@ def test_compaction_inside_a_turn_fires_at_the_threshold_and_draws_nothing() -> 
     assert tr.header.meta["compact_in_turn"] is True
     assert workload_stats(tr).compactions_in_turn_per_session == len(inside)
     assert workload_stats(plain).compactions_in_turn_per_session == 0
+
+
+def test_arrivals_in_batches_keep_the_sessions_and_the_rate() -> None:
+    """``arrival_batch`` k: the sessions are the same draws (ops alike up to their times), the
+    first of each batch starts at its own arrival and the others a millisecond apart after it,
+    so the rate is the same and each batch runs at once (spec/metrics.md E9)."""
+    base = attrs.evolve(PRESETS["mini-swe-agent-fit"], sessions=12)
+    one = generate_agentic(base)
+    four = generate_agentic(attrs.evolve(base, arrival_batch=4))
+    assert "arrival_batch" not in one.header.meta  # 1: the header is what it was
+    assert four.header.meta["arrival_batch"] == 4
+
+    def starts(tr: Trace) -> list[float]:
+        return [op.t for op in tr.ops if isinstance(op, Open) and op.ctx.endswith(".main")]
+
+    def shifted(tr: Trace) -> dict[str, list[object]]:
+        """Each session's ops, its times counted from its start."""
+        t0 = {op.session: op.t for op in tr.ops if isinstance(op, Open)}
+        sess = {op.ctx: op.session for op in tr.ops if isinstance(op, Open)}
+        out: dict[str, list[object]] = {}
+        for op in tr.ops:
+            s = op.session if isinstance(op, EndSession) else sess[op.ctx]
+            out.setdefault(s, []).append(attrs.evolve(op, t=round(op.t - t0[s], 3)))
+        return out
+
+    a, b = sorted(starts(one)), sorted(starts(four))
+    assert [b[i] for i in (0, 4, 8)] == [a[i] for i in (0, 4, 8)]  # the batches' leads
+    assert all(b[i] == round(b[i - i % 4] + 0.001 * (i % 4), 3) for i in range(12))
+    assert shifted(one) == shifted(four)
+    st1, st4 = workload_stats(one), workload_stats(four)
+    assert st4.concurrency == pytest.approx(st1.concurrency, rel=0.25)  # the same rate
+    assert st4.concurrency_peak is not None
+    assert st4.concurrency_peak >= 4  # (a session lasts far longer than its batch's 3 ms)
+    with pytest.raises(ValueError, match="arrival_batch"):
+        attrs.evolve(base, arrival_batch=0)
