@@ -19,6 +19,13 @@ from checkers.invariants.contract import (
     whole_state_due,
 )
 from checkers.invariants.deadline import HUNG, OpHung, op_deadline
+from checkers.invariants.inductive import (
+    INDUCTIVE,
+    StateTerms,
+    declared,
+    inductive_applies,
+    wellformed,
+)
 from checkers.invariants.nversion import Shadow, contract_refusal
 from checkers.invariants.predicates import (
     BLOCK,
@@ -159,6 +166,15 @@ class Monitor:
         self._writes: dict[str, int] = dict.fromkeys(engine.memory.names, 0)
         #: the policy's declarative rank, when it is its order: every victim must be its first
         self._rank = declared_rank(engine.policy)
+        #: the parametric proofs' runtime side (spec/invariants.md §Parametric proofs): for a
+        #: policy the parametric model reads, its well-formedness axiom and the inductive
+        #: invariants its declarations make inductive, on every quiescent state
+        self._parametric = declared(engine.policy).unsupported is None
+        self._maybe_dead_at = -2
+        self._maybe_dead_set: set[BlockId] = set()
+        self._inductive = tuple(
+            c for c in INDUCTIVE if self._parametric and inductive_applies(engine.policy, c)
+        )
         #: the contract model, following the engine's log (None once it could not follow)
         self._shadow: Shadow | None = (
             Shadow(
@@ -475,6 +491,8 @@ class Monitor:
                 self._add("prefix-closed-residency", v.message, v.block)
         if "no-zombie-kv" in a or ("free-at-boundary" in a and self._pending.closing):
             self._block_states()
+        if self._parametric:
+            self._symbolic_model()
         if "no-zombie-kv" in a and e.movement is not None and e.movement.copies.dead_count():
             key, tier = e.movement.copies.dead_copies()[0]
             self._add(
@@ -493,8 +511,7 @@ class Monitor:
         # can be Dead: in the engine's dead set, or held by no context (a holder list the engine
         # forgot to update shows here, as the ForgetsHolder mutant does). The predicate, on the
         # class the view computes, is still what decides.
-        maybe_dead = set(e.dead) | {bid for bid, b in e.blocks.items() if not b.holders}
-        for bid in sorted(maybe_dead):
+        for bid in sorted(self._maybe_dead()):
             is_zombie, is_killed = _dead_verdicts(e.view.block(bid).state, bid in p.dead, p.closing)
             if is_zombie:
                 zombie.append(bid)
@@ -516,6 +533,59 @@ class Monitor:
                 killed[0],
             )
 
+    def _maybe_dead(self) -> set[BlockId]:
+        """The resident blocks that can be Dead after this op: in the engine's dead set, or
+        held by no context (a holder list the engine forgot to update shows here). Found once
+        per op for every check that reads it."""
+        if self._maybe_dead_at != self.op_index:
+            e = self.engine
+            self._maybe_dead_set = set(e.dead) | {
+                bid for bid, b in e.blocks.items() if not b.holders
+            }
+            self._maybe_dead_at = self.op_index
+        return self._maybe_dead_set
+
+    def _symbolic_model(self) -> None:
+        """The parametric model's axiom and inductive invariants on this quiescent state: a
+        block that leaves one is a model that does not describe the engine (finding
+        ``symbolic-model``). Read on the blocks that can break them -- those that can be Dead
+        (held by no context, or in the dead set: a class is Dead only there, L5.2) and those
+        holding KV written as Temporary -- not on every resident block."""
+        e = self.engine
+        judged = self._maybe_dead() | (
+            self._temp_indexed if "temporary-bypass" in self._inductive else set()
+        )
+        broken: dict[str, list[BlockId]] = {}
+        for bid in sorted(judged):
+            b = e.blocks.get(bid)
+            if b is None:
+                continue
+            terms = StateTerms(
+                quiescent=True,
+                resident=True,
+                state=e.view.block(bid).state,
+                in_flight=False,
+                holders=len(b.holders),
+                temporary_kv=bid in self._temp_indexed,
+                indexed=b.spec.key is not None and e.index.get(b.spec.key) == bid,
+            )
+            if not wellformed(terms, CONCRETE):
+                broken.setdefault("the well-formedness axiom", []).append(bid)
+            for c in self._inductive:
+                if not INDUCTIVE[c](terms, CONCRETE):
+                    broken.setdefault(f"the {c} inductive invariant", []).append(bid)
+        for what, bids in broken.items():
+            first = e.blocks[bids[0]]
+            self.violations.append(
+                Violation(
+                    "symbolic-model",
+                    f"{len(bids)} blocks leave {what} (e.g. {self._named(bids[0])}: "
+                    f"{e.view.block(bids[0]).state.value}, {len(first.holders)} holders)",
+                    bids[0],
+                    op=self.op_index,
+                )
+            )
+
     def _named(self, bid: BlockId) -> str:
         """A resident block as a user finds it in a log: its slot and its hash-chain key (the
         name every log record carries, and the only one another implementation shares)."""
@@ -526,7 +596,9 @@ class Monitor:
         for msg, b in log_bypass(records):
             self._add("temporary-bypass", msg, b)
         for r in records:
-            if isinstance(r, HitObs) and r.block in self._temp_indexed:
+            if isinstance(r, HitObs) and BLOCK["temporary-bypass"](
+                BlockAt(hit=True, temporary_kv=r.block in self._temp_indexed), CONCRETE
+            ):
                 self._add(
                     "temporary-bypass",
                     f"temporary block {r.block} (key {r.key}) served as a hit",

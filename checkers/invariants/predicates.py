@@ -110,6 +110,7 @@ CONCRETE = Logic(
 )
 
 _D, _E, _S = BlockClass.DEAD, BlockClass.EXPIRED, BlockClass.SUSPENDED
+_T = BlockClass.TEMPORARY
 _LIVE_ORDERED = (BlockClass.TEMPORARY, BlockClass.SUSPENDED, BlockClass.ACTIVE)
 #: every (lower, higher) pair of classes by BLOCK_CLASS_PRIORITY (computed once, not per check)
 _PRIORITY_PAIRS = tuple(
@@ -162,6 +163,24 @@ class BlockTerms(Protocol):
     @property
     def removed_state(self) -> Any: ...  # its class when removed
 
+    @property
+    def reclaimed(self) -> Any: ...  # a policy's reclaim freed it (a subset of removed)
+
+    @property
+    def written(self) -> Any: ...  # the op wrote it as a full block (not a rewrite of a key)
+
+    @property
+    def written_state(self) -> Any: ...  # its class when written
+
+    @property
+    def bypassed(self) -> Any: ...  # written, bypassed and freed by the same op
+
+    @property
+    def hit(self) -> Any: ...  # the op served it as a hit
+
+    @property
+    def temporary_kv(self) -> Any: ...  # it holds KV written as Temporary (before the hit)
+
 
 @attrs.frozen
 class BlockAt:
@@ -173,6 +192,12 @@ class BlockAt:
     closing: bool = False
     removed: bool = False
     removed_state: BlockClass | None = None
+    reclaimed: bool = False
+    written: bool = False
+    written_state: BlockClass | None = None
+    bypassed: bool = False
+    hit: bool = False
+    temporary_kv: bool = False
 
 
 #: The per-block invariants, each as one predicate ``violated(block, logic)`` over
@@ -186,6 +211,14 @@ BLOCK: Mapping[str, Callable[[Any, Logic], Any]] = MappingProxyType(
         ),
         "pinned-never-evicted": lambda b, lg: lg.all_(
             b.removed, lg.is_(b.removed_state, BlockClass.PINNED)
+        ),
+        "reclaim-dead-only": lambda b, lg: lg.all_(
+            b.reclaimed, lg.not_(lg.is_(b.removed_state, _D))
+        ),
+        # two halves: a Temporary block written and not bypassed; a hit on Temporary KV
+        "temporary-bypass": lambda b, lg: lg.any_(
+            lg.all_(b.written, lg.is_(b.written_state, _T), lg.not_(b.bypassed)),
+            lg.all_(b.hit, b.temporary_kv),
         ),
     }
 )
@@ -384,12 +417,14 @@ def log_pinned(records: Iterable[Observation]) -> list[tuple[str, BlockId]]:
 
 
 def log_reclaim_dead(records: Iterable[Observation]) -> list[tuple[str, BlockId]]:
+    dead_only = BLOCK["reclaim-dead-only"]
     return [
         (f"reclaimed {r.state.value} {_named(r)}", r.block)
         for r in records
         if isinstance(r, FreeObs)
-        and r.reason == FreeReason.RECLAIM
-        and r.state is not BlockClass.DEAD
+        and dead_only(
+            BlockAt(reclaimed=r.reason == FreeReason.RECLAIM, removed_state=r.state), CONCRETE
+        )
     ]
 
 
@@ -398,14 +433,16 @@ def log_bypass(records: Sequence[Observation]) -> list[tuple[str, BlockId]]:
     # freed as bypassed at the commit -- or with the rest of a request rolled back (P7.7)
     gone = (FreeReason.BYPASS, FreeReason.REJECT)
     freed = {r.block for r in records if isinstance(r, FreeObs) and r.reason in gone}
+    broken = BLOCK["temporary-bypass"]
     out = []
     for r in records:
-        if (
-            isinstance(r, AllocObs)
-            and r.state is BlockClass.TEMPORARY
-            and r.key is not None
-            and not r.rewrite
-            and (r.block not in bypassed or r.block not in freed)
+        if isinstance(r, AllocObs) and broken(
+            BlockAt(
+                written=r.key is not None and not r.rewrite,
+                written_state=r.state,
+                bypassed=r.block in bypassed and r.block in freed,
+            ),
+            CONCRETE,
         ):
             why = "written without bypass" if r.block not in bypassed else "not freed by its op"
             out.append((f"temporary {_named(r)} {why}", r.block))

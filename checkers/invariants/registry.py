@@ -79,6 +79,9 @@ FINDINGS: Mapping[str, str] = MappingProxyType(
         "nondeterministic": "two replays of one trace gave different observation logs",
         "engine-contract": "on ample memory the engine disagrees with an independent computation "
         "of the contract (checkers.invariants.nversion)",
+        "symbolic-model": "a state of the run leaves an axiom or inductive invariant of the "
+        "parametric proofs (checkers.invariants.inductive): the symbolic model does not "
+        "describe this engine",
     }
 )
 

@@ -29,6 +29,7 @@ from collections.abc import Iterable
 import attrs
 import z3
 
+from checkers.invariants.inductive import declared
 from checkers.search.coverage import WITNESS_POLICIES, Witnesses
 from checkers.symbolic.fragment import (
     FRAGMENT_INVARIANTS,
@@ -42,11 +43,7 @@ from checkers.symbolic.z3util import RLIMIT, TIMEOUT_MS, limited, rlimit_count, 
 from kvmodel.lifecycle import BlockClass
 from kvmodel.policy import (
     Policy,
-    Reclaim,
-    declared_bypass,
     declared_rank,
-    declared_reclaim,
-    moves,
     resolve_policy,
 )
 
@@ -72,33 +69,12 @@ def profile(policy: str | Policy, fragment: Fragment | None = None) -> PolicyPro
     inlining them is exact at every depth; an eviction order, an ``on_op`` or a bypass decided
     by code is outside the fragment. (``fragment`` is accepted for callers; the profile no
     longer depends on it.)"""
-    pol = resolve_policy(policy)
-    name = pol.name
-    rank = declared_rank(pol)
-    if rank is None:
-        why = (
-            "its eviction order is code, not a rank"
-            if getattr(pol, "rank", ())
-            else ("it has no declarative rank")
-        )
-        return PolicyProfile(name, unsupported=why)
-    if getattr(pol, "engine_class", None) is not None:
-        return PolicyProfile(name, unsupported="it brings its own engine")
-    if callable(getattr(pol, "prepare", None)):
-        return PolicyProfile(name, unsupported="it plans from the whole trace (offline)")
-    if moves(pol):  # the fragment has one tier and no copies (spec/movement.md MV9)
-        return PolicyProfile(name, unsupported="moves")
-    rule = declared_reclaim(pol)
-    if rule is None:
-        return PolicyProfile(name, unsupported="its reclaim rule is code (on_op is overridden)")
-    bypass = declared_bypass(pol)
-    if bypass is None:
-        return PolicyProfile(
-            name, unsupported="its bypass rule is code (place is overridden without bypasses)"
-        )
-    if bypass - {BlockClass.TEMPORARY}:  # the fragment writes no Temporary block
-        return PolicyProfile(name, unsupported="it bypasses blocks that are not Temporary")
-    return PolicyProfile(name, rank, reclaims_dead=rule is Reclaim.DEAD)
+    d = declared(resolve_policy(policy))
+    if d.unsupported is not None:
+        return PolicyProfile(d.name, unsupported=d.unsupported)
+    if d.bypass - {BlockClass.TEMPORARY}:  # the fragment writes no Temporary block
+        return PolicyProfile(d.name, unsupported="it bypasses blocks that are not Temporary")
+    return PolicyProfile(d.name, d.rank, reclaims_dead=d.reclaims_dead)
 
 
 # ---------------------------------------------------------------- queries

@@ -67,6 +67,12 @@ _SKIP: dict[str, frozenset[str]] = {
             # the ops applied: read only to judge a refusal, by the contract model, from the
             # logical state they led to (which the key holds)
             "_history",
+            # per-op scratch (the blocks that can be Dead, found once per op) and what the
+            # policy's declarations decide once (which parametric checks apply)
+            "_maybe_dead_at",
+            "_maybe_dead_set",
+            "_parametric",
+            "_inductive",
         }
     ),
     # rank: the policy's declared rank, a constant (its floats are no time stamps)

@@ -43,6 +43,12 @@ class _BlockTerms:
     closing: Any = False
     removed: Any = False
     removed_state: Any = None
+    reclaimed: Any = False
+    written: Any = False
+    written_state: Any = None
+    bypassed: Any = False
+    hit: Any = False
+    temporary_kv: Any = False
 
 
 def c_(x: BlockClass) -> Any:
