@@ -59,7 +59,7 @@ from checkers.invariants.inductive import (
     inductive_applies,
     wellformed,
 )
-from checkers.symbolic.transition import _BlockTerms
+from checkers.symbolic.transition import SymBlockTerms
 from checkers.symbolic.z3rank import SymBlock, before
 from checkers.symbolic.z3util import (
     RLIMIT,
@@ -415,27 +415,27 @@ class PStep:
         if claim == "no-zombie-kv":
             return z3.And(t.q, BLOCK[claim](t.terms(b), Z3_LOGIC))
         if claim == "free-at-boundary":
-            terms = _BlockTerms(
+            terms = SymBlockTerms(
                 resident=t.res[b], state=t.cls[b], was_dead=s.dead0[b], closing=s.closing
             )
             return z3.And(k["end"], BLOCK[claim](terms, Z3_LOGIC))
         if claim == "pinned-never-evicted":
-            evicted = _BlockTerms(removed=True, removed_state=s.cls[v])
-            reclaimed = _BlockTerms(removed=self.reclaimed(b), removed_state=s.cls[b])
+            evicted = SymBlockTerms(removed=True, removed_state=s.cls[v])
+            reclaimed = SymBlockTerms(removed=self.reclaimed(b), removed_state=s.cls[b])
             return z3.Or(
                 z3.And(k["evict"], BLOCK[claim](evicted, Z3_LOGIC)),
                 z3.And(k["end"], BLOCK[claim](reclaimed, Z3_LOGIC)),
             )
         if claim == "reclaim-dead-only":
-            terms = _BlockTerms(reclaimed=self.reclaimed(b), removed_state=s.cls[b])
+            terms = SymBlockTerms(reclaimed=self.reclaimed(b), removed_state=s.cls[b])
             return z3.And(k["end"], BLOCK[claim](terms, Z3_LOGIC))
         if claim == "temporary-bypass":
-            written = _BlockTerms(
+            written = SymBlockTerms(
                 written=z3.And(z3.Not(self.partial), z3.Not(self.rewrite)),
                 written_state=t.cls[v],
                 bypassed=self.in_bypass(t.cls[v]),
             )
-            hit = _BlockTerms(hit=True, temporary_kv=s.tmp[v])
+            hit = SymBlockTerms(hit=True, temporary_kv=s.tmp[v])
             return z3.Or(
                 z3.And(k["alloc"], BLOCK[claim](written, Z3_LOGIC)),
                 z3.And(k["hit"], BLOCK[claim](hit, Z3_LOGIC)),

@@ -21,7 +21,7 @@ from checkers.symbolic.z3util import Z3_LOGIC
 from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, BlockClass
 from kvmodel.policy import RankTerm
 
-__all__ = ["PolicyProfile", "State", "Step", "c_", "zombie"]
+__all__ = ["PolicyProfile", "State", "Step", "SymBlockTerms", "c_", "zombie"]
 
 _CLS = list(BlockClass)
 _PRIO = BLOCK_CLASS_PRIORITY
@@ -34,7 +34,7 @@ class _OrderTerms:
 
 
 @attrs.frozen
-class _BlockTerms:
+class SymBlockTerms:
     """checkers.invariants.BlockTerms over Z3 terms."""
 
     resident: Any = False
@@ -70,7 +70,7 @@ def zombie(s: State) -> Any:
     """A dead block is resident in ``s`` (invariant no-zombie-kv's :data:`BLOCK` predicate)."""
     return z3.Or(
         *(
-            BLOCK["no-zombie-kv"](_BlockTerms(resident=s.res[c][v], state=s.cls(c, v)), Z3_LOGIC)
+            BLOCK["no-zombie-kv"](SymBlockTerms(resident=s.res[c][v], state=s.cls(c, v)), Z3_LOGIC)
             for c, v in s.blocks()
         )
     )
@@ -306,7 +306,7 @@ class Step:
             return z3.Or(
                 *(
                     BLOCK[name](
-                        _BlockTerms(removed=self.evict[b], removed_state=vic_cls[b]), Z3_LOGIC
+                        SymBlockTerms(removed=self.evict[b], removed_state=vic_cls[b]), Z3_LOGIC
                     )
                     for b in blocks
                 )
@@ -318,7 +318,7 @@ class Step:
             return z3.Or(
                 *(
                     BLOCK[name](
-                        _BlockTerms(
+                        SymBlockTerms(
                             resident=s.res[c][v],
                             state=s.cls(c, v),
                             was_dead=z3.And(p.res[c][v], p.cls(c, v) == dead),
