@@ -362,3 +362,19 @@ def test_the_docs_table_is_what_prove_says() -> None:
         assert structural == (", ".join(want_structural) or "—"), p
         if why != "—":
             assert all(why in a.reason for a in ans if not a.reason.startswith("not expr")), p
+
+
+def test_a_proof_the_engine_does_not_bear_out_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every proof is checked against the executable model (issue 62 item 3): on an engine
+    that skips a reclaim, kvtether's proofs are unknown, saying which rule the run left."""
+    import kvmodel.engine
+
+    [a] = prove_parametric("kvtether", ["no-zombie-kv"])
+    assert a.rung == "proved"
+    assert a.cross_checked > 500
+    monkeypatch.setattr(parametric, "_CROSS_CHECKED", {})
+    monkeypatch.setattr(kvmodel.engine, "Engine", SkipsAReclaim)
+    [b] = prove_parametric("kvtether", ["no-zombie-kv"])
+    assert b.rung == "unknown"
+    assert "leaves the parametric model's rules" in b.reason
+    assert "no-zombie-kv inductive invariant" in b.reason
