@@ -115,6 +115,31 @@ def _dead_verdicts(state: BlockClass, was_dead: bool, closing: bool) -> tuple[bo
     )
 
 
+@functools.cache
+def _model_left(
+    state: BlockClass,
+    no_holder: bool,
+    temporary_kv: bool,
+    indexed: bool,
+    inductive: tuple[str, ...],
+) -> tuple[str, ...]:
+    """What a resident block of a quiescent state leaves of the parametric model: its
+    well-formedness axiom and the ``inductive`` invariants, each evaluated once per distinct
+    tuple of the terms they read (a cache of a few dozen answers, not one per block)."""
+    terms = StateTerms(
+        quiescent=True,
+        resident=True,
+        state=state,
+        in_flight=False,
+        holders=0 if no_holder else 1,
+        temporary_kv=temporary_kv,
+        indexed=indexed,
+    )
+    out = [] if wellformed(terms, CONCRETE) else ["the well-formedness axiom"]
+    out += [f"the {c} inductive invariant" for c in inductive if not INDUCTIVE[c](terms, CONCRETE)]
+    return tuple(out)
+
+
 def _disagreement(d: Divergence | None) -> str:
     """An engine-contract finding's message for a divergence ("": none)."""
     return "" if d is None else f"the engine disagrees with the contract on {d}"
@@ -484,6 +509,8 @@ class Monitor:
                 self._add("reclaim-dead-only", msg, b)
         if "temporary-bypass" in a:
             self._temporary(records)
+        elif "temporary-bypass" in self._inductive:  # (the symbolic-model check reads them)
+            self._track_temporary(records)
         if "no-stale-hit" in a:
             self._stale(records)
         if "prefix-closed-residency" in a:
@@ -550,31 +577,36 @@ class Monitor:
         block that leaves one is a model that does not describe the engine (finding
         ``symbolic-model``). Read on the blocks that can break them -- those that can be Dead
         (held by no context, or in the dead set: a class is Dead only there, L5.2) and those
-        holding KV written as Temporary -- not on every resident block."""
+        holding KV written as Temporary -- not on every resident block. Where this op's
+        no-zombie-kv or free-at-boundary check already read every block that can be Dead (the
+        engine's view memoizes what it read), all of them; otherwise the blocks that died in
+        this op, so a run that monitors neither pays for no scan of the resident blocks (a
+        block that left the axiom is judged at the op it died in)."""
         e = self.engine
-        judged = self._maybe_dead() | (
-            self._temp_indexed if "temporary-bypass" in self._inductive else set()
-        )
+        if self._maybe_dead_at == self.op_index:
+            judged = self._maybe_dead()
+        else:
+            judged = set(e.dead) - self._pending.dead
+        if "temporary-bypass" in self._inductive:
+            judged = judged | self._temp_indexed
         broken: dict[str, list[BlockId]] = {}
-        for bid in sorted(judged):
+        temp, view, index = self._temp_indexed, e.view, e.index
+        for bid in judged:
             b = e.blocks.get(bid)
             if b is None:
                 continue
-            terms = StateTerms(
-                quiescent=True,
-                resident=True,
-                state=e.view.block(bid).state,
-                in_flight=False,
-                holders=len(b.holders),
-                temporary_kv=bid in self._temp_indexed,
-                indexed=b.spec.key is not None and e.index.get(b.spec.key) == bid,
+            key = b.spec.key
+            left = _model_left(
+                view.block(bid).state,
+                not b.holders,
+                bid in temp,
+                key is not None and index.get(key) == bid,
+                self._inductive,
             )
-            if not wellformed(terms, CONCRETE):
-                broken.setdefault("the well-formedness axiom", []).append(bid)
-            for c in self._inductive:
-                if not INDUCTIVE[c](terms, CONCRETE):
-                    broken.setdefault(f"the {c} inductive invariant", []).append(bid)
+            for what in left:
+                broken.setdefault(what, []).append(bid)
         for what, bids in broken.items():
+            bids.sort()
             first = e.blocks[bids[0]]
             self.violations.append(
                 Violation(
@@ -605,6 +637,10 @@ class Monitor:
                     r.block,
                     r.ctx,
                 )
+        self._track_temporary(records)
+
+    def _track_temporary(self, records: Sequence[Observation]) -> None:
+        """The resident blocks holding KV written as Temporary, after ``records``."""
         for r in records:
             if isinstance(r, AllocObs) and r.state is BlockClass.TEMPORARY and not r.rewrite:
                 self._temp_indexed.add(r.block)

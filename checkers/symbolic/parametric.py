@@ -650,7 +650,9 @@ def cross_validate(policy: Policy) -> CrossCheck:
             config = EngineConfig(
                 16, tuple(TierConfig(TierName(n), k) for n, k in zip(names, sizes, strict=True))
             )
-            mon = Monitor(Engine(config, copy.deepcopy(policy)), (), contract=False)
+            # (no-zombie-kv monitored: every block that can be Dead is judged, every op)
+            watched = ("no-zombie-kv", "temporary-bypass")
+            mon = Monitor(Engine(config, copy.deepcopy(policy)), watched, contract=False)
             traces += 1
             for op in ops:
                 if not mon.apply(op):
