@@ -17,6 +17,7 @@ from checkers.invariants.inductive import INDUCTIVE, inductive_applies
 from checkers.search.mutants import MUTANTS
 from checkers.symbolic import parametric
 from checkers.symbolic.parametric import PARAMETRIC_CLAIMS, SCOPE, prove_parametric
+from kvmodel.cli import main
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.ids import BlockId, TierName
@@ -325,8 +326,6 @@ def test_structural_proofs_say_so() -> None:
 
 
 def test_prove_cli_reports_every_size(capsys: pytest.CaptureFixture[str]) -> None:
-    from kvmodel.cli import main
-
     args = ["prove", "kvtether", "--depth", "2", "--invariant", "no-zombie-kv", "--quiet"]
     assert main([*args, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -378,3 +377,13 @@ def test_a_proof_the_engine_does_not_bear_out_is_unknown(monkeypatch: pytest.Mon
     assert b.rung == "unknown"
     assert "leaves the parametric model's rules" in b.reason
     assert "no-zombie-kv inductive invariant" in b.reason
+
+
+def test_prove_cli_lists_what_the_model_does_not_express_on_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["prove", "lru", "--depth", "1", "--invariant", "accounting", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "not expressed by the parametric model (--json says why" in text
+    assert "accounting" in text.split("not expressed by the parametric model")[1]
+    assert "free and used counts" not in text  # the reason is in --json, not on every line

@@ -192,8 +192,15 @@ def _cmd_prove(args: argparse.Namespace) -> int:
             "ops; 1-induction over a block sort, under axioms kvmodel check tests on every "
             "state -- finding symbolic-model):"
         )
+        quiet = [pa.invariant for pa in parametric if pa.reason.startswith("not expressed")]
         for pa in parametric:
-            print("  " + pa.render().replace("\n", "\n  "))
+            if pa.invariant not in quiet:
+                print("  " + pa.render().replace("\n", "\n  "))
+        if quiet:
+            print(
+                "  not expressed by the parametric model (--json says why; the fragment, "
+                f"--reach and kvmodel check test them): {', '.join(quiet)}"
+            )
         if found is not None:
             print(found.render(claims))
         if uncovered:

@@ -24,17 +24,21 @@ classes and features), ``touch`` (more of it, mid-op), ``evict``, ``alloc``, ``h
 ``drop`` (a roll-back) during an inference, and ``end`` (the end-of-op frees and the reclaim),
 after which the engine is quiescent. Every state is **well formed**: a resident block not in
 flight is Dead exactly when no context holds it, and features lie in their ranges. That and the
-four rules above are the model's *axioms*: the Monitor checks them on every state of every run
-(finding ``symbolic-model``), so a model that does not describe the engine says so loudly.
+four rules above are the model's *axioms* (:data:`~checkers.invariants.inductive.AXIOMS`, each
+with what checks it at run time): the Monitor checks well-formedness and the inductive
+invariants on every quiescent state of every run (finding ``symbolic-model``), and no proof is
+given before :func:`cross_validate` has run the engine under the same check, so a model that
+does not describe the engine says so loudly.
 
 Each claim is proved by **1-induction**: its inductive invariant (:data:`INDUCTIVE`, or only the
 axioms) holds initially, and from any well-formed state where it holds, one step keeps it and
 does not break the claim (:data:`checkers.invariants.BLOCK`, :data:`checkers.invariants.ORDER`:
 the same definitions the Monitor evaluates). A failed consecution gives a counterexample to
-induction -- a concrete pair of states, with the blocks Z3 chose -- and the claim falls back to
-the bounded rungs, never to ``proved``. Before a ``proved`` is given, the model must be able to
-make the situation the claim constrains (:data:`SITUATIONS`), under this policy or a witness
-policy's declarations; otherwise the answer is ``unknown``. Quantifiers range over the block
+induction -- a concrete pair of states, found over one to three named blocks that are the whole
+sort (:class:`Domain`) -- and the claim falls back to the bounded rungs, never to ``proved``.
+Before a ``proved`` is given, a model of three blocks must make the situation the claim
+constrains (:meth:`PStep.situation`), under this policy's or a witness policy's declarations;
+otherwise the answer is ``unknown``. Quantifiers range over the block
 sort only (the verification conditions are EPR but for the arithmetic of the features), and
 every query runs under the deterministic ``rlimit``.
 """
