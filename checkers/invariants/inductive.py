@@ -13,8 +13,9 @@ from typing import Any
 import attrs
 
 from checkers.invariants.predicates import BLOCK, Logic
-from kvmodel.lifecycle import BlockClass
+from kvmodel.lifecycle import BLOCK_CLASS_PRIORITY, BlockClass
 from kvmodel.policy import (
+    BasePolicy,
     RankTerm,
     Reclaim,
     declared_bypass,
@@ -31,6 +32,7 @@ __all__ = [
     "StateTerms",
     "declared",
     "inductive_applies",
+    "prefix_monotone",
     "wellformed",
 ]
 
@@ -88,6 +90,38 @@ def inductive_applies(policy: object, claim: str) -> bool:
     return False
 
 
+#: class -> the classes of no lower priority (L5.2)
+_AT_LEAST = {
+    x: tuple(y for y in BlockClass if BLOCK_CLASS_PRIORITY[x] <= BLOCK_CLASS_PRIORITY[y])
+    for x in BlockClass
+}
+
+
+def prefix_monotone(p: Any, c: Any, lg: Logic) -> Any:
+    """The axiom relating a resident block ``c`` to its resident parent ``p`` (spec: Parametric
+    proofs): every inference that used ``c`` used ``p`` (prefix dependency, P1), so ``c`` is
+    deeper, used no later, held by no more contexts, of no higher class (L5.2), suspended no
+    earlier when both are Suspended, and written no earlier. Read with the features of
+    :class:`~kvmodel.view.BlockInfo` (``holders`` a count), as Z3 terms or concrete values."""
+    return lg.all_(
+        c.depth > p.depth,
+        c.last_access <= p.last_access,
+        c.last_op <= p.last_op,
+        c.holders <= p.holders,
+        c.alloc_time >= p.alloc_time,
+        lg.any_(
+            *(
+                lg.all_(lg.is_(c.state, x), lg.any_(*(lg.is_(p.state, y) for y in above)))
+                for x, above in _AT_LEAST.items()
+            )
+        ),
+        lg.any_(
+            lg.not_(lg.all_(lg.is_(c.state, _SUSP), lg.is_(p.state, _SUSP))),
+            lg.not_(lg.later(p.suspend_time, c.suspend_time)),
+        ),
+    )
+
+
 #: the rules the model takes from the engine, each checked at run time (spec: Parametric proofs)
 AXIOMS: Mapping[str, str] = MappingProxyType(
     {
@@ -106,6 +140,15 @@ AXIOMS: Mapping[str, str] = MappingProxyType(
         "hits": "a hit names a resident, indexed block (B5), and a bypassed or partial block is "
         "never indexed (Monitor: the temporary-bypass inductive invariant, finding "
         "symbolic-model)",
+        "prefix-monotone": "a resident block and its resident parent: the child deeper, used "
+        "no later, held by no more contexts, of no higher class, suspended no earlier, written "
+        "no earlier; a child in flight has its parent in flight (prove's cross-check, every "
+        "pair of every state)",
+        "writes": "a full block is written while its parent is resident, a partial block ends "
+        "its chain, a roll-back frees a set closed under children (B2, B6, P7.7; prove's "
+        "cross-check: prefix closure on every state)",
+        "placement": "a policy whose place is BasePolicy's lists every tier, so its evictions "
+        "may take from any tier (M4; a place that is code declares nothing here)",
     }
 )
 
@@ -119,6 +162,9 @@ class Declared:
     reclaims_dead: bool = False
     bypass: frozenset[BlockClass] = frozenset()
     unsupported: str | None = None
+    #: its place is BasePolicy's (every tier, in configuration order): an eviction may take
+    #: from any tier. False for a place that is code, whatever it does
+    places_everywhere: bool = False
 
 
 def declared(policy: object) -> Declared:
@@ -154,4 +200,8 @@ def declared(policy: object) -> Declared:
         return Declared(
             name, unsupported="its bypass rule is code (place is overridden without bypasses)"
         )
-    return Declared(name, tuple(rank), rule is Reclaim.DEAD, frozenset(bypass))
+    own = getattr(pol, "__dict__", {})
+    everywhere = type(pol).place is BasePolicy.place and "place" not in own
+    return Declared(
+        name, tuple(rank), rule is Reclaim.DEAD, frozenset(bypass), places_everywhere=everywhere
+    )

@@ -45,6 +45,7 @@ every query runs under the deterministic ``rlimit``.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
@@ -61,6 +62,7 @@ from checkers.invariants.inductive import (
     StateTerms,
     declared,
     inductive_applies,
+    prefix_monotone,
     wellformed,
 )
 from checkers.symbolic.transition import SymBlockTerms
@@ -115,6 +117,7 @@ PARAMETRIC_CLAIMS = (
     "no-eviction-in-flight",
     "reclaim-dead-only",
     "temporary-bypass",
+    "prefix-closed-residency",
 )
 
 #: the claims it does not, and why: each stays with the fragment rungs, --reach and check
@@ -123,7 +126,6 @@ NOT_EXPRESSED: Mapping[str, str] = MappingProxyType(
         "accounting": "free and used counts and write records are the engine's bookkeeping; "
         "the model has sets of blocks, not counters",
         "chains": "the model has no hash chains or contexts",
-        "prefix-closed-residency": "the model has no parent keys",
         "no-stale-hit": "the model has no hash chains or prompts",
         "legal-transitions": "the model havocs every class an op may change, so message "
         "states are not tracked",
@@ -180,6 +182,13 @@ class Domain:
             return x == y
         return z3.And(*(x[e] == y[e] for e in self.blocks))
 
+    def forall2(self, name: str, body: Callable[[Any, Any], Any]) -> Any:
+        """``body`` of every pair of blocks."""
+        if self.n is None:
+            a, b = z3.Const(f"{name}.a", _B), z3.Const(f"{name}.b", _B)
+            return z3.ForAll([a, b], body(a, b))
+        return z3.And(*(body(a, b) for a in self.blocks for b in self.blocks))
+
     def defined(self, x: Any, body: Callable[[Any], Any], name: str) -> Any:
         """Array ``x`` maps every block ``b`` to ``body(b)``."""
         if self.n is None:
@@ -233,6 +242,12 @@ class PState:
         ):
             for n in names:
                 self.arr[n] = z3.Array(f"{tag}.{n}", _B, sort)
+        #: the parent relation, ``par(c, p)`` when ``p`` holds the key ``c`` names as its parent:
+        #: an uninterpreted relation (not a function into blocks, nor an array of arrays, each
+        #: of which ran every query out of its budget), so the conditions stay in EPR; ``lf``:
+        #: ``c`` is partial, so the last of its chain
+        self.par = z3.Function(f"{tag}.par", _B, _B, z3.BoolSort())
+        self.arr["lf"] = z3.Array(f"{tag}.lf", _B, z3.BoolSort())
         self.q = z3.Bool(f"{tag}.quiescent")
         self.closing = z3.Bool(f"{tag}.closing")
 
@@ -286,8 +301,22 @@ class PState:
             z3.Implies(self.q, z3.And(z3.Not(self.fly[b]), z3.Not(self.byp[b]))),
         )
 
+    def pair_ok(self, c: Any, p: Any) -> Any:
+        """The prefix-monotone axiom over a resident block ``c`` and its resident parent."""
+        return z3.Implies(
+            z3.And(self.res[c], self.par(c, p), self.res[p]),
+            z3.And(
+                c != p,
+                prefix_monotone(self.sym(p), self.sym(c), Z3_LOGIC),
+                z3.Implies(self.fly[c], self.fly[p]),
+            ),
+        )
+
     def wellformed(self) -> Any:
-        return self.dom.forall(f"{self.tag}.wf", self.block_ok)
+        return z3.And(
+            self.dom.forall(f"{self.tag}.wf", self.block_ok),
+            self.dom.forall2(f"{self.tag}.wf2", self.pair_ok),
+        )
 
     def initial(self) -> Any:
         return z3.And(
@@ -307,7 +336,14 @@ class PStep:
         dom = self.dom = s.dom
         self.kind = z3.Int(f"{tag}.kind")
         self.v = z3.Const(f"{tag}.block", _B)  # the victim, the block written, hit or dropped
-        self.allow = z3.Function(f"{tag}.tiers", z3.IntSort(), z3.BoolSort())
+        #: the tiers an eviction may take from: every tier for a place that declares none
+        #: (BasePolicy's lists them all), any set of tiers for a place that is code
+        self.allow: Any = (
+            (lambda tier: z3.BoolVal(True))
+            if d.places_everywhere
+            else z3.Function(f"{tag}.tiers", z3.IntSort(), z3.BoolSort())
+        )
+        self.w2 = z3.Const(f"{tag}.parent", _B)  # a second block a claim may name
         self.partial = z3.Bool(f"{tag}.partial")
         self.rewrite = z3.Bool(f"{tag}.rewrite")
         self.k = {a: self.kind == i for i, a in enumerate(ACTIONS)}
@@ -320,7 +356,8 @@ class PStep:
             return dom.same(t.arr[name], z3.Store(s.arr[name], v, value))
 
         marks = ("res", "fly", "byp", "tmp", "idx")
-        attrs_ = ("cls", *_FEATURES)
+        attrs_ = ("cls", *_FEATURES, "lf")
+        keep_par = dom.forall2(f"{tag}.par", lambda a, b: t.par(a, b) == s.par(a, b))
         mid = [z3.Not(s.q), z3.Not(t.q), t.closing == s.closing]
         rank_first = dom.forall(
             f"{tag}.rival",
@@ -334,10 +371,11 @@ class PStep:
             "begin": z3.And(
                 s.q,
                 z3.Not(t.q),
-                *same(*marks),
+                *same(*marks, "lf"),
+                keep_par,
                 dom.defined(t.dead0, lambda b: z3.And(s.res[b], s.cls[b] == _c(_D)), f"{tag}.d0"),
             ),
-            "touch": z3.And(*mid, *same("res", "byp", "tmp", "idx", "dead0")),
+            "touch": z3.And(*mid, *same("res", "byp", "tmp", "idx", "dead0", "lf"), keep_par),
             "evict": z3.And(
                 *mid,
                 s.evictable(v, self.allow),
@@ -346,6 +384,7 @@ class PStep:
                 at_v("idx", False),
                 at_v("tmp", False),
                 *same("fly", "byp", "dead0", *attrs_),
+                keep_par,
             ),
             "alloc": z3.And(
                 *mid,
@@ -356,7 +395,18 @@ class PStep:
                 at_v("idx", z3.Not(gone)),
                 at_v("tmp", z3.And(z3.Not(self.rewrite), t.cls[v] == _c(_T))),
                 at_v("dead0", False),
-                *(at_v(n, t.arr[n][v]) for n in attrs_),
+                *(at_v(n, t.arr[n][v]) for n in attrs_ if n != "lf"),
+                at_v("lf", self.partial),
+                # its parent (at most one) is resident and not the partial end of a chain
+                dom.forall2(f"{tag}.row", lambda a, b: z3.Or(a == v, t.par(a, b) == s.par(a, b))),
+                dom.forall(
+                    f"{tag}.up",
+                    lambda b: z3.Implies(t.par(v, b), z3.And(s.res[b], z3.Not(s.lf[b]), b != v)),
+                ),
+                dom.forall2(
+                    f"{tag}.one",
+                    lambda a, b: z3.Implies(z3.And(t.par(v, a), t.par(v, b)), a == b),
+                ),
             ),
             "hit": z3.And(
                 *mid,
@@ -364,12 +414,17 @@ class PStep:
                 s.idx[v],
                 at_v("fly", True),
                 *same("res", "byp", "tmp", "idx", "dead0", *attrs_),
+                keep_par,
             ),
             "drop": z3.And(
                 *mid,
                 s.fly[v],
                 *(at_v(n, False) for n in marks),
                 *same("dead0", *attrs_),
+                keep_par,
+                # a roll-back frees what its request wrote, a set closed under children: read
+                # as a sequence, children first
+                dom.forall(f"{tag}.kid", lambda b: z3.Not(z3.And(s.res[b], s.par(b, v), b != v))),
             ),
             "end": z3.And(
                 z3.Not(s.q),
@@ -383,7 +438,8 @@ class PStep:
                 dom.defined(t.byp, lambda b: z3.BoolVal(False), f"{tag}.y"),
                 dom.defined(t.idx, lambda b: z3.And(s.idx[b], t.res[b]), f"{tag}.i"),
                 dom.defined(t.tmp, lambda b: z3.And(s.tmp[b], t.res[b]), f"{tag}.m"),
-                *same("dead0", "cls", *(f for f in _FEATURES if f != "hd")),
+                *same("dead0", "cls", "lf", *(f for f in _FEATURES if f != "hd")),
+                keep_par,
                 # a block the inference wrote is on its context's chain now
                 dom.forall(f"{tag}.h", lambda b: z3.Implies(z3.Not(s.fly[b]), t.hd[b] == s.hd[b])),
             ),
@@ -392,6 +448,7 @@ class PStep:
             self.kind >= 0,
             self.kind < len(ACTIONS),
             dom.member(v),
+            dom.member(self.w2),
             *(z3.Implies(self.k[a], act[a]) for a in ACTIONS),
         )
 
@@ -448,6 +505,8 @@ class PStep:
                 z3.And(k["alloc"], BLOCK[claim](written, Z3_LOGIC)),
                 z3.And(k["hit"], BLOCK[claim](hit, Z3_LOGIC)),
             )
+        if claim == "prefix-closed-residency":
+            return z3.And(t.q, _orphan(t, b, self.w2))
         raise ValueError(f"{claim!r} is not expressed by the parametric model")
 
     def situation(self, claim: str, b: Any, c: Any) -> Any:
@@ -473,6 +532,10 @@ class PStep:
             return z3.And(k["end"], self.reclaimed(b))
         if claim == "temporary-bypass":
             return z3.And(k["alloc"], t.cls[v] == _c(_T), z3.Not(self.partial))
+        if claim == "prefix-closed-residency":  # an eviction that may take a block or its parent
+            return z3.And(
+                k["evict"], s.evictable(b, self.allow), s.par(b, c), s.evictable(c, self.allow)
+            )
         raise ValueError(claim)
 
 
@@ -550,6 +613,8 @@ def _invariant_text(claim: str) -> str:
     extra = {
         "no-zombie-kv": "at every quiescent state no resident block is Dead",
         "temporary-bypass": "no block holding KV written as Temporary is indexed",
+        "prefix-closed-residency": "in every state, mid-op too, every resident block's parent "
+        "is resident and not partial, and only partial blocks are freed at an op's end",
     }.get(claim)
     return "the axioms" + (f" and: {extra}" if extra else "")
 
@@ -565,11 +630,30 @@ _SITUATION_TEXT = {
     "pinned-never-evicted": "an eviction beside a Pinned block",
     "reclaim-dead-only": "a reclaim",
     "temporary-bypass": "a Temporary block written",
+    "prefix-closed-residency": "an eviction that may take a block or its parent",
 }
+
+
+def _orphan(st: PState, c: Any, p: Any) -> Any:
+    """``c`` is resident in ``st`` and its parent ``p`` is not (prefix-closed-residency's
+    formula: a full block past the root whose parent key no resident block holds)."""
+    return z3.And(st.res[c], st.par(c, p), z3.Not(st.res[p]))
 
 
 def _inv(claim: str, st: PState) -> Any:
     """The claim's inductive invariant (beyond well-formedness) over every block of ``st``."""
+    if claim == "prefix-closed-residency":
+        # the claim itself in every state (mid-op too), no parent the partial end of its chain,
+        # and what an op's end frees is partial (the model is asked only without a bypass)
+        return z3.And(
+            st.dom.forall2(
+                f"{st.tag}.inv",
+                lambda c, p: z3.Implies(
+                    z3.And(st.res[c], st.par(c, p)), z3.And(st.res[p], z3.Not(st.lf[p]))
+                ),
+            ),
+            st.dom.forall(f"{st.tag}.inv1", lambda b: z3.Implies(st.byp[b], st.lf[b])),
+        )
     pred = INDUCTIVE.get(claim)
     if pred is None:
         return z3.BoolVal(True)
@@ -606,15 +690,17 @@ def prove_parametric(
         )
     if any(a.rung == "proved" for a in out):
         t0 = time.perf_counter()
-        key = (type(pol).__module__, type(pol).__qualname__, d)
+        closure = any(a.rung == "proved" and a.invariant == _CLOSED for a in out)
+        key = (type(pol).__module__, type(pol).__qualname__, d, closure)
         if key not in _CROSS_CHECKED:  # (the runs depend on the class and its declarations)
-            _CROSS_CHECKED[key] = cross_validate(pol)
+            _CROSS_CHECKED[key] = cross_validate(pol, closure=closure)
         dt = time.perf_counter() - t0
         out = [_after_cross_check(a, _CROSS_CHECKED[key], dt) for a in out]
     return out
 
 
-_CROSS_CHECKED: dict[tuple[str, str, Declared], CrossCheck] = {}
+_CROSS_CHECKED: dict[tuple[str, str, Declared, bool], CrossCheck] = {}
+_CLOSED = "prefix-closed-residency"
 
 
 @attrs.frozen
@@ -633,10 +719,13 @@ CROSS_SEEDS = (0, 1, 2)
 CROSS_TIERS = ((300,), (150, 300))
 
 
-def cross_validate(policy: Policy) -> CrossCheck:
+def cross_validate(policy: Policy, *, closure: bool = False) -> CrossCheck:
     """Run the executable model on :data:`CROSS_SEEDS` x :data:`CROSS_TIERS` with the Monitor's
     ``symbolic-model`` check: the parametric model's axioms and the inductive invariants the
-    declarations make inductive, on every quiescent state. Deterministic (seeded traces)."""
+    declarations make inductive, on every quiescent state; where ``closure`` (prefix closure's
+    proof, the one proof that reads parent and child, was given) also prefix closure and the
+    prefix-monotone axiom over every resident block and its resident parent. Deterministic
+    (seeded traces)."""
     import copy
 
     from checkers.invariants import Monitor
@@ -658,15 +747,66 @@ def cross_validate(policy: Policy) -> CrossCheck:
             watched = ("no-zombie-kv", "temporary-bypass")
             mon = Monitor(Engine(config, copy.deepcopy(policy)), watched, contract=False)
             traces += 1
-            for op in ops:
+            for k, op in enumerate(ops):
                 if not mon.apply(op):
                     break
                 states += 1
                 found = mon.first("symbolic-model")
-                if found is not None:
-                    where = f"seed {seed}, tiers {sizes}, op {found.op}"
-                    return CrossCheck(traces, states, f"{found.message} ({where})")
+                left = found.message if found is not None else None
+                if left is None and closure:  # (only prefix closure's proof reads the pairs)
+                    left = _prefix_left(mon.engine)
+                if left is not None:
+                    return CrossCheck(
+                        traces, states, f"{left} (seed {seed}, tiers {sizes}, op {k})"
+                    )
     return CrossCheck(traces, states)
+
+
+@attrs.frozen
+class _Featured:
+    """A block's features as :func:`prefix_monotone` reads them (holders counted)."""
+
+    depth: int
+    last_access: float
+    last_op: int
+    holders: int
+    alloc_time: float
+    state: BlockClass
+    suspend_time: float | None
+
+
+def _prefix_left(engine: Any) -> str | None:
+    """Prefix closure and the prefix-monotone axiom over every resident block whose parent is
+    resident in this quiescent state of ``engine`` (None: they hold)."""
+    from checkers.invariants.structural import check_prefix_closed
+
+    if (orphans := check_prefix_closed(engine)) != []:
+        return f"block {orphans[0].block}: its parent is not resident (prefix closure)"
+    view = engine.view
+    by_key = {b.spec.key: bid for bid, b in engine.blocks.items() if b.spec.key is not None}
+
+    def featured(bid: Any) -> _Featured:
+        i = view.block(bid)
+        return _Featured(
+            i.depth, i.last_access, i.last_op, len(i.holders), i.alloc_time, i.state, i.suspend_time
+        )
+
+    for bid, b in engine.blocks.items():
+        pid = by_key.get(b.spec.parent) if b.spec.key is not None else None
+        if pid is None:
+            continue
+        if not _monotone(featured(pid), featured(bid)):
+            return f"block {bid} and its parent {pid} leave the prefix-monotone axiom"
+    return None
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _monotone(p: _Featured, c: _Featured) -> bool:
+    """:func:`prefix_monotone` on concrete values, once per distinct pair (most blocks keep
+    their features from one op to the next)."""
+    from checkers.invariants import CONCRETE
+
+    return bool(prefix_monotone(p, c, CONCRETE))
 
 
 def _after_cross_check(a: ParametricAnswer, cc: CrossCheck, dt: float) -> ParametricAnswer:
@@ -720,6 +860,15 @@ def _prove_one(d: Declared, claim: str, rlimit: int, timeout_ms: int) -> Paramet
         return ParametricAnswer(claim, "unknown", 0.0, "not expressed by the parametric model")
     if d.unsupported is not None:
         return ParametricAnswer(claim, "unknown", 0.0, f"outside the model: {d.unsupported}")
+    if claim == "prefix-closed-residency" and not d.places_everywhere:
+        why = (
+            "its place is code: the tiers an eviction may take from are not declared, and "
+            "evicting a parent from one tier while its child stays in another orphans it"
+        )
+        return ParametricAnswer(claim, "unknown", 0.0, why)
+    if claim == "prefix-closed-residency" and d.bypass:
+        why = "it bypasses blocks, and the model does not follow what is written after one"
+        return ParametricAnswer(claim, "unknown", 0.0, why)
     text = _invariant_text(claim)
     queries = 0
     # initiation: the empty, quiescent engine satisfies the invariant
