@@ -11,8 +11,9 @@ measured there (CPU seconds, user + system, and peak resident memory): ``kvmodel
 and without ``--observations``, ``kvmodel oracle --policy vllm-prefix`` on that log, and
 ``kvmodel replay --check``. Then a chain of forks ``--fork-depth`` deep (each context forked
 from the last, one 16-token message appended to each) is replayed, at the depth asked and a
-quarter of it: a fork copies its source's messages, so the cost grows with the square of the
-depth (issue 61 item 6, not yet met).
+quarter of it, with and without an inference after each append: forks share their source's
+messages (spec P5, cost), so without inferences the cost is linear in the depth; with them each
+fork attaches the shared chain's blocks (one holder more on each, B4), O(depth) per fork.
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ def measure(argv: list[str]) -> tuple[float, float, object]:
     return float(cpu), kib / 1024, rc
 
 
-def fork_chain(depth: int) -> list[str]:
-    """A chain of ``depth`` forks, each context forked from the last and given one message."""
+def fork_chain(depth: int, *, infer: bool = False) -> list[str]:
+    """A chain of ``depth`` forks, each context forked from the last and given one message (and
+    an inference after it, with ``infer``)."""
     lines = [
         json.dumps({"op": "open", "t": 0, "ctx": "c0", "session": "s", "agent": "main"}),
         json.dumps({"op": "append", "t": 0, "ctx": "c0",
@@ -63,6 +65,8 @@ def fork_chain(depth: int) -> list[str]:
         lines.append(json.dumps({"op": "fork", "t": i, "ctx": f"c{i}", "src": f"c{i - 1}"}))
         msg = {"id": f"m{i}", "role": "user", "kind": "user", "tokens": 16}
         lines.append(json.dumps({"op": "append", "t": i, "ctx": f"c{i}", "messages": [msg]}))
+        if infer:
+            lines.append(json.dumps({"op": "infer", "t": i, "ctx": f"c{i}", "output": []}))
     return lines
 
 
@@ -71,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sessions", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--no-check", action="store_true", help="skip replay --check")
-    ap.add_argument("--fork-depth", type=int, default=4000)
+    ap.add_argument("--fork-depth", type=int, default=20000)
+    ap.add_argument("--fork-infer-depth", type=int, default=2000, help="the chain with inferences")
     args = ap.parse_args(argv)
     spec = importlib.util.spec_from_file_location(
         "bench_vs_vllm", Path(__file__).with_name("bench_vs_vllm.py")
@@ -103,11 +108,13 @@ def main(argv: list[str] | None = None) -> int:
             extra = f"  (log {log.stat().st_size / 1e6:.0f} MB)" if name.endswith("vations") else ""
             print(f"  {name:<24} {cpu:>8.1f} {mb:>8.0f}  {rc}{extra}")
         print("fork chains (replay, default config):")
-        for depth in (args.fork_depth // 4, args.fork_depth):
-            chain = d / f"fork{depth}.jsonl"
-            dump_trace(parse_trace_lines(fork_chain(depth)), chain)
-            cpu, mb, rc = measure(["replay", str(chain)])
-            print(f"  {depth:>6,} deep {cpu:>8.1f} CPU s {mb:>8.0f} peak MB  exit {rc}")
+        for infer, top in ((False, args.fork_depth), (True, args.fork_infer_depth)):
+            for depth in (top // 4, top):
+                chain = d / f"fork{depth}{'i' if infer else ''}.jsonl"
+                dump_trace(parse_trace_lines(fork_chain(depth, infer=infer)), chain)
+                cpu, mb, rc = measure(["replay", str(chain)])
+                what = "deep, an inference each" if infer else "deep"
+                print(f"  {depth:>6,} {what:<24} {cpu:>8.1f} CPU s {mb:>8.0f} peak MB  exit {rc}")
     return 0
 
 

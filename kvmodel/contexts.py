@@ -12,6 +12,13 @@ Lifecycle states are stored sparsely: a live message that is neither pinned nor 
 context's *phase* (Active while runnable or running, Suspended while waiting). Phase events (RUN,
 INFER_START, INFER_END) therefore cost O(1) instead of O(context length); the transition table is
 applied to the phase and, message by message, to the explicitly stored states (spec L4).
+
+A fork shares its source's sequence instead of copying it (spec P5, cost): both become *views*
+of one append-only :class:`_Log`, each a prefix of it. A view that reaches the log's end appends
+in place; any other change, or a read of a view the log has grown past, first copies the view
+into the context's own lists (:meth:`Context._own`). A chain of forks, each context forked from
+the last and given a message, therefore costs O(1) per fork and O(messages) memory in all, where
+copying at every fork cost O(depth) each and O(depth^2) memory.
 """
 
 from __future__ import annotations
@@ -28,6 +35,28 @@ from kvmodel.messages import AgentKind, Message, MessageKind, SpawnRecord
 
 __all__ = ["Context"]
 
+
+class _Log:
+    """The message sequence some contexts share (see the module docstring). Append-only: the
+    entries below a view's length never change while a context views them. ``live_ids`` and
+    ``by_uid`` index every entry of the log (ids and uids are unique in it: each entry was
+    appended by a context whose view was the whole log and held neither)."""
+
+    __slots__ = ("by_uid", "entries", "live_ids", "starts")
+
+    def __init__(
+        self,
+        entries: list[tuple[Message, int]],
+        starts: list[int],
+        live_ids: dict[MessageId, int],
+        by_uid: dict[int, Message],
+    ) -> None:
+        self.entries = entries
+        self.starts = starts
+        self.live_ids = live_ids
+        self.by_uid = by_uid
+
+
 _PHASES = frozenset({MsgState.ACTIVE, MsgState.SUSPENDED})
 _LIVE_CLASSES = frozenset({BlockClass.ACTIVE, BlockClass.SUSPENDED, BlockClass.PINNED})
 _PHASE_CLASS = {p: aggregate_within_context((p,)) for p in _PHASES}
@@ -37,20 +66,24 @@ class Context:
     """One agent context. Mutated only by the engine; policies see :class:`ContextInfo`."""
 
     __slots__ = (
+        "_by_uid",
+        "_entries",
+        "_extra",
         "_first_reasoning",
+        "_live",
+        "_log",
         "_next_uid",
         "_pin_depth",
+        "_starts",
+        "_view",
         "agent",
         "block_size",
         "closed_at",
-        "entries",
         "id",
         "is_open",
         "last_infer",
         "last_infer_op",
-        "live_ids",
         "materialized",
-        "messages_by_uid",
         "one_shot",
         "opened_at",
         "packed",
@@ -60,7 +93,6 @@ class Context:
         "refs",
         "session",
         "spawn",
-        "starts",
         "stored",
         "suspended_at",
         "temporaries",
@@ -93,11 +125,17 @@ class Context:
         self.opened_at = t
         self.closed_at: float | None = None
         self.phase = MsgState.ACTIVE
-        self.entries: list[tuple[Message, int]] = []
-        self.starts: list[int] = []
+        # the sequence, held one of two ways (module docstring): in the context's own lists
+        # (``_log`` None), or as the first ``_view`` entries of a log shared with forks, with
+        # ``_extra`` the message instances this context knows that are not in its view
+        self._entries: list[tuple[Message, int]] = []
+        self._starts: list[int] = []
+        self._by_uid: dict[int, Message] = {}
+        self._live: dict[MessageId, int] = {}
+        self._log: _Log | None = None
+        self._view = 0
+        self._extra: dict[int, Message] = {}
         self.stored: dict[int, MsgState] = {}
-        self.messages_by_uid: dict[int, Message] = {}
-        self.live_ids: dict[MessageId, int] = {}
         self.temporaries: set[int] = set()
         self.pin_deadline: dict[int, float | None] = {}
         self.materialized: list[BlockSpec] = []
@@ -123,14 +161,105 @@ class Context:
         #: bumped by the engine whenever anything a block's features depend on may have changed
         self.version = 0
 
+    # ------------------------------------------------------------------ the sequence's storage
+
+    @property
+    def entries(self) -> list[tuple[Message, int]]:
+        """The logical sequence, ``(message, uid)`` in order. Read it, never change it: a fork
+        may share the list (module docstring); edits go through the methods below."""
+        log = self._log
+        if log is None:
+            return self._entries
+        if self._view == len(log.entries):
+            return log.entries
+        self._own()
+        return self._entries
+
+    @property
+    def starts(self) -> list[int]:
+        """The token offset of each entry of :attr:`entries` (read only, as it)."""
+        log = self._log
+        if log is None:
+            return self._starts
+        if self._view == len(log.starts):
+            return log.starts
+        self._own()
+        return self._starts
+
+    @property
+    def messages_by_uid(self) -> dict[int, Message]:
+        """Every message instance this context has admitted (expired ones too), by uid (read
+        only)."""
+        log = self._log
+        if log is not None and not self._extra and self._view == len(log.entries):
+            return log.by_uid
+        self._own()
+        return self._by_uid
+
+    @property
+    def live_ids(self) -> dict[MessageId, int]:
+        """The uid of each message id in the sequence (read only)."""
+        log = self._log
+        if log is not None and self._view == len(log.entries):
+            return log.live_ids
+        self._own()
+        return self._live
+
+    def _own(self) -> None:
+        """Hold the sequence in this context's own lists (a copy of its view), before a change
+        other than an append at the shared log's end. Known uids keep their order (ascending:
+        the order they were admitted in)."""
+        log = self._log
+        if log is None:
+            return
+        n = self._view
+        entries = log.entries[:n]
+        self._entries = entries
+        self._starts = log.starts[:n]
+        if n == len(log.entries):
+            self._live = dict(log.live_ids)
+            by_uid = dict(log.by_uid)
+        else:
+            self._live = {m.id: uid for m, uid in entries}
+            by_uid = {uid: m for m, uid in entries}
+        if self._extra:
+            by_uid.update(self._extra)
+            by_uid = dict(sorted(by_uid.items()))
+        self._by_uid = by_uid
+        self._log = None
+        self._extra = {}
+
+    def _share(self) -> _Log:
+        """This context's sequence as a log a fork can view (the lists move, not copied)."""
+        if self._log is not None:
+            return self._log
+        entries = self._entries
+        if len(self._by_uid) == len(entries):  # (nothing expired: every known uid is an entry)
+            by_uid, extra = self._by_uid, {}
+        else:
+            by_uid = {uid: m for m, uid in entries}
+            extra = {u: m for u, m in self._by_uid.items() if u not in by_uid}
+        self._log = _Log(entries, self._starts, self._live, by_uid)
+        self._view = len(entries)
+        self._extra = extra
+        self._entries, self._starts, self._by_uid, self._live = [], [], {}, {}
+        return self._log
+
+    def _exclusive(self) -> None:
+        """Raise unless the sequence is in this context's own lists (an edit is about to change
+        it: a shared log must never change below a view)."""
+        if self._log is not None:
+            raise InternalError(f"{self.id!r}: an edit of a shared sequence (call _own first)")
+
     # ------------------------------------------------------------------ queries
 
     @property
     def total_tokens(self) -> int:
-        return self.starts[-1] + self.entries[-1][0].tokens if self.entries else 0
+        entries = self.entries
+        return self.starts[-1] + entries[-1][0].tokens if entries else 0
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return self._view if self._log is not None else len(self._entries)
 
     def state(self, uid: int) -> MsgState | None:
         """The lifecycle state of message instance ``uid`` (spec L1); ``None`` if unknown."""
@@ -269,15 +398,24 @@ class Context:
         return after
 
     def _mid(self, uid: int) -> str:
-        m = self.messages_by_uid.get(uid)
+        """The message id of instance ``uid``, for messages (never copies a shared view)."""
+        log = self._log
+        if log is None:
+            m = self._by_uid.get(uid)
+        else:
+            m = self._extra.get(uid)
+            if m is None:
+                m = log.by_uid.get(uid)
         return m.id if m is not None else f"#{uid}"
 
     def phase_event(self, event: Event) -> None:
         """RUN / INFER_START / INFER_END for every phase-following message at once (spec L4)."""
         self.phase = transition(self.phase, event, message="*", context=self.id)
 
-    def _new_uid(self, m: Message) -> int:
-        if m.id in self.live_ids:
+    def _new_uid(self, m: Message, live: dict[MessageId, int], by_uid: dict[int, Message]) -> int:
+        """A uid for a new instance of ``m``, known from now on (in ``by_uid``, the sequence's
+        index); ``live``: the ids in the sequence."""
+        if m.id in live:
             raise TraceError(
                 f"message id {m.id!r} is already live in context {self.id!r}; ids must be unique "
                 "within a context's sequence (use 'hash' to give two messages one KV identity)",
@@ -285,7 +423,7 @@ class Context:
             )
         uid = self._next_uid
         self._next_uid += 1
-        self.messages_by_uid[uid] = m
+        by_uid[uid] = m
         return uid
 
     def _invalidate_from(self, index: int) -> None:
@@ -298,13 +436,15 @@ class Context:
             del self.packed[cut:]
 
     def _restart(self, index: int) -> None:
-        """Recompute token offsets from message ``index`` on."""
+        """Recompute token offsets from message ``index`` on (of the context's own lists)."""
+        self._exclusive()
         self._pin_depth = None
         self._first_reasoning = None
-        del self.starts[index:]
-        pos = self.starts[-1] + self.entries[len(self.starts) - 1][0].tokens if self.starts else 0
-        for m, _ in self.entries[index:]:
-            self.starts.append(pos)
+        starts, entries = self._starts, self._entries
+        del starts[index:]
+        pos = starts[-1] + entries[len(starts) - 1][0].tokens if starts else 0
+        for m, _ in entries[index:]:
+            starts.append(pos)
             pos += m.tokens
 
     # ------------------------------------------------------------------ edits (spec P5-P9)
@@ -325,39 +465,54 @@ class Context:
         """Append messages (the caller raises RUN first)."""
         self._check_room(sum(m.tokens for m in messages))
         event = Event.ADMIT_TEMPORARY if (temporary or self.one_shot) else Event.ADMIT
+        log = self._log
+        if log is not None and self._view != len(log.entries):
+            self._own()  # (another view has appended to the log: this one copies)
+            log = None
+        if log is None:
+            entries, starts, live, by_uid = self._entries, self._starts, self._live, self._by_uid
+        else:  # the view is the whole log: append in place
+            entries, starts, live, by_uid = log.entries, log.starts, log.live_ids, log.by_uid
+        pos = starts[-1] + entries[-1][0].tokens if entries else 0
         for m in messages:
-            uid = self._new_uid(m)
+            uid = self._new_uid(m, live, by_uid)
+            starts.append(pos)
+            entries.append((m, uid))
+            live[m.id] = uid
+            pos += m.tokens
+            if log is not None:
+                self._view += 1
             self._apply(uid, event, new=True)
-            self.starts.append(self.total_tokens)
-            self.entries.append((m, uid))
-            self.live_ids[m.id] = uid
             if m.kind is MessageKind.REASONING and self._first_reasoning == -1:
-                self._first_reasoning = len(self.entries) - 1
+                self._first_reasoning = len(entries) - 1
 
     def _check_index(self, index: int, field: str, *, allow_end: bool = False) -> None:
-        hi = len(self.entries) + (1 if allow_end else 0)
+        hi = len(self) + (1 if allow_end else 0)
         if not 0 <= index < hi:
             raise TraceError(
                 f"expected an index in [0, {hi}) for context {self.id!r} of "
-                f"{len(self.entries)} messages (got {index})",
+                f"{len(self)} messages (got {index})",
                 field=field,
             )
 
     def _expire(self, uid: int, event: Event) -> None:
+        """Message instance ``uid`` leaves the sequence (the caller owns it: :meth:`_own`)."""
+        self._exclusive()
         self._apply(uid, event)
-        m = self.messages_by_uid[uid]
-        if self.live_ids.get(m.id) == uid:
-            del self.live_ids[m.id]
+        m = self._by_uid[uid]
+        if self._live.get(m.id) == uid:
+            del self._live[m.id]
 
     def replace(self, index: int, message: Message) -> None:
         self._check_index(index, "index")
         old_m, old_uid = self.entries[index]
         self._check_room(message.tokens - old_m.tokens)
+        self._own()
         self._expire(old_uid, Event.INVALIDATE)
-        uid = self._new_uid(message)
+        uid = self._new_uid(message, self._live, self._by_uid)
         self._apply(uid, Event.ADMIT_TEMPORARY if self.one_shot else Event.ADMIT, new=True)
-        self.entries[index] = (message, uid)
-        self.live_ids[message.id] = uid
+        self._entries[index] = (message, uid)
+        self._live[message.id] = uid
         self._first_reasoning = None
         self._invalidate_from(index)
         if message.tokens != old_m.tokens:
@@ -365,16 +520,17 @@ class Context:
 
     def remove(self, index: int, count: int) -> None:
         self._check_index(index, "index")
-        if index + count > len(self.entries):
+        if index + count > len(self):
             raise TraceError(
-                f"expected index + count <= {len(self.entries)} for context {self.id!r} "
+                f"expected index + count <= {len(self)} for context {self.id!r} "
                 f"(got {index} + {count})",
                 field="count",
             )
-        for _, uid in self.entries[index : index + count]:
+        self._own()
+        for _, uid in self._entries[index : index + count]:
             self._expire(uid, Event.INVALIDATE)
         self._invalidate_from(index)
-        del self.entries[index : index + count]
+        del self._entries[index : index + count]
         self._restart(index)
 
     def end_turn(self) -> int:
@@ -390,16 +546,17 @@ class Context:
         first = self.first_reasoning_index()
         if first is None:
             return 0
+        self._own()
         kept: list[tuple[Message, int]] = []
         n = 0
-        for m, uid in self.entries[first:]:
+        for m, uid in self._entries[first:]:
             if m.kind is MessageKind.REASONING:
                 self._expire(uid, Event.INVALIDATE)
                 n += 1
             else:
                 kept.append((m, uid))
         self._invalidate_from(first)
-        self.entries[first:] = kept
+        self._entries[first:] = kept
         self._restart(first)
         self._first_reasoning = -1  # (every reasoning message is gone)
         return n
@@ -409,18 +566,19 @@ class Context:
         first = self.first_temporary_index()
         if first is None:
             return
+        self._own()
         self._invalidate_from(first)
         kept: list[tuple[Message, int]] = []
-        for m, uid in self.entries:
+        for m, uid in self._entries:
             if uid in self.temporaries:
                 self._expire(uid, Event.INFER_END)
             else:
                 kept.append((m, uid))
-        self.entries = kept
+        self._entries = kept
         self._restart(first)
 
     def _range(self, start: int | None, stop: int | None) -> range:
-        n = len(self.entries)
+        n = len(self)
         lo = 0 if start is None else start
         hi = n if stop is None else stop
         if not 0 <= lo <= hi <= n:
@@ -457,10 +615,11 @@ class Context:
 
     def close(self, t: float) -> None:
         """Every message Expired; the context can no longer be named by live ops (spec P11)."""
-        for _, uid in self.entries:
+        self._own()
+        for _, uid in self._entries:
             self._expire(uid, Event.CLOSE)
-        self.entries = []
-        self.starts = []
+        self._entries = []
+        self._starts = []
         if self.refs is not None:
             self.refs.remove(self.packed)
         self.packed = []  # a closed context never infers again: keep no specs for it
@@ -485,16 +644,16 @@ class Context:
             one_shot=self.one_shot,
         )
         child._next_uid = self._next_uid
-        shared_tokens = self.starts[upto] if upto < len(self.entries) else self.total_tokens
-        for m, uid in self.entries[:upto]:
-            child.messages_by_uid[uid] = m
-            child.entries.append((m, uid))
-            child.live_ids[m.id] = uid
-            if uid in self.temporaries:
-                child.stored[uid] = MsgState.TEMPORARY
-                child.temporaries.add(uid)
-        child.starts = list(self.starts[:upto])
-        child._first_reasoning = None
+        shared_tokens = self.starts[upto] if upto < len(self) else self.total_tokens
+        if self.temporaries:
+            for _, uid in self.entries[:upto]:
+                if uid in self.temporaries:
+                    child.stored[uid] = MsgState.TEMPORARY
+                    child.temporaries.add(uid)
+        child._log = self._share()  # (the first upto messages, shared: not copied)
+        child._view = upto
+        first = self._first_reasoning
+        child._first_reasoning = None if first is None else (-1 if first >= upto else first)
         keep = min(self.valid, shared_tokens // self.block_size)
         child.materialized = list(self.materialized[:keep])
         child.valid = keep

@@ -166,7 +166,8 @@ def test_bench_viewer_runs(
 
 def test_bench_long_logs_runs(capsys: pytest.CaptureFixture[str]) -> None:
     bench = _load("bench_long_logs")
-    assert bench.main(["--sessions", "2", "--rounds", "3", "--fork-depth", "40"]) == 0
+    argv = ["--sessions", "2", "--rounds", "3", "--fork-depth", "40", "--fork-infer-depth", "8"]
+    assert bench.main(argv) == 0
     out = capsys.readouterr().out
     rows = {ln[2:26].strip(): ln.split() for ln in out.splitlines() if ln.startswith("  ")}
     for name in ("replay", "replay --observations", "oracle --policy", "replay --check"):

@@ -130,6 +130,7 @@ def _strip_last(self: Context) -> int:
     )
     if last is None:
         return 0
+    self._own()  # (the edit needs the context's own copy of a sequence a fork may share)
     self._expire(self.entries[last][1], Event.INVALIDATE)
     self._invalidate_from(last)
     del self.entries[last]
