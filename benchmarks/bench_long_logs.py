@@ -9,11 +9,12 @@ The workload is bench_vs_vllm.py's: agent sessions taking turns, block size 16, 
 in one tier, replayed under vllm-prefix. Each command runs in a process of its own and is
 measured there (CPU seconds, user + system, and peak resident memory): ``kvmodel replay`` with
 and without ``--observations``, ``kvmodel oracle --policy vllm-prefix`` on that log, and
-``kvmodel replay --check``. Then a chain of forks ``--fork-depth`` deep (each context forked
-from the last, one 16-token message appended to each) is replayed, at the depth asked and a
-quarter of it, with and without an inference after each append: forks share their source's
-messages (spec P5, cost), so without inferences the cost is linear in the depth; with them each
-fork attaches the shared chain's blocks (one holder more on each, B4), O(depth) per fork.
+``kvmodel replay --check`` (with and without its optional passes, ``--skip``). Then a chain of
+forks ``--fork-depth`` deep (each context forked from the last, one 16-token message appended
+to each) is replayed, at the depth asked and a quarter of it, with and without an inference
+after each append: forks share their source's messages (spec P5, cost), so without inferences
+the cost is linear in the depth; with them each fork attaches the shared chain's blocks (one
+holder more on each, B4), O(depth) per fork.
 """
 
 from __future__ import annotations
@@ -100,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         ]  # fmt: skip
         if not args.no_check:
             rows.append(("replay --check", ["replay", *base, "--check", "--quiet"]))
+            skip = ["--skip", "nondeterminism,ample-contract"]
+            rows.append(("replay --check --skip", ["replay", *base, "--check", "--quiet", *skip]))
         print(f"{args.sessions} sessions x {args.rounds} rounds: {len(tr.ops):,} ops, vllm-prefix,")
         print("5,999 blocks of 16 tokens; each command in its own process")
         print(f"  {'command':<24} {'CPU s':>8} {'peak MB':>8}  exit")

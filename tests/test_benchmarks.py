@@ -170,6 +170,7 @@ def test_bench_long_logs_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.main(argv) == 0
     out = capsys.readouterr().out
     rows = {ln[2:26].strip(): ln.split() for ln in out.splitlines() if ln.startswith("  ")}
-    for name in ("replay", "replay --observations", "oracle --policy", "replay --check"):
+    for name in ("replay", "replay --observations", "oracle --policy", "replay --check",
+                 "replay --check --skip"):  # fmt: skip
         assert rows[name][-1 if name != "replay --observations" else -4] == "0", out
     assert "40 deep" in out

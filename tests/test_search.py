@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import itertools
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -448,7 +449,11 @@ def test_replay_check_reports_a_nondeterministic_policy(
     # what the replay exercised (as a search reports it); what the self-checks compared
     # (contract.whole_state_due): the first 16 ops and every fourth after, following; every op
     # on ample memory, where at most 256 blocks are resident
-    assert capsys.readouterr().out.splitlines() == [
+    lines = capsys.readouterr().out.splitlines()
+    # each pass's CPU time, last (the optional ones may be skipped: below)
+    assert re.fullmatch(r"passes \(CPU s\): monitor [\d.]+, nondeterminism [\d.]+, "
+                        r"ample-contract [\d.]+", lines.pop()), lines  # fmt: skip
+    assert lines == [
         "0 violated, 1 held over 60 ops: accounting",
         "coverage: evictions 4 (dead 4), the widest choosing among 8 blocks, rejections 11, "
         "spills 13, reclaims 0, temporaries 7, bypasses 0, prompts of up to 124 tokens, chains "
@@ -469,6 +474,26 @@ def test_replay_check_reports_a_nondeterministic_policy(
             "kvtether": {"ops": 60, "whole_state": 60, "widest": 46},
         },
     }
+    assert sorted(out["passes"]) == ["ample-contract", "monitor", "nondeterminism"]
+    assert all(p["cpu_seconds"] >= 0 for p in out["passes"].values())
+    # a long trace may skip the optional passes: the report says what was not looked for, and
+    # a nondeterministic policy then goes unreported (exit 0: nothing found is not clean)
+    nondet = "checkers.search.mutants:SharedCursorLRU"
+    skip = ["--skip", "nondeterminism,ample-contract"]
+    assert main([*args, "--policy", nondet, *skip]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  on ample memory: skipped (--skip ample-contract)" in lines
+    warned = "warning: pass nondeterminism skipped (--skip): not looked for: a policy or engine"
+    assert any(ln.startswith(warned) for ln in lines), lines
+    assert re.fullmatch(r"passes \(CPU s\): monitor [\d.]+", lines[-1]), lines
+    assert main([*args, "--policy", nondet, *skip, "--json"]) == 0
+    passes = json.loads(capsys.readouterr().out)["passes"]
+    assert passes["nondeterminism"]["skipped"] is True
+    assert "engine-contract" in passes["ample-contract"]["would_find"]
+    assert main([*args[:-2], "--skip", "nondeterminism"]) == 2  # (--skip without --check)
+    assert "give --check too" in capsys.readouterr().err
+    assert main([*args, "--skip", "bogus"]) == 2
+    assert "unknown pass 'bogus'" in capsys.readouterr().err
     assert main([*args, "--policy", "checkers.search.mutants:SharedCursorLRU"]) == 1
     out = capsys.readouterr().out
     assert "VIOLATED nondeterministic at op 54: two replays of the same trace differ" in out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -228,9 +229,13 @@ def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig
     contract on ample memory (``engine-contract``); exit 1 on any violation or finding."""
     names = invariant_names(args.check)
     ops = trace.ops
+    skip = set(args.skip)
     # progress (a terminal only): every op of the monitored replay, of the nondeterministic
-    # check's replays and of the two self-checks on ample memory
+    # check's replays and of the two self-checks on ample memory (those not skipped)
     runs = 3
+    passes = 1 + (runs if "nondeterminism" not in skip else 0)
+    passes += 2 if "ample-contract" not in skip else 0
+    cpu: dict[str, float | None] = dict.fromkeys(("monitor", *OPTIONAL_PASSES))
     counted: Counter[str] = Counter()
     with contextlib.ExitStack() as stack:
         # the monitored run's records, op by op: counted for the coverage line and written to
@@ -240,9 +245,7 @@ def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig
             if args.observations
             else None
         )
-        done = stack.enter_context(
-            bar(len(ops) * (1 + runs + 2), "replay --check", on=wanted(args.quiet))
-        )
+        done = stack.enter_context(bar(len(ops) * passes, "replay --check", on=wanted(args.quiet)))
         first_tier = config.tiers[0].name
 
         def records(recs: Sequence[Observation]) -> None:
@@ -250,29 +253,37 @@ def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig
             if out is not None:
                 out.write("".join(observation_line(o) for o in recs))
 
+        start = time.process_time()
         run = check_ops(
             ops, args.policy, config, names, tick=lambda: done("monitor"), stream=records
         )
+        cpu["monitor"] = time.process_time() - start
         if run.trace_error is not None:
             line = trace.line_of(run.applied)
             raise run.trace_error.located(file=trace.source, line=line, op=None)
         found = list(run.violations)
-        odd = nondeterminism(
-            ops, args.policy, config, runs=runs, tick=lambda: done("nondeterministic")
-        )
-        if odd is not None:
-            found.append(odd)
+        if "nondeterminism" not in skip:
+            start = time.process_time()
+            odd = nondeterminism(
+                ops, args.policy, config, runs=runs, tick=lambda: done("nondeterministic")
+            )
+            cpu["nondeterminism"] = time.process_time() - start
+            if odd is not None:
+                found.append(odd)
         engine_class = getattr(resolve_policy(args.policy), "engine_class", Engine)
         ample: dict[str, ContractCoverage] = {}
-        off = contract_violation(
-            ops,
-            engine_class,
-            block_size=config.block_size,
-            coverage=ample,
-            tick=lambda name: done(f"engine-contract under {name} on ample memory"),
-        )
-        if off is not None:
-            found.append(off)
+        if "ample-contract" not in skip:
+            start = time.process_time()
+            off = contract_violation(
+                ops,
+                engine_class,
+                block_size=config.block_size,
+                coverage=ample,
+                tick=lambda name: done(f"engine-contract under {name} on ample memory"),
+            )
+            cpu["ample-contract"] = time.process_time() - start
+            if off is not None:
+                found.append(off)
     first: dict[str, Violation] = {}
     for v in found:
         first.setdefault(v.invariant, v)
@@ -299,6 +310,12 @@ def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig
                             for n, c in ample.items()
                         },
                     },
+                    "passes": {
+                        n: {"skipped": True, "would_find": OPTIONAL_PASSES[n]}
+                        if t is None
+                        else {"cpu_seconds": round(t, 3)}
+                        for n, t in cpu.items()
+                    },
                 },
                 indent=2,
             )
@@ -320,6 +337,13 @@ def _replay_checked(args: argparse.Namespace, trace: Trace, config: EngineConfig
         print(f"  following the engine: after {run.compared_whole} of {run.applied} ops")
         for n, c in ample.items():
             print(f"  on ample memory under {n}: {c}")
+        if "ample-contract" in skip:
+            print("  on ample memory: skipped (--skip ample-contract)")
+        for n in OPTIONAL_PASSES:
+            if cpu[n] is None:
+                print(f"warning: pass {n} skipped (--skip): not looked for: {OPTIONAL_PASSES[n]}")
+        spent = ", ".join(f"{n} {t:.1f}" for n, t in cpu.items() if t is not None)
+        print(f"passes (CPU s): {spent}")
     return 1 if first else 0
 
 
@@ -436,4 +460,32 @@ def _add_replay_check(sub: Subparsers) -> None:
     r.add_argument(
         "--quiet", action="store_true", help="with --check: no progress bar (drawn only on a TTY)"
     )
+    r.add_argument(
+        "--skip",
+        type=_passes,
+        default=(),
+        metavar="PASS,...",
+        help=f"with --check: skip optional passes ({', '.join(OPTIONAL_PASSES)}); the report "
+        "says what each skipped pass would have found",
+    )
     r.set_defaults(checked=_replay_checked)
+
+
+#: ``replay --check``'s passes after the monitored replay, each with what it finds: a long
+#: trace may skip them (``--skip``), and the report says so
+OPTIONAL_PASSES: dict[str, str] = {
+    "nondeterminism": "a policy or engine whose replays of one trace differ (finding "
+    "nondeterministic)",
+    "ample-contract": "an engine that breaks the contract where memory never fills, under lru "
+    "and kvtether (finding engine-contract)",
+}
+
+
+def _passes(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    bad = [n for n in names if n not in OPTIONAL_PASSES]
+    if bad:
+        raise argparse.ArgumentTypeError(
+            f"unknown pass {bad[0]!r}; expected any of {', '.join(OPTIONAL_PASSES)}"
+        )
+    return names

@@ -38,6 +38,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     )
     if checked is not None and args.check is not None:  # ``--check``, added by the checkers
         return checked(args, trace, config)
+    if getattr(args, "skip", ()):  # (the checkers' --skip names passes of --check)
+        raise ConfigError("--skip names passes of --check: give --check too")
     if not args.observations:  # the records are built only to be written: the summary needs none
         result = replay(trace, args.policy, config, observe=False)
     else:

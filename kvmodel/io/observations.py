@@ -10,7 +10,8 @@ behaviour: replay determinism, the invariant checkers and the oracle all work on
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import operator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, Literal, TypeAlias
 
 import attrs
@@ -219,18 +220,52 @@ def _jsonable(v: object) -> Any:
     return v
 
 
+#: field types whose values are written as they are (ints, strings and the ids over them); any
+#: other field goes through :func:`_jsonable`
+_PLAIN_TYPES = frozenset(
+    {"int", "bool", "str", "ContextId", "BlockId", "BlockKey", "BlockKey | None", "TierName"}
+)
+
+
+_Layout: TypeAlias = tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]], tuple[int, ...]]
+_LAYOUTS: dict[type, _Layout] = {}
+
+
+def _layout(cls: type) -> _Layout:
+    """A record class's fields after ``seq, t, op``, in order: their names, one getter for all
+    of them, and the positions of those converted (:func:`_jsonable`) rather than written as
+    they are. Computed once a class."""
+    got = _LAYOUTS.get(cls)
+    if got is not None:
+        return got
+    rest = [a for a in attrs.fields(cls) if a.name not in ("seq", "t", "op")]
+    names = tuple(a.name for a in rest)
+    get = operator.attrgetter(*names) if len(names) > 1 else lambda o: (getattr(o, names[0]),)
+    convert = tuple(i for i, a in enumerate(rest) if a.type not in _PLAIN_TYPES)
+    got = _LAYOUTS[cls] = (names, get, convert)
+    return got
+
+
 def observation_to_json(o: Observation) -> dict[str, Any]:
     """``{seq, t, op, kind, ...fields}`` in a fixed key order."""
+    names, get, convert = _layout(type(o))
     d: dict[str, Any] = {"seq": o.seq, "t": _jsonable(o.t), "op": o.op, "kind": o.kind}
-    for a in attrs.fields(type(o)):
-        if a.name not in d:
-            d[a.name] = _jsonable(getattr(o, a.name))
+    values: tuple[Any, ...] | list[Any] = get(o)
+    if convert:
+        values = list(values)
+        for i in convert:
+            values[i] = _jsonable(values[i])
+    d.update(zip(names, values, strict=True))
     return d
+
+
+#: ``json.dumps(d, separators=(",", ":"))``, the encoder made once (dumps makes one a call)
+_ENCODE = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
 
 
 def observation_line(o: Observation) -> str:
     """A record as a line of a JSONL log (T4), its newline included."""
-    return json.dumps(observation_to_json(o), separators=(",", ":")) + "\n"
+    return _ENCODE(observation_to_json(o)) + "\n"
 
 
 class ObservationLog:
