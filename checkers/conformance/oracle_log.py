@@ -176,6 +176,17 @@ def _checked(rec: Any, path: str | Path, n: int) -> dict[str, Any]:
         if spec is None:
             continue
         kind, nullable = spec
+        # (the usual values, decided by their exact type, as JSON gives them; any other goes
+        # to _field_ok, which decides: a log has about a million records)
+        t = type(value)
+        if t is int:
+            if kind == "number" or (kind == "integer" and value >= 0):
+                continue
+        elif t is str:
+            if kind == "string" and len(value) <= MAX_STRING:
+                continue
+        elif value is None and nullable:
+            continue
         if not _field_ok(value, kind, nullable):
             what = f"{'an' if kind[0] in 'aeiu' else 'a'} {kind}" + (
                 " >= 0" if kind == "integer" else ""
@@ -237,7 +248,9 @@ class LogStream(Mapping[int, Sequence[Record]]):
         with self.path.open("rb") as f:
             for start, stop in spans:
                 f.seek(start)
-                for line in f.read(stop - start).split(b"\n"):
+                # (decoded once, here: the first pass found it UTF-8; json.loads of bytes would
+                # detect the encoding again line by line)
+                for line in f.read(stop - start).decode("utf-8").split("\n"):
                     if line.strip():
                         out.append(json.loads(line))
         return out
