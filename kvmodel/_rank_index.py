@@ -233,6 +233,11 @@ class RankIndex:
         #: their features, or a one-holder block's entry straight from ONE_HOLDER): what an
         #: inference costs it, counted for tests and benchmarks
         self.keyed = 0
+        #: (a steered index, ungrouped) which of the candidates tied at the front on the rank's
+        #: terms is the victim: their index in key order, None for the first -- the oracle's
+        #: follower choosing as the implementation did (checkers/conformance/oracle.py). None:
+        #: the first, always
+        self.choose: Callable[[Sequence[ResidentBlock]], int | None] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # the compiled keys are closures (no pickle: the exhaustive search copies engines by
@@ -550,50 +555,91 @@ class RankIndex:
     def next_victim(self, tiers: Sequence[TierName]) -> ResidentBlock | None:
         if self.dirty_blocks or self.dirty_ctxs or self.unheaded:  # (refresh's own test: a call
             self.refresh()  # fewer per eviction)
-        e = self.e
         stash: list[tuple[Any, ...]] = []
         found: ResidentBlock | None = None
-        queue, entry, blocks, in_flight = self.queue, self.entry, e.blocks, e.residency.in_flight
-        stamp = e.residency.stamp if self.lazy else None
+        queue, live = self.queue, self._live
         while queue.heap or queue.run:  # (len(queue), without the call)
             item = queue.pop()
-            bid: BlockId = item[-3]
-            if entry.get(bid) != item[-2]:
-                continue
-            b = blocks.get(bid)
+            b = live(item, tiers, stash)
             if b is None:
-                del entry[bid]
                 continue
-            if in_flight(b):
-                if not e.residency.flying(bid):  # of the kept prefix
-                    if self.lazy and self._rekeyed(b, item):
-                        continue  # its key had grown: back in its place, for later
-                    # keyed again by end(); a group's head stays its head with no entry, so
-                    # the rest of the group (the same context's, all in flight) waits too
-                    self.held.append(bid)
-                    del self.entry[bid]
-                    continue
-                del self.entry[bid]
-                m = self.member.get(bid) if self.grouped else None
-                if m is not None:  # a head hit by the inference: the next member heads
-                    self._unregister(bid)
-                    self._head(m[0], m[1])
-                    self.unheaded.discard((m[0], m[1]))
-                continue
-            if b.tier not in tiers:
-                stash.append(item)
-                continue
-            # (_rekeyed's own first test, made here: most victims' entries are current)
-            if stamp is not None and stamp(b) > item[-1] and self._rekeyed(b, item):
-                continue  # its key had grown: back in its place
-            del entry[bid]
+            if self.choose is not None:
+                item, b = self._chosen(item, b, tiers, stash)
+            del self.entry[b.id]
             found = b
-            m = self.member.get(bid) if self.grouped else None
+            m = self.member.get(b.id) if self.grouped else None
             if m is not None:  # a group's head: the next member heads, its key spliced
-                self._unregister(bid)
+                self._unregister(b.id)
                 self._head(m[0], m[1], after=item[:-3])
                 self.unheaded.discard((m[0], m[1]))
             break
         for item in stash:
             queue.push(item)
         return found
+
+    def _live(
+        self, item: tuple[Any, ...], tiers: Sequence[TierName], stash: list[tuple[Any, ...]]
+    ) -> ResidentBlock | None:
+        """The block of ``item``, an entry just popped, if it can be the victim now (its entry
+        current, resident, not in flight, in ``tiers``, its key current); else None, with the
+        entry dealt with: dropped, held for the inference's end, stashed (another tier's), or
+        pushed again with its grown key."""
+        bid: BlockId = item[-3]
+        entry = self.entry
+        if entry.get(bid) != item[-2]:
+            return None
+        e = self.e
+        b = e.blocks.get(bid)
+        if b is None:
+            del entry[bid]
+            return None
+        if e.residency.in_flight(b):
+            if not e.residency.flying(bid):  # of the kept prefix
+                if self.lazy and self._rekeyed(b, item):
+                    return None  # its key had grown: back in its place, for later
+                # keyed again by end(); a group's head stays its head with no entry, so
+                # the rest of the group (the same context's, all in flight) waits too
+                self.held.append(bid)
+                del entry[bid]
+                return None
+            del entry[bid]
+            m = self.member.get(bid) if self.grouped else None
+            if m is not None:  # a head hit by the inference: the next member heads
+                self._unregister(bid)
+                self._head(m[0], m[1])
+                self.unheaded.discard((m[0], m[1]))
+            return None
+        if b.tier not in tiers:
+            stash.append(item)
+            return None
+        # (_rekeyed's own first test, made here: most victims' entries are current)
+        if self.lazy and e.residency.stamp(b) > item[-1] and self._rekeyed(b, item):
+            return None  # its key had grown: back in its place
+        return b
+
+    def _chosen(
+        self,
+        item: tuple[Any, ...],
+        b: ResidentBlock,
+        tiers: Sequence[TierName],
+        stash: list[tuple[Any, ...]],
+    ) -> tuple[tuple[Any, ...], ResidentBlock]:
+        """(:attr:`choose` set) The victim :attr:`choose` picks among every candidate tied with
+        ``b`` (entry ``item``, the front's) on the rank's terms; the others' entries go back."""
+        terms = item[:-4]  # (an entry: the terms, the id as a float, the id, seq, clock)
+        tied = [(item, b)]
+        queue = self.queue
+        while queue.heap or queue.run:
+            nxt = queue.pop()
+            if nxt[:-4] != terms:
+                queue.push(nxt)
+                break
+            if (c := self._live(nxt, tiers, stash)) is not None:
+                tied.append((nxt, c))
+        assert self.choose is not None
+        k = self.choose([c for _, c in tied])
+        pick = tied[0 if k is None else k]
+        for x in tied:
+            if x is not pick:
+                queue.push(x[0])
+        return pick

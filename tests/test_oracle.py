@@ -4,13 +4,16 @@ perturbation caught, truncation reported as UNKNOWN."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+from unittest import mock
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+import checkers.conformance.oracle as oracle_module
 from checkers.conformance.oracle import (
     OracleVerdict,
     check_log,
@@ -20,12 +23,14 @@ from checkers.conformance.oracle import (
 )
 from checkers.invariants import INVARIANTS
 from kvmodel import EngineConfig, TierConfig
+from kvmodel._rank_index import RankIndex
 from kvmodel.cli import main
-from kvmodel.ids import TierName
+from kvmodel.ids import BlockId, TierName
 from kvmodel.io.observations import observation_to_json
 from kvmodel.io.trace import Infer, Trace, dump_trace, parse_trace_lines
-from kvmodel.policy import claimed_invariants, resolve_policy
+from kvmodel.policy import BasePolicy, RankTerm, claimed_invariants, resolve_policy
 from kvmodel.replay import replay
+from kvmodel.view import BlockInfo, ModelView
 from kvmodel.workloads import AgenticParams, RandomParams, generate_agentic, random_trace
 
 CFG = EngineConfig(4, (TierConfig(TierName("hbm"), 8), TierConfig(TierName("hbf"), 8)))
@@ -387,3 +392,82 @@ def test_a_forgotten_log_keeps_counting_and_refuses_what_it_dropped() -> None:
     assert r.engine.log.since(n) == []
     with pytest.raises(InternalError, match="forgotten"):
         r.engine.log.since(n - 1)
+
+
+class _Coarse(BasePolicy):
+    """A rank that ties every block last used at one time: the follower must choose often."""
+
+    name: ClassVar[str] = "coarse"
+    rank: ClassVar[tuple[RankTerm, ...]] = (RankTerm("last_access"),)
+
+
+class _CoarseOtherTies(_Coarse):
+    """The same rank, ties broken the other way (deepest, highest id first): a legal log."""
+
+    def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
+        return [b.id for b in sorted(candidates, key=lambda b: (b.last_access, -b.depth, -b.id))]
+
+
+ONE_TIER = EngineConfig(4, (TierConfig(TierName("hbm"), 12),))
+
+
+def _both_ways(tr: Trace, log: list[dict[str, Any]], policy: Any, **kw: Any) -> OracleVerdict:
+    """The verdict with the follower steering a rank index, checked equal to the verdict with
+    the follower listing the candidates at every inference."""
+    steered = check_log(tr, log, policy, ONE_TIER, **kw)
+    with mock.patch.object(oracle_module, "_steer", return_value=None):
+        listed = check_log(tr, log, policy, ONE_TIER, **kw)
+    assert steered == listed
+    return steered
+
+
+@settings(max_examples=15)  # (~0.5 s an example: four logs judged two ways)
+@given(seed=st.integers(0, 2**32 - 1), agentic=st.booleans())
+def test_a_steered_rank_index_gives_the_verdicts_a_listing_gives(seed: int, agentic: bool) -> None:
+    """On one tier the follower takes victims from a rank index and chooses among the
+    candidates tied at its front (oracle._steer); every verdict -- OK, ILLEGAL with its
+    expected and got, keep-going's divergences -- is the one listing every candidate gives."""
+    if agentic:
+        tr = generate_agentic(AgenticParams(seed=seed % 1000, sessions=2, turns=2))
+    else:
+        tr = random_trace(RandomParams(seed=seed, ops=60))
+    conf = oracle_module.Conformance(_Coarse(), ONE_TIER)
+    assert isinstance(conf.engine.victims, RankIndex)
+    assert conf.engine.victims.choose is not None
+    ref = [observation_to_json(o) for o in replay(tr, _Coarse(), ONE_TIER).engine.log]
+    other = [observation_to_json(o) for o in replay(tr, _CoarseOtherTies(), ONE_TIER).engine.log]
+    assert _both_ways(tr, ref, _Coarse()).verdict == "OK"
+    assert _both_ways(tr, other, _Coarse()).verdict == "OK"  # (ties broken either way)
+    for policy in ("lru", "vllm-prefix"):
+        _both_ways(tr, other, policy)
+        _both_ways(tr, other, policy, keep_going=True, shorten=False)
+    evicts = [i for i, r in enumerate(other) if r["kind"] == "evict"]
+    if len(evicts) >= 2:  # two victims of different ops exchanged, one dropped
+        i, j = evicts[0], evicts[-1]
+        swapped = [dict(r) for r in other]
+        swapped[i]["key"], swapped[j]["key"] = other[j]["key"], other[i]["key"]
+        _both_ways(tr, swapped, _Coarse())
+        _both_ways(tr, swapped, _Coarse(), keep_going=True, shorten=False)
+        _both_ways(tr, other[:i] + other[i + 1 :], _Coarse())
+
+
+def test_the_steered_follower_meets_ties_broken_otherwise() -> None:
+    """The equality above is not vacuous: over these traces the two tie-breaks give different
+    victims, both judged OK, and a victim outside the tie is ILLEGAL both ways."""
+    differ = illegal = 0
+    for seed in range(6):
+        tr = random_trace(RandomParams(seed=seed, ops=60))
+        ref = [observation_to_json(o) for o in replay(tr, _Coarse(), ONE_TIER).engine.log]
+        other = [
+            observation_to_json(o) for o in replay(tr, _CoarseOtherTies(), ONE_TIER).engine.log
+        ]
+        victims = [[r["key"] for r in log if r["kind"] == "evict"] for log in (ref, other)]
+        differ += victims[0] != victims[1]
+        evicts = [i for i, r in enumerate(other) if r["kind"] == "evict"]
+        if len(evicts) >= 2:
+            i, j = evicts[0], evicts[-1]
+            swapped = [dict(r) for r in other]
+            swapped[i]["key"], swapped[j]["key"] = other[j]["key"], other[i]["key"]
+            illegal += _both_ways(tr, swapped, _Coarse()).verdict == "ILLEGAL"
+    assert differ >= 3
+    assert illegal >= 3

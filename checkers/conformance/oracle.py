@@ -28,6 +28,7 @@ a finished log and drives lockstep differential testing (:mod:`checkers.conforma
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import ClassVar
@@ -52,6 +53,10 @@ from checkers.conformance.oracle_log import (
 )
 from checkers.invariants.deadline import HUNG, OpHung, op_deadline
 from checkers.search.shrink import op_groups, shrink
+from kvmodel._engine_view import EngineView
+from kvmodel._eviction import PolicyOrder
+from kvmodel._rank_index import RankIndex
+from kvmodel._resident import ResidentBlock
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import ConfigError, PolicyError, TraceError, is_interrupt
@@ -235,18 +240,43 @@ class _Follow(BasePolicy):
     ) -> tuple[tuple[float, ...], BlockId, BlockInfo] | None:
         """The tied candidate that is the implementation's next victim (any member of the next
         victim's group), taken off :attr:`wanted`; ``None`` (and :attr:`illegal`) if none is."""
+        k = self._wanted_among(
+            [e[2].key for e in tied],
+            lambda: [f"{e[2].key} ({e[2].state.value})" for e in tied],
+            why,
+        )
+        return None if k is None else tied[k]
+
+    def _wanted_among(
+        self, keys: Sequence[BlockKey | None], described: Callable[[], list[str]], why: str
+    ) -> int | None:
+        """Which of the tied candidates ``keys`` is the implementation's next victim (any
+        member of the next victim's group), taken off :attr:`wanted`; ``None`` (and
+        :attr:`illegal`, naming the candidates as ``described``) if none is."""
         key, group = self.wanted[0]
         allowed = {k for k, g in self.wanted if g == group} if group is not None else {key}
-        pick = next((e for e in tied if e[2].key in allowed), None)
-        if pick is None:
+        k = next((j for j, x in enumerate(keys) if x in allowed), None)
+        if k is None:
             self.illegal = (
                 why,
-                tuple(f"evict {e[2].key} ({e[2].state.value})" for e in tied),
+                tuple(f"evict {d}" for d in described()),
                 f"evict {' or '.join(sorted(allowed))}",
             )
             return None
-        self.wanted.remove(next(w for w in self.wanted if w[0] == pick[2].key))
-        return pick
+        self.wanted.remove(next(w for w in self.wanted if w[0] == keys[k]))
+        return k
+
+    def choose_victim(self, view: ModelView, tied: Sequence[ResidentBlock]) -> int | None:
+        """A steered rank index's choice (:func:`_steer`): of the candidates tied at its front,
+        in its order, the implementation's next victim while it is admissible; None (the
+        index's first) once none is wanted, or none of them is (then :attr:`illegal`)."""
+        if not self.wanted or self.illegal is not None:
+            return None
+        return self._wanted_among(
+            [b.spec.key for b in tied],
+            lambda: [f"{b.spec.key} ({view.block(b.id).state.value})" for b in tied],
+            "eviction outside the admissible set",
+        )
 
     def extra_victims(self, view: ModelView) -> Iterator[BlockId]:
         """After the op: the implementation's victims beyond what the reference needed, each
@@ -265,6 +295,68 @@ class _Follow(BasePolicy):
             if pick is None:
                 return
             yield pick[1]
+
+
+def _steer(engine: Engine, follow: _Follow) -> None:
+    """Where the rank alone orders the victims -- one tier, nothing that moves, a rank the index
+    does not group -- the follower's engine takes them from a rank index over the inner
+    policy's rank, which asks the follower to choose among the candidates tied at its front
+    (:meth:`_Follow.choose_victim`): work per inference in proportion to what changed and
+    what it evicts, where listing the candidates costs the resident blocks at every inference
+    that must evict (the same choices and verdicts: tests/test_oracle.py). Elsewhere the
+    follower orders listed candidates itself (:meth:`_Follow.eviction_order`)."""
+    if len(engine.config.tiers) != 1 or engine.movement is not None:
+        return
+    view = engine.view
+    if not isinstance(view, EngineView):  # (a view of another engine's: keyed by it, not here)
+        return
+    index = RankIndex(engine, follow.inner.rank, view.features)
+    if index.grouped:
+        return
+    index.choose = lambda tied: follow.choose_victim(view, tied)
+    engine.victims = index
+    engine.residency.marks = index
+
+
+class _Both:
+    """Marks told to a steered rank index and to a listing source at once (:func:`_listed`)."""
+
+    def __init__(self, index: RankIndex, order: PolicyOrder) -> None:
+        self.index, self.order = index, order
+
+    def mark_block(self, bid: BlockId) -> None:
+        self.index.mark_block(bid)
+        self.order.mark_block(bid)
+
+    def mark_ctx(self, cid: ContextId) -> None:
+        self.index.mark_ctx(cid)
+        self.order.mark_ctx(cid)
+
+    def forget(self, bid: BlockId) -> None:
+        self.index.forget(bid)
+        self.order.forget(bid)
+
+    def invalidate(self) -> None:
+        self.index.invalidate()
+        self.order.invalidate()
+
+
+@contextlib.contextmanager
+def _listed(engine: Engine) -> Iterator[None]:
+    """For an op: a steered engine's victims from the policy's order over listed candidates
+    (an adopted op's puppet names them), its rank index still told of every change."""
+    index = engine.victims
+    if not isinstance(index, RankIndex) or index.choose is None:
+        yield
+        return
+    order = PolicyOrder(engine)
+    engine.victims = order
+    engine.residency.marks = _Both(index, order)
+    try:
+        yield
+    finally:
+        engine.victims = index
+        engine.residency.marks = index
 
 
 def _follower(inner: BasePolicy) -> _Follow:
@@ -327,6 +419,8 @@ class Conformance:
             )
         self.follow = _follower(rank_policy(policy))
         self.engine = Engine(config, self.follow)
+        if "split-refreshes-tail" not in self.allow:  # (a refreshed tail ranks apart: _key)
+            _steer(self.engine, self.follow)
         if (m := self.engine.movement) is not None:  # room drops follow the implementation's
             m.copies.chooser = self.follow.choose_copy
             m.reclaims_dead = declared_reclaim(self.follow.inner) is Reclaim.DEAD  # (MV2)
@@ -436,7 +530,8 @@ class Conformance:
         seen = len(self.engine.log)
         self._before(op, records)
         try:
-            self.engine.apply(op)
+            with _listed(self.engine):  # (the puppet's order: victims as the records say)
+                self.engine.apply(op)
         finally:
             self.follow.adopt = None
         victims = [r.get("key") for r in records if r["kind"] == "evict"]
