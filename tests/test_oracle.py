@@ -471,3 +471,51 @@ def test_the_steered_follower_meets_ties_broken_otherwise() -> None:
             illegal += _both_ways(tr, swapped, _Coarse()).verdict == "ILLEGAL"
     assert differ >= 3
     assert illegal >= 3
+
+
+def test_invariants_only_reads_a_stream_and_rebuilds_the_state_it_reports(tmp_path: Path) -> None:
+    """Invariants-only mode reads its log op by op (LogStream) and forgets each op's records:
+    the same verdicts as on the whole log, and the resident state before a divergent op, now
+    rebuilt only when a verdict needs it, is the one a snapshot before every op gave."""
+    from checkers.conformance.oracle_invariants import follow_every_victim
+    from checkers.conformance.oracle_log import LogStream, Puppet, resident_state
+    from kvmodel.engine import Engine
+
+    def snapshot_before(tr: Trace, log: list[dict[str, Any]], at: int) -> tuple[str, ...]:
+        by_op: dict[int, list[dict[str, Any]]] = {}
+        for r in log:
+            by_op.setdefault(int(r["op"]), []).append(r)
+        puppet = Puppet(by_op)
+        engine = Engine(CFG, puppet)
+        for j, op in enumerate(tr.ops[:at]):
+            seen = len(engine.log)
+            engine.apply(op)
+            follow_every_victim(engine, op, puppet.victims(j), seen)
+        return resident_state(engine)
+
+    tr = random_trace(RandomParams(seed=1, ops=60))
+    lru = _log(tr, "lru")
+    tr11 = random_trace(RandomParams(seed=11, ops=60))
+    lru11 = _log(tr11, "lru")
+    i = next(k for k, r in enumerate(lru11) if r["kind"] == "evict")
+    rejected = {r["op"] for r in lru11 if r["kind"] == "reject"}
+    later = next(
+        k for k, r in enumerate(lru11) if k > i and r["kind"] == "hit" and r["op"] not in rejected
+    )
+    forged = [*lru11[:later], {**lru11[later], "key": lru11[i]["key"]}, *lru11[later + 1 :]]
+    moved = [*lru, {**lru[-1], "kind": "copy", "seq": lru[-1]["seq"] + 1}]
+    cases = [
+        ("zombie", tr, lru, ["no-zombie-kv"], "ILLEGAL"),
+        ("forged", tr11, forged, ["accounting"], "ILLEGAL"),
+        ("clean", tr, lru, ["accounting", "chains"], "OK"),
+        ("cut", tr, lru[: len(lru) // 2], ["chains"], "UNKNOWN"),
+        ("moved", tr, moved, ["chains"], "UNKNOWN"),
+    ]
+    for name, t, log, invariants, verdict in cases:
+        whole = check_log_invariants(t, log, CFG, invariants)
+        streamed = check_log_invariants(t, LogStream(_write(tmp_path / name, log)), CFG, invariants)
+        assert (whole.verdict, streamed) == (verdict, whole), name
+        if verdict == "ILLEGAL":
+            assert whole.op is not None
+            assert whole.state_before == snapshot_before(t, log, whole.op), name
+            assert whole.state_before, name

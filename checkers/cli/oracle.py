@@ -21,7 +21,7 @@ __all__ = ["add_kv_events", "add_oracle"]
 def _cmd_oracle(args: argparse.Namespace) -> int:
     """Log conformance: is IMPL_LOG a behaviour the reference allows on TRACE?"""
     from checkers.conformance.adapters import refuse_undeclared
-    from checkers.conformance.oracle import check_log, check_log_invariants, load_log
+    from checkers.conformance.oracle import check_log, check_log_invariants
     from checkers.conformance.oracle_log import LogStream
 
     if args.invariant and not args.invariants_only:
@@ -38,8 +38,9 @@ def _cmd_oracle(args: argparse.Namespace) -> int:
     config = engine_config(args.config)
     if args.invariants_only:
         names = invariant_names(args.invariant, default=sorted(STRUCTURAL_CLAIMS))
-        log = load_log(args.log)
-        verdict = check_log_invariants(trace, log, config, names, complete=args.complete)
+        verdict = check_log_invariants(
+            trace, LogStream(args.log), config, names, complete=args.complete
+        )
     else:
         verdict = check_log(
             trace,

@@ -10,10 +10,11 @@ history checker judges a database against an isolation level rather than against
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from checkers.conformance.oracle_log import (
     MOVE_KINDS,
+    LogStream,
     OracleVerdict,
     Puppet,
     Record,
@@ -28,7 +29,7 @@ from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
 from kvmodel.errors import PolicyError
 from kvmodel.ids import BlockKey, ContextId
-from kvmodel.io.observations import AllocObs, observation_to_json
+from kvmodel.io.observations import AllocObs, Observation, observation_to_json
 from kvmodel.io.trace import Infer, Op, Trace
 
 __all__ = ["check_log_invariants", "follow_every_victim"]
@@ -36,7 +37,7 @@ __all__ = ["check_log_invariants", "follow_every_victim"]
 
 def check_log_invariants(
     trace: Trace,
-    log: Sequence[Record],
+    log: Sequence[Record] | LogStream,
     config: EngineConfig,
     invariants: Iterable[str],
     *,
@@ -44,25 +45,35 @@ def check_log_invariants(
 ) -> OracleVerdict:
     """Invariants-only mode: reconstruct the implementation's run from its log and judge it by
     the named invariants alone. A log that cannot be followed -- its hits, writes or rejections
-    are not what its own residency gives on this trace -- is ILLEGAL as inconsistent."""
-    by_op = records_by_op(log)
+    are not what its own residency gives on this trace -- is ILLEGAL as inconsistent.
+
+    A :class:`LogStream` is read op by op and the run's own records are forgotten after each
+    op, so the judge holds the reconstructed state, not the log; the resident state before a
+    divergent op is rebuilt when a verdict needs it."""
+    by_op: Mapping[int, Sequence[Record]] = (
+        log if isinstance(log, LogStream) else records_by_op(log)
+    )
     n_ops = len(trace.ops)
     if any(op >= n_ops or op < 0 for op in by_op):
         return OracleVerdict("UNKNOWN", reason="the log names ops the trace does not have")
-    moved = next((r for r in log if r["kind"] in MOVE_KINDS), None)
+    if isinstance(log, LogStream):
+        moved = log.first_move
+    else:
+        first = next((r for r in log if r["kind"] in MOVE_KINDS), None)
+        moved = None if first is None else (int(first["op"]), str(first["kind"]))
     if moved is not None:  # never an OK it did not earn, never a divergence it invented
         return OracleVerdict(
             "UNKNOWN",
-            int(moved["op"]),
-            f"the log moves KV between tiers (a {moved['kind']!r} record), which "
+            moved[0],
+            f"the log moves KV between tiers (a {moved[1]!r} record), which "
             "invariants-only mode does not yet follow (spec/movement.md MV11)",
         )
     last_logged = last_complete(by_op, n_ops, complete)
     puppet = Puppet(by_op)
     engine = Engine(config, puppet)
     mon = Monitor(engine, invariants)
+    slots: dict[int, str] = {}  # each slot's last key written: the monitor's messages keyed
     for i, op in enumerate(trace.ops):
-        before = resident_state(engine)
         own = own_keys(engine, op)
         seen = len(engine.log)
         mon.before_op(op)
@@ -71,26 +82,52 @@ def check_log_invariants(
         except PolicyError as e:
             mon.policy_error(e)
         else:
-            follow_every_victim(engine, op, puppet.victims.get(i, []), seen)
+            follow_every_victim(engine, op, puppet.victims(i), seen)
             mon.after_op(op)
+        ran = engine.log.since(seen)
         if mon.violations:
             v = mon.violations[0]
-            why = _keyed(f"{v.invariant}: {v.message}", engine)
-            return OracleVerdict("ILLEGAL", i, why, (), (), before)
-        mine = decisions((observation_to_json(o) for o in engine.log.since(seen)), own)
+            why = _keyed(f"{v.invariant}: {v.message}", ran, slots)
+            return OracleVerdict("ILLEGAL", i, why, (), (), _state_before(trace, by_op, config, i))
+        mine = decisions((observation_to_json(o) for o in ran), own)
         theirs = decisions(by_op.get(i, ()), own)
         if mine != theirs or puppet.missing is not None:
             if i >= last_logged:
                 return OracleVerdict("UNKNOWN", i, "the log ends before the trace does")
             why = puppet.missing or "its decisions are not what its own residency gives"
+            before = _state_before(trace, by_op, config, i)
             return OracleVerdict(
                 "ILLEGAL", i, f"the log is inconsistent: {why}", tuple(mine), tuple(theirs), before
             )
+        for o in ran:
+            if isinstance(o, AllocObs):
+                slots[o.block] = str(o.key)
+        engine.log.forget()  # (this op's records are read: a long run holds none of them)
     mon.at_end()
     if mon.violations:
         v = mon.violations[0]
-        return OracleVerdict("ILLEGAL", v.op, _keyed(f"{v.invariant}: {v.message}", engine))
+        return OracleVerdict("ILLEGAL", v.op, _keyed(f"{v.invariant}: {v.message}", (), slots))
     return OracleVerdict("OK")
+
+
+def _state_before(
+    trace: Trace, by_op: Mapping[int, Sequence[Record]], config: EngineConfig, i: int
+) -> tuple[str, ...]:
+    """The reconstructed run's resident blocks before op ``i``, rebuilt (ops ``0..i-1`` under
+    a fresh puppet, no monitor: it never changes what the engine does) -- a verdict needs it
+    once, where a snapshot before every op cost the resident blocks at every op."""
+    puppet = Puppet(by_op)
+    engine = Engine(config, puppet)
+    for j, op in enumerate(trace.ops[:i]):
+        seen = len(engine.log)
+        try:
+            engine.apply(op)
+        except PolicyError:
+            pass  # (as the judged run went on past it)
+        else:
+            follow_every_victim(engine, op, puppet.victims(j), seen)
+        engine.log.forget()
+    return resident_state(engine)
 
 
 def follow_every_victim(engine: Engine, op: Op, victims: Sequence[object], since: int) -> None:
@@ -126,13 +163,14 @@ def follow_every_victim(engine: Engine, op: Op, victims: Sequence[object], since
         engine.evict_now(b.id, ctx)
 
 
-def _keyed(message: str, engine: Engine) -> str:
+def _keyed(message: str, ran: Iterable[Observation], slots: Mapping[int, str]) -> str:
     """A monitor message with the reference's slot numbers (``block 7``) replaced by the keys
     the implementation knows its blocks by: the key the message names beside the slot where it
-    does (the block's own, as the check saw it), else the last block written to that slot --
-    which, for a block evicted and the slot rewritten within one op, is the wrong block."""
-    key_of: dict[int, str] = {}
-    for o in engine.log:
+    does (the block's own, as the check saw it), else the last block written to that slot
+    (``slots`` before the op, then the op's own records ``ran``) -- which, for a block evicted
+    and the slot rewritten within one op, is the wrong block."""
+    key_of = dict(slots)
+    for o in ran:
         if isinstance(o, AllocObs):
             key_of[o.block] = str(o.key)
     return re.sub(

@@ -223,11 +223,16 @@ class LogStream(Mapping[int, Sequence[Record]]):
         self._spans: dict[int, list[tuple[int, int]]] = {}
         self._whole: dict[int, list[Record]] | None = None
         self.end_ops: list[int] = []
+        #: the first record that moves KV (MOVE_KINDS), as (op, kind): what invariants-only
+        #: mode cannot follow yet
+        self.first_move: tuple[int, str] | None = None
         last = -1
         for n, start, stop, rec in iter_jsonl(path, "implementation log"):
             op = int(_checked(rec, path, n)["op"])
             if rec["kind"] == "end":
                 self.end_ops.append(op)
+            elif self.first_move is None and rec["kind"] in MOVE_KINDS:
+                self.first_move = (op, rec["kind"])
             spans = self._spans.setdefault(op, [])
             if spans and spans[-1][1] == start:
                 spans[-1] = (spans[-1][0], stop)
@@ -393,26 +398,42 @@ class Puppet(BasePolicy):
 
     def __init__(self, by_op: Mapping[int, Sequence[Record]]) -> None:
         self.missing: str | None = None
-        #: per op: the tier of each (ctx, depth) written, bypassed keys, victims, reclaims
-        self.writes: dict[int, dict[tuple[object, object], str]] = defaultdict(dict)
-        #: per op: the tier of each key written (for a log without ctx and depth)
-        self.key_writes: dict[int, dict[object, str]] = defaultdict(dict)
-        self.bypassed: dict[int, set[object]] = defaultdict(set)
-        self.victims: dict[int, list[object]] = defaultdict(list)
-        self.reclaims: dict[int, list[object]] = defaultdict(list)
-        for op, records in by_op.items():
-            for r in records:
-                k = r["kind"]
-                if k == "alloc":
-                    self.writes[op].setdefault((r.get("ctx"), r.get("depth")), str(r.get("tier")))
-                    if r.get("key") is not None:
-                        self.key_writes[op].setdefault(r.get("key"), str(r.get("tier")))
-                elif k == "bypass":
-                    self.bypassed[op].add(r.get("key"))
-                elif k == "evict":
-                    self.victims[op].append(r.get("key"))
-                elif k == "free" and r.get("reason") == "reclaim":
-                    self.reclaims[op].append(r.get("key"))
+        self.by_op = by_op
+        #: the op whose tables are below (-1: none yet); built from its records when first
+        #: asked, so a puppet over a long log read op by op (LogStream) holds one op's
+        self._op = -1
+        #: the op's tier of each (ctx, depth) written, bypassed keys, victims, reclaims
+        self.writes: dict[tuple[object, object], str] = {}
+        #: the op's tier of each key written (for a log without ctx and depth)
+        self.key_writes: dict[object, str] = {}
+        self.bypassed: set[object] = set()
+        self._victims: list[object] = []
+        self.reclaims: list[object] = []
+
+    def _at(self, op: int) -> None:
+        """The tables of ``op``, from its records."""
+        if op == self._op:
+            return
+        self._op = op
+        self.writes, self.key_writes, self.bypassed = {}, {}, set()
+        self._victims, self.reclaims = [], []
+        for r in self.by_op.get(op, ()):
+            k = r["kind"]
+            if k == "alloc":
+                self.writes.setdefault((r.get("ctx"), r.get("depth")), str(r.get("tier")))
+                if r.get("key") is not None:
+                    self.key_writes.setdefault(r.get("key"), str(r.get("tier")))
+            elif k == "bypass":
+                self.bypassed.add(r.get("key"))
+            elif k == "evict":
+                self._victims.append(r.get("key"))
+            elif k == "free" and r.get("reason") == "reclaim":
+                self.reclaims.append(r.get("key"))
+
+    def victims(self, op: int) -> list[object]:
+        """The log's victims of ``op``, in its order."""
+        self._at(op)
+        return self._victims
 
     def _ids(self, view: ModelView, keys: Sequence[object]) -> list[BlockId]:
         if not keys:
@@ -421,20 +442,22 @@ class Puppet(BasePolicy):
         return [where[BlockKey(str(k))] for k in keys if BlockKey(str(k)) in where]
 
     def place(self, view: ModelView, block: NewBlock) -> Placement:
-        writes = self.writes.get(view.now_op, {})
+        self._at(view.now_op)
+        writes = self.writes
         tier = (
             writes.get((block.ctx, block.depth))
             or writes.get((None, block.depth))
-            or (self.key_writes.get(view.now_op, {}).get(block.key) if block.key else None)
+            or (self.key_writes.get(block.key) if block.key else None)
         )
         if tier is None:
             self.missing = f"no write of block {block.depth} of {block.ctx} in the log"
             return Placement(tuple(t.name for t in view.tiers()))
-        bypass = block.key is not None and block.key in self.bypassed.get(view.now_op, ())
+        bypass = block.key is not None and block.key in self.bypassed
         return Placement((TierName(tier),), bypass=bypass)
 
     def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
-        return self._ids(view, self.victims.get(view.now_op, []))
+        return self._ids(view, self.victims(view.now_op))
 
     def on_op(self, view: ModelView, op: Op) -> Iterable[BlockId]:
-        return self._ids(view, self.reclaims.get(view.now_op, []))
+        self._at(view.now_op)
+        return self._ids(view, self.reclaims)
