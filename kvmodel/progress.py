@@ -38,6 +38,8 @@ def bar(total: int, what: str, *, on: bool) -> Iterator[Callable[[str], None]]:
         rp.BarColumn(),
         rp.MofNCompleteColumn(),
         rp.TimeElapsedColumn(),
+        rp.TextColumn("eta"),
+        rp.TimeRemainingColumn(),  # (from the rate so far: a long judge says when it ends)
     )
     with rp.Progress(*columns, console=console.Console(stderr=True), transient=True) as p:
         task = p.add_task(what, total=total)

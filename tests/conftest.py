@@ -18,12 +18,15 @@ not set itself; the checkers' own searches
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -145,3 +148,36 @@ def lru_zombie_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("cex")
     assert main(["check", "lru", "--invariants", "no-zombie-kv", "--out", str(out)]) == 0
     return out / "lru" / "no-zombie-kv"
+
+
+@attrs.define
+class ProgressSeen:
+    """What a command's progress bars were asked to draw: each bar's ``"what total on"`` and
+    every step's name, in order (the bar is still drawn, as the real one)."""
+
+    titles: list[str] = attrs.Factory(list)
+    ticks: list[str] = attrs.Factory(list)
+
+
+@pytest.fixture
+def progress_seen(monkeypatch: pytest.MonkeyPatch) -> Callable[[ModuleType], ProgressSeen]:
+    """``progress_seen(cli_module)``: that module's ``bar`` counted (:class:`ProgressSeen`)."""
+    from kvmodel.progress import bar as real
+
+    def install(module: ModuleType) -> ProgressSeen:
+        seen = ProgressSeen()
+
+        def counted(total: int, what: str, *, on: bool) -> Iterator[Callable[[str], None]]:
+            seen.titles.append(f"{what} {total} {on}")
+            with real(total, what, on=on) as done:
+
+                def step(name: str) -> None:
+                    seen.ticks.append(name)
+                    done(name)
+
+                yield step
+
+        monkeypatch.setattr(module, "bar", contextlib.contextmanager(counted))
+        return seen
+
+    return install

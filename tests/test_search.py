@@ -3,15 +3,15 @@ explorer, pressure and coverage, and the CLI's budget and parallelism."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import ClassVar
+from types import ModuleType
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
@@ -510,9 +510,14 @@ def test_replay_check_reports_a_nondeterministic_policy(
 
 
 def test_replay_check_draws_progress_on_a_terminal_only(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    progress_seen: Callable[[ModuleType], Any],  # (conftest.ProgressSeen)
 ) -> None:
     import sys
+
+    import checkers.cli.check as check_cli
 
     trace = tmp_path / "t.jsonl"
     dump_trace(random_trace(RandomParams(seed=0, ops=60)), trace)
@@ -520,23 +525,10 @@ def test_replay_check_draws_progress_on_a_terminal_only(
     assert main(args) == 0
     assert capsys.readouterr().err == ""  # a pipe gets no progress
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    ticks: list[str] = []
-    import checkers.cli.check as check_cli
-    from kvmodel.progress import bar as real
-
-    def counted(total: int, what: str, *, on: bool) -> Iterator[Callable[[str], None]]:
-        with real(total, what, on=on) as done:
-
-            def step(name: str) -> None:
-                ticks.append(name)
-                done(name)
-
-            yield step
-
-    monkeypatch.setattr(check_cli, "bar", contextlib.contextmanager(counted))
+    seen = progress_seen(check_cli)
     assert main(args) == 0
     # every op of each pass: the monitored replay, three replays, two self-checks
-    assert Counter(ticks) == {
+    assert Counter(seen.ticks) == {
         "monitor": 60,
         "nondeterministic": 180,
         "engine-contract under lru on ample memory": 60,

@@ -14,6 +14,7 @@ from kvmodel.cli.common import Subparsers, engine_config
 from kvmodel.errors import ConfigError, TraceError
 from kvmodel.io.trace import load_trace
 from kvmodel.policy import STRUCTURAL_CLAIMS
+from kvmodel.progress import bar, wanted
 
 __all__ = ["add_kv_events", "add_oracle"]
 
@@ -36,21 +37,29 @@ def _cmd_oracle(args: argparse.Namespace) -> int:
         # by name (exit 2), never compared as though the implementation had ignored it
         refuse_undeclared(trace, args.implements.split(","), file=args.trace)
     config = engine_config(args.config)
-    if args.invariants_only:
-        names = invariant_names(args.invariant, default=sorted(STRUCTURAL_CLAIMS))
-        verdict = check_log_invariants(
-            trace, LogStream(args.log), config, names, complete=args.complete
-        )
-    else:
-        verdict = check_log(
-            trace,
-            LogStream(args.log),  # read op by op: the judge holds what the log describes
-            args.policy,
-            config,
-            complete=args.complete,
-            keep_going=args.keep_going,
-            allow=args.allow.split(",") if args.allow else (),
-        )
+    names = invariant_names(args.invariant, default=sorted(STRUCTURAL_CLAIMS))
+    log = LogStream(args.log)  # read op by op: the judge holds what the log describes
+    # progress over the trace's ops (a terminal only; a divergence's shortening is not counted)
+    with bar(len(trace.ops), "oracle", on=wanted(args.quiet)) as done:
+
+        def tick() -> None:
+            done("judged")
+
+        if args.invariants_only:
+            verdict = check_log_invariants(
+                trace, log, config, names, complete=args.complete, tick=tick
+            )
+        else:
+            verdict = check_log(
+                trace,
+                log,
+                args.policy,
+                config,
+                complete=args.complete,
+                keep_going=args.keep_going,
+                allow=args.allow.split(",") if args.allow else (),
+                tick=tick,
+            )
     if args.json:
         print(json.dumps(attrs.asdict(verdict), indent=2))
     else:
@@ -98,6 +107,7 @@ def add_oracle(sub: Subparsers) -> None:
         "trace with any other is refused, naming the op (default: it implements every op)",
     )
     orc.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    orc.add_argument("--quiet", action="store_true", help="no progress bar (drawn only on a TTY)")
     orc.set_defaults(func=_cmd_oracle)
 
 

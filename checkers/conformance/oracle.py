@@ -643,6 +643,7 @@ def _verdict(
     complete: bool = False,
     keep_going: bool = False,
     allow: Iterable[str] = (),
+    tick: Callable[[], None] | None = None,
 ) -> OracleVerdict:
     n_ops = len(trace.ops)
     if any(op >= n_ops or op < 0 for op in by_op):
@@ -654,6 +655,8 @@ def _verdict(
     for i, op in enumerate(trace.ops):
         records = by_op.get(i, ())
         v = conf.step(i, op, records, last=i >= last_logged)
+        if tick is not None:
+            tick()
         if v is None:
             continue
         if not keep_going or v.verdict != "ILLEGAL":
@@ -690,6 +693,7 @@ def check_log(
     complete: bool = False,
     keep_going: bool = False,
     allow: Iterable[str] = (),
+    tick: Callable[[], None] | None = None,
 ) -> OracleVerdict:
     """Policy mode. On ILLEGAL, ``shorten`` also delta-debugs the trace prefix up to the
     divergent op (dropping ops together with their log records, ``budget`` replays at most)
@@ -703,7 +707,14 @@ def check_log(
         log if isinstance(log, LogStream) else records_by_op(log)
     )
     verdict = _verdict(
-        trace, by_op, policy, config, complete=complete, keep_going=keep_going, allow=allow
+        trace,
+        by_op,
+        policy,
+        config,
+        complete=complete,
+        keep_going=keep_going,
+        allow=allow,
+        tick=tick,
     )
     if verdict.verdict != "ILLEGAL" or verdict.op is None or not shorten:
         return verdict

@@ -10,7 +10,7 @@ history checker judges a database against an isolation level rather than against
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from checkers.conformance.oracle_log import (
     MOVE_KINDS,
@@ -42,6 +42,7 @@ def check_log_invariants(
     invariants: Iterable[str],
     *,
     complete: bool = False,
+    tick: Callable[[], None] | None = None,
 ) -> OracleVerdict:
     """Invariants-only mode: reconstruct the implementation's run from its log and judge it by
     the named invariants alone. A log that cannot be followed -- its hits, writes or rejections
@@ -103,6 +104,8 @@ def check_log_invariants(
             if isinstance(o, AllocObs):
                 slots[o.block] = str(o.key)
         engine.log.forget()  # (this op's records are read: a long run holds none of them)
+        if tick is not None:
+            tick()
     mon.at_end()
     if mon.violations:
         v = mon.violations[0]
