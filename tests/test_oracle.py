@@ -416,7 +416,7 @@ def _both_ways(tr: Trace, log: list[dict[str, Any]], policy: Any, **kw: Any) -> 
     """The verdict with the follower steering a rank index, checked equal to the verdict with
     the follower listing the candidates at every inference."""
     steered = check_log(tr, log, policy, ONE_TIER, **kw)
-    with mock.patch.object(oracle_module, "_steer", return_value=None):
+    with mock.patch.object(oracle_module, "steer", return_value=None):
         listed = check_log(tr, log, policy, ONE_TIER, **kw)
     assert steered == listed
     return steered
@@ -426,7 +426,7 @@ def _both_ways(tr: Trace, log: list[dict[str, Any]], policy: Any, **kw: Any) -> 
 @given(seed=st.integers(0, 2**32 - 1), agentic=st.booleans())
 def test_a_steered_rank_index_gives_the_verdicts_a_listing_gives(seed: int, agentic: bool) -> None:
     """On one tier the follower takes victims from a rank index and chooses among the
-    candidates tied at its front (oracle._steer); every verdict -- OK, ILLEGAL with its
+    candidates tied at its front (oracle_steer.steer); every verdict -- OK, ILLEGAL with its
     expected and got, keep-going's divergences -- is the one listing every candidate gives."""
     if agentic:
         tr = generate_agentic(AgenticParams(seed=seed % 1000, sessions=2, turns=2))

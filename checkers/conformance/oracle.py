@@ -28,7 +28,6 @@ a finished log and drives lockstep differential testing (:mod:`checkers.conforma
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import ClassVar
@@ -51,11 +50,9 @@ from checkers.conformance.oracle_log import (
     resident_state,
     self_consistent,
 )
+from checkers.conformance.oracle_steer import listed, steer
 from checkers.invariants.deadline import HUNG, OpHung, op_deadline
 from checkers.search.shrink import op_groups, shrink
-from kvmodel._engine_view import EngineView
-from kvmodel._eviction import PolicyOrder
-from kvmodel._rank_index import RankIndex
 from kvmodel._resident import ResidentBlock
 from kvmodel.config import EngineConfig
 from kvmodel.engine import Engine
@@ -267,9 +264,10 @@ class _Follow(BasePolicy):
         return k
 
     def choose_victim(self, view: ModelView, tied: Sequence[ResidentBlock]) -> int | None:
-        """A steered rank index's choice (:func:`_steer`): of the candidates tied at its front,
-        in its order, the implementation's next victim while it is admissible; None (the
-        index's first) once none is wanted, or none of them is (then :attr:`illegal`)."""
+        """A steered rank index's choice (:func:`~checkers.conformance.oracle_steer.steer`): of
+        the candidates tied at its front, in its order, the implementation's next victim while
+        it is admissible; None (the index's first) once none is wanted, or none of them is (then
+        :attr:`illegal`)."""
         if not self.wanted or self.illegal is not None:
             return None
         return self._wanted_among(
@@ -295,68 +293,6 @@ class _Follow(BasePolicy):
             if pick is None:
                 return
             yield pick[1]
-
-
-def _steer(engine: Engine, follow: _Follow) -> None:
-    """Where the rank alone orders the victims -- one tier, nothing that moves, a rank the index
-    does not group -- the follower's engine takes them from a rank index over the inner
-    policy's rank, which asks the follower to choose among the candidates tied at its front
-    (:meth:`_Follow.choose_victim`): work per inference in proportion to what changed and
-    what it evicts, where listing the candidates costs the resident blocks at every inference
-    that must evict (the same choices and verdicts: tests/test_oracle.py). Elsewhere the
-    follower orders listed candidates itself (:meth:`_Follow.eviction_order`)."""
-    if len(engine.config.tiers) != 1 or engine.movement is not None:
-        return
-    view = engine.view
-    if not isinstance(view, EngineView):  # (a view of another engine's: keyed by it, not here)
-        return
-    index = RankIndex(engine, follow.inner.rank, view.features)
-    if index.grouped:
-        return
-    index.choose = lambda tied: follow.choose_victim(view, tied)
-    engine.victims = index
-    engine.residency.marks = index
-
-
-class _Both:
-    """Marks told to a steered rank index and to a listing source at once (:func:`_listed`)."""
-
-    def __init__(self, index: RankIndex, order: PolicyOrder) -> None:
-        self.index, self.order = index, order
-
-    def mark_block(self, bid: BlockId) -> None:
-        self.index.mark_block(bid)
-        self.order.mark_block(bid)
-
-    def mark_ctx(self, cid: ContextId) -> None:
-        self.index.mark_ctx(cid)
-        self.order.mark_ctx(cid)
-
-    def forget(self, bid: BlockId) -> None:
-        self.index.forget(bid)
-        self.order.forget(bid)
-
-    def invalidate(self) -> None:
-        self.index.invalidate()
-        self.order.invalidate()
-
-
-@contextlib.contextmanager
-def _listed(engine: Engine) -> Iterator[None]:
-    """For an op: a steered engine's victims from the policy's order over listed candidates
-    (an adopted op's puppet names them), its rank index still told of every change."""
-    index = engine.victims
-    if not isinstance(index, RankIndex) or index.choose is None:
-        yield
-        return
-    order = PolicyOrder(engine)
-    engine.victims = order
-    engine.residency.marks = _Both(index, order)
-    try:
-        yield
-    finally:
-        engine.victims = index
-        engine.residency.marks = index
 
 
 def _follower(inner: BasePolicy) -> _Follow:
@@ -420,7 +356,7 @@ class Conformance:
         self.follow = _follower(rank_policy(policy))
         self.engine = Engine(config, self.follow)
         if "split-refreshes-tail" not in self.allow:  # (a refreshed tail ranks apart: _key)
-            _steer(self.engine, self.follow)
+            steer(self.engine, self.follow.inner.rank, self.follow.choose_victim)
         if (m := self.engine.movement) is not None:  # room drops follow the implementation's
             m.copies.chooser = self.follow.choose_copy
             m.reclaims_dead = declared_reclaim(self.follow.inner) is Reclaim.DEAD  # (MV2)
@@ -530,7 +466,7 @@ class Conformance:
         seen = len(self.engine.log)
         self._before(op, records)
         try:
-            with _listed(self.engine):  # (the puppet's order: victims as the records say)
+            with listed(self.engine):  # (the puppet's order: victims as the records say)
                 self.engine.apply(op)
         finally:
             self.follow.adopt = None
