@@ -435,7 +435,11 @@ class BasePolicy:
             )
 
     def place(self, view: ModelView, block: NewBlock) -> Placement:
-        return Placement(view.tier_names())
+        """Every tier in the configured order; the reuse store bypassed exactly for the classes
+        :attr:`bypasses` declares (spec PP2): a policy declares its bypass rule as data and
+        writes no ``place`` for it."""
+        by = self.bypasses
+        return Placement(view.tier_names(), bypass=by is not None and block.state in by)
 
     def eviction_order(self, view: ModelView, candidates: Sequence[BlockInfo]) -> Iterable[BlockId]:
         """Candidates by ascending :func:`rank_key`, produced lazily from a heap.

@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from kvmodel.lifecycle import BlockClass
-from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, Placement, RankTerm, Reclaim
-from kvmodel.view import ModelView, NewBlock
+from kvmodel.policy import STRUCTURAL_CLAIMS, BasePolicy, RankTerm, Reclaim
 
 __all__ = ["KVTether"]
 
@@ -42,14 +41,11 @@ class KVTether(BasePolicy):
         }
     )
 
-    #: place reads the block's class only
+    #: place (BasePolicy's: every tier, the declared bypass) reads the block's class only
     compares_times_only: ClassVar[bool] = True
-    #: Temporary KV serves its one inference and never enters the reuse store
+    #: Temporary KV serves its one inference and never enters the reuse store: declared, and
+    #: BasePolicy.place bypasses exactly what it declares (spec PP2)
     bypasses: ClassVar[frozenset[BlockClass] | None] = frozenset({BlockClass.TEMPORARY})
-
-    def place(self, view: ModelView, block: NewBlock) -> Placement:
-        tiers = view.tier_names()
-        return Placement(tiers, bypass=block.state is BlockClass.TEMPORARY)
 
     #: after every op, every Dead block (BasePolicy.on_op applies the rule)
     reclaim: ClassVar[Reclaim | None] = Reclaim.DEAD
