@@ -100,3 +100,38 @@ def test_an_empty_pool_is_a_clear_error(tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     assert main(["generate", "--from-traces", str(empty), "-o", str(out)]) == 2
     assert not out.exists()
+
+
+def test_copies_arrive_in_batches_as_the_generator_starts_its_sessions() -> None:
+    """``arrival_batch`` k (spec/metrics.md E9): the copies are the same draws as one by one,
+    the first of each batch at its own arrival and the others a millisecond apart after it --
+    the generator's rule (:func:`~kvmodel.workloads.timeline.batch_start`), so a comparison of
+    a preset with real sessions resampled at its gap and batch differs in the sessions alone."""
+    pool = generate_agentic(AgenticParams(seed=1, sessions=3, turns=2))
+    one = resample_sessions([pool], ResampleParams(seed=7, sessions=9, session_gap_s=5.0))
+    three = resample_sessions(
+        [pool], ResampleParams(seed=7, sessions=9, session_gap_s=5.0, arrival_batch=3)
+    )
+    assert "arrival_batch" not in one.header.meta  # (1: the header it always had)
+    assert three.header.meta["arrival_batch"] == 3
+
+    def starts(tr: Trace) -> list[float]:
+        return [s[0].t for s in sessions_of([tr])]
+
+    a, b = starts(one), starts(three)
+    assert b == [round(a[i - i % 3] + 0.001 * (i % 3), 3) for i in range(9)]
+    shapes = [[type(o).__name__ for o in s] for s in sessions_of([one])]
+    assert [[type(o).__name__ for o in s] for s in sessions_of([three])] == shapes
+    replay(three, "kvtether")
+    with pytest.raises(ValueError, match="arrival_batch"):
+        ResampleParams(arrival_batch=0)
+
+
+def test_the_command_takes_an_arrival_batch(tmp_path: Path) -> None:
+    src = tmp_path / "pool.jsonl"
+    src.write_text("".join(f"{x}\n" for x in iter_trace_lines(generate_agentic())))
+    out = tmp_path / "r.jsonl"
+    argv = ["generate", "--from-traces", str(src), "--sessions", "6", "-o", str(out)]
+    assert main([*argv, "--arrival-batch", "2"]) == 0
+    assert load_trace(out).header.meta["arrival_batch"] == 2
+    assert main([*argv, "--arrival-batch", "0"]) == 2

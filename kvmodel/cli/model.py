@@ -190,14 +190,15 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     elif args.from_traces:
         from kvmodel.workloads.resample import ResampleParams, resample_sessions
 
-        p = ResampleParams(args.seed, args.sessions, args.session_gap)
+        p = ResampleParams(args.seed, args.sessions, args.session_gap, args.arrival_batch)
         trace = resample_sessions(
             [load_trace(f) for f in args.from_traces], p, [Path(f).name for f in args.from_traces]
         )
+        batches = f" in batches of {p.arrival_batch}" if p.arrival_batch > 1 else ""
         print(
             f"{trace.header.meta['sessions']} sessions resampled from "
-            f"{trace.header.meta['pool_sessions']} real sessions, Poisson arrivals every "
-            f"{args.session_gap:g} s on average; {len(trace.ops)} ops",
+            f"{trace.header.meta['pool_sessions']} real sessions, Poisson arrivals{batches} "
+            f"every {args.session_gap:g} s on average; {len(trace.ops)} ops",
             file=sys.stderr,
         )
     else:
@@ -235,6 +236,14 @@ def add_generate(sub: Subparsers) -> None:
         default=30.0,
         metavar="S",
         help="with --from-traces: mean seconds between arrivals (default 30)",
+    )
+    g.add_argument(
+        "--arrival-batch",
+        type=int_at_least(1, 10_000),
+        default=1,
+        metavar="K",
+        help="with --from-traces: sessions arrive K at a time, a millisecond apart, at the "
+        "Poisson arrivals' mean rate, as runs launched by a pool of workers do (default 1)",
     )
     g.set_defaults(func=_cmd_generate)
 

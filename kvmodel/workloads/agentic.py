@@ -34,7 +34,7 @@ from kvmodel.io.trace import (
     TurnEnd,
 )
 from kvmodel.messages import AgentKind, Message, MessageKind, Role, SpawnRecord
-from kvmodel.workloads.timeline import merge_streams
+from kvmodel.workloads.timeline import batch_start, merge_streams
 
 __all__ = ["PRESETS", "AgenticParams", "generate_agentic"]
 
@@ -433,13 +433,10 @@ def generate_agentic(params: AgenticParams | None = None) -> Trace:
     p = params or AgenticParams()
     rng = np.random.default_rng(p.seed)
     streams = []
-    t0 = lead = 0.0  # the Poisson process's arrival, and the current batch's first
+    arrivals = [0.0]  # the Poisson process's, one drawn after each session's ops
     for i in range(p.sessions):
-        k = i % p.arrival_batch
-        if k == 0:
-            lead = t0
-        streams.append(_session_ops(p, rng, i, round(lead + 0.001 * k, 3)))
-        t0 += float(rng.exponential(p.session_gap_s))
+        streams.append(_session_ops(p, rng, i, batch_start(arrivals, i, p.arrival_batch)))
+        arrivals.append(arrivals[-1] + float(rng.exponential(p.session_gap_s)))
     ops = tuple(merge_streams(streams))
     meta = {"kvtrace": 1, "generator": "agentic", **attrs.asdict(p)}
     if not p.p_review:  # a reviewer-free workload's header is what it was before reviewers

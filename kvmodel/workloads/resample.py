@@ -24,7 +24,7 @@ from kvmodel.errors import ConfigError, TraceError
 from kvmodel.ids import ContextId, MessageId, SessionId
 from kvmodel.io.trace import EndSession, Fork, Op, Open, Trace, TraceHeader, op_name
 from kvmodel.messages import Message, MessageKind
-from kvmodel.workloads.timeline import merge_streams
+from kvmodel.workloads.timeline import batch_start, merge_streams
 
 __all__ = ["ResampleParams", "resample_sessions", "sessions_of"]
 
@@ -37,6 +37,9 @@ class ResampleParams:
     seed: int = 0
     sessions: int | None = None  # default: as many as the pool holds
     session_gap_s: float = 30.0  # mean gap between arrivals
+    #: arrivals in batches of this many, as the generator's ``arrival_batch`` (one definition:
+    #: :func:`~kvmodel.workloads.timeline.batch_start`); 1, every copy at its own arrival
+    arrival_batch: int = attrs.field(default=1, validator=attrs.validators.ge(1))
 
 
 def sessions_of(traces: Sequence[Trace]) -> list[list[Op]]:
@@ -107,10 +110,11 @@ def resample_sessions(
     rng = np.random.default_rng(p.seed)
     picks = rng.integers(0, len(pool), size=n)
     gaps = rng.exponential(p.session_gap_s, size=n)
-    arrivals = np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if n else np.zeros(0)
+    arrivals = (np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if n else np.zeros(0)).tolist()
     streams = []
-    for k, (i, at) in enumerate(zip(picks.tolist(), arrivals.tolist(), strict=True)):
+    for k, i in enumerate(picks.tolist()):
         ops = pool[i]
+        at = arrivals[k] if p.arrival_batch == 1 else batch_start(arrivals, k, p.arrival_batch)
         shift = float(at) - ops[0].t
         streams.append([_copy(op, k, shift) for op in ops])
     meta = {
@@ -121,4 +125,6 @@ def resample_sessions(
         **attrs.asdict(p),
         "sessions": n,
     }
+    if p.arrival_batch == 1:  # (the header of a trace resampled before batches, unchanged)
+        del meta["arrival_batch"]
     return Trace(TraceHeader(1, meta), tuple(merge_streams(streams)))

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 
 from kvmodel.io.trace import Op
 
-__all__ = ["merge_streams"]
+__all__ = ["batch_start", "merge_streams"]
 
 
 def merge_streams(streams: Sequence[Sequence[Op]]) -> Iterator[Op]:
@@ -20,3 +20,13 @@ def merge_streams(streams: Sequence[Sequence[Op]]) -> Iterator[Op]:
         yield streams[i][j]
         if j + 1 < len(streams[i]):
             heapq.heappush(heap, (streams[i][j + 1].t, i, j + 1))
+
+
+def batch_start(arrivals: Sequence[float], i: int, batch: int) -> float:
+    """When the ``i``-th session starts, sessions arriving in batches of ``batch`` (the
+    generator's ``arrival_batch``; spec/metrics.md E9): the first of each batch at its own
+    arrival in ``arrivals`` (those up to ``i`` are read), the others a millisecond apart after
+    it -- the mean rate is the arrivals', and each batch runs at once. ``batch`` 1: every
+    session at its own arrival."""
+    k = i % batch
+    return round(arrivals[i - k] + 0.001 * k, 3)
