@@ -34,6 +34,7 @@ from kvmodel.studies.validation import (
     cost_cells,
     family_workloads,
     render_validation,
+    seed_means,
 )
 from kvmodel.workloads import PRESETS, generate_agentic
 from kvmodel.workloads.realsets import FAMILIES, family_trace, traces_root
@@ -60,26 +61,6 @@ ABLATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
         },
     ),
 )
-
-
-def seed_means(cells: dict[str, list[Cell]]) -> dict[str, list[Cell]]:
-    """Per workload drawn on several seeds, one row per capacity: each policy's cost as a share
-    of LRU's, averaged over the seeds (a workload of one draw -- own times -- as it is)."""
-    groups: dict[str, list[list[Cell]]] = {}
-    for name, row in cells.items():
-        groups.setdefault(name.split(" (seed ")[0], []).append(row)
-    out = {}
-    for name, rows in groups.items():
-        out[f"{name} (seed mean)"] = [
-            Cell(
-                name,
-                col[0].capacity,
-                col[0].blocks,
-                {p: sum(c.cost[p] / c.cost["lru"] for c in col) / len(col) for p in col[0].cost},
-            )
-            for col in zip(*rows, strict=True)
-        ]
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

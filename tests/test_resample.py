@@ -135,3 +135,17 @@ def test_the_command_takes_an_arrival_batch(tmp_path: Path) -> None:
     assert main([*argv, "--arrival-batch", "2"]) == 0
     assert load_trace(out).header.meta["arrival_batch"] == 2
     assert main([*argv, "--arrival-batch", "0"]) == 2
+
+
+def test_what_the_sources_assumed_holds_of_the_copies() -> None:
+    """A source's made-up times stay made up under the copies' names (so the statistics leave
+    them out), and an assumed clock is still recorded."""
+    pool = generate_agentic(AgenticParams(seed=1, sessions=2, turns=1))
+    sid = next(op.session for op in pool.ops if isinstance(op, Open))
+    meta = {**pool.header.meta, "untimed_sessions": [sid], "retimed": {"seed": 0}}
+    out = resample_sessions(
+        [Trace(TraceHeader(1, meta), pool.ops)], ResampleParams(seed=3, sessions=6)
+    )
+    copies = {op.session for op in out.ops if isinstance(op, Open)}
+    assert set(out.header.meta["untimed_sessions"]) == {c for c in copies if c.endswith(sid)}
+    assert out.header.meta["retimed"] == {"seed": 0}

@@ -18,6 +18,7 @@ from kvmodel.io.trace import (
     EndSession,
     Fork,
     Infer,
+    Op,
     Open,
     Pin,
     Remove,
@@ -74,9 +75,11 @@ def test_the_statistics_of_a_hand_written_trace() -> None:
     # the second inference of c carries 110 of its 160 tokens; nothing else carries
     assert st.carried_share == pytest.approx(110 / 290)
     # an importer that made up the session's times lists it: no wait is measured, the rest is
+    # -- what each wait was on too (the shares: the ops say it, not the clock)
     untimed = Trace(TraceHeader(1, {"untimed_sessions": ["s"]}), _trace().ops)
     no_time: dict[str, Any] = dict.fromkeys(TIME_FIELDS)  # (the reuse distance too)
     assert workload_stats(untimed) == attrs.evolve(st, **no_time)
+    assert st.wait_user_share == 1.0  # (c's one wait ends with a user message)
     assert "n/a" in render_side_by_side({"untimed": workload_stats(untimed)})
 
 
@@ -105,21 +108,41 @@ def test_generated_and_written_traces_are_measured_alike(tmp_path: Path) -> None
     assert st.subagents_per_session > 0
 
 
+@pytest.mark.slow  # (the whole search: about 200 scored candidates, 2-7 CPU min)
 def test_the_fit_recovers_the_knobs_a_trace_was_made_with() -> None:
     # (no forks or temporaries: a one-session trace may draw none, and the fit would then
     # switch them off, drawing differently -- the next test pins that switch)
-    base = attrs.evolve(PRESETS["single-agent"], p_fork=0.0, p_temporary=0.0)
+    # (4 sessions: the arrival stage generates the preset's own tenancy a few times)
+    base = attrs.evolve(PRESETS["single-agent"], p_fork=0.0, p_temporary=0.0, sessions=4)
     truth = attrs.evolve(
-        base, sessions=1, observation_scale=4.0, output_scale=0.5, rounds=8,
+        base, observation_scale=4.0, output_scale=0.5, rounds=8,
         tool_wait_median_s=5.0, tool_wait_sigma=0.4,
     )  # fmt: skip
     target = workload_stats(generate_agentic(truth))
-    params, got = fit_generator(target, base, sessions=1)
-    assert fit_error(got, target) == 0.0  # the same draws: the very trace
-    assert wait_error(got, target) == 0.0
+    params, got = fit_generator(target, base, sessions=4)
+    assert got == workload_stats(generate_agentic(params))  # the preset's own tenancy
+    assert fit_error(got, target) == 0.0  # the same draws: the very sessions
+    assert wait_error(got, target) == pytest.approx(0.0, abs=1e-12)  # (times shifted: floats)
     assert (params.observation_scale, params.output_scale, params.rounds) == (4.0, 0.5, 8)
     assert (params.tool_wait_median_s, params.tool_wait_sigma) == (5.0, 0.4)
     assert params.sessions == base.sessions
+
+
+def test_the_fit_finds_the_batches_a_trace_arrived_in() -> None:
+    """The arrival stage (spec R8): on the preset's own tenancy, the batch size whose
+    sessions-at-once (mean, p90, peak) come closest to the target's -- the very trace's, when
+    it was made in batches of 4 by the same draws."""
+    from kvmodel.workloads.fit import ARRIVAL_GRID, _fit_arrivals, arrival_error
+
+    base = attrs.evolve(PRESETS["mini-swe-agent-fit"], sessions=12)
+    for batch in (1, 4):
+        target = workload_stats(generate_agentic(attrs.evolve(base, arrival_batch=batch)))
+        params, got = _fit_arrivals(attrs.evolve(base, arrival_batch=6), target)
+        assert params.arrival_batch == batch
+        assert arrival_error(got, target) == 0.0
+    assert 4 in ARRIVAL_GRID
+    untimed = attrs.evolve(workload_stats(generate_agentic(base)), concurrency=None)
+    assert arrival_error(untimed, untimed) == 0.0  # (nothing to match)
 
 
 def test_the_fit_switches_off_what_the_trace_does_not_have() -> None:
@@ -188,6 +211,53 @@ def test_the_structure_that_decides_a_ranking_on_a_hand_written_trace() -> None:
     assert (st.reuse_p50_ktok, st.reuse_p90_ktok) == (0.055, 0.1)
     assert (st.session_p50_s, st.concurrency, st.session_inferences_spread) == (12.0, 1.0, 1.0)
     assert (st.concurrency_p90, st.concurrency_peak) == (1.0, 1.0)  # (one session)
+
+
+def test_the_reuse_distance_within_a_session_leaves_the_other_sessions_writes_out() -> None:
+    """Two sessions interleaved: a's second read of its prompt comes after a's own 27 tokens
+    (its output, a tool's 7) and b's 500; the distance is 527, within a's session 27 -- and
+    stays 27 with the times made up, where the distance itself is not measured (spec R8)."""
+    a, b = ContextId("a"), ContextId("b")
+    out = Role.ASSISTANT, MessageKind.OUTPUT
+    ops = (
+        Open(0.0, a, SessionId("A"), AgentKind.MAIN),
+        Append(0.0, a, (_m("a.u", 100),)),
+        Infer(0.0, a, (_m("a.o", 20, *out),)),
+        Open(1.0, b, SessionId("B"), AgentKind.MAIN),
+        Append(1.0, b, (_m("b.u", 500),)),
+        Append(2.0, a, (_m("a.t", 7),)),  # written, and read only once
+        Infer(2.0, a, (_m("a.o2", 1, *out),)),  # reads a.u and a.o again: 527 / 27 apart
+        EndSession(3.0, SessionId("A")),
+        EndSession(3.0, SessionId("B")),
+    )
+    st = workload_stats(Trace(TraceHeader(), ops))
+    assert (st.reuse_p50_ktok, st.reuse_p90_ktok) == (0.527, 0.527)
+    assert (st.reuse_own_p50_ktok, st.reuse_own_p90_ktok) == (0.027, 0.027)
+    untimed = workload_stats(Trace(TraceHeader(1, {"untimed_sessions": ["A", "B"]}), ops))
+    assert untimed.reuse_p50_ktok is None
+    assert untimed.reuse_own_p50_ktok == 0.027
+
+
+def test_a_prompt_read_is_shared_when_another_session_ever_holds_its_content() -> None:
+    """Two sessions with one system prompt (one content hash) and their own tasks, never at
+    once: of the 2 x 100 + 2 x 300 prompt tokens read, the system prompt's 200 are shared --
+    whenever the other session holds it, so made-up times change nothing (spec R8)."""
+    out = (_m("o", 5, Role.ASSISTANT, MessageKind.OUTPUT),)
+    ops: list[Op] = []
+    for k, t in (("a", 0.0), ("b", 10.0)):
+        c, sid = ContextId(k), SessionId(k.upper())
+        system = Message(MessageId(f"{k}.sys"), Role.SYSTEM, MessageKind.SYSTEM, 100, "sys")
+        ops += [
+            Open(t, c, sid, AgentKind.MAIN),
+            Append(t, c, (system, _m(f"{k}.task", 300))),
+            Infer(t, c, (attrs.evolve(out[0], id=MessageId(f"{k}.o")),)),
+            EndSession(t + 1, sid),
+        ]
+    st = workload_stats(Trace(TraceHeader(), tuple(ops)))
+    assert st.shared_read_share == pytest.approx(200 / 800)
+    untimed = Trace(TraceHeader(1, {"untimed_sessions": ["A", "B"]}), tuple(ops))
+    assert workload_stats(untimed).shared_read_share == st.shared_read_share
+    assert workload_stats(_structured()).shared_read_share == 0.0  # (one session)
 
 
 def test_sessions_at_once_are_time_weighted_and_a_handover_is_no_overlap() -> None:
@@ -269,7 +339,7 @@ needs_shared = pytest.mark.skipif(
 )
 
 #: what each fitted preset's generator cannot make within 2x of its family's real fit half
-#: (spec R8, "what the generator cannot reach"), measured 2026-12-07 on the preset's 24
+#: (spec R8, "what the generator cannot reach"), measured 2026-12-08 on the preset's 24
 #: sessions: a new miss fails, and so does one that goes away (update the spec with it)
 UNREACHED: dict[str, set[str]] = {
     "mini-swe-agent-fit": set(),
@@ -280,16 +350,19 @@ UNREACHED: dict[str, set[str]] = {
     # are hook messages), and its sessions are shorter (untimed inferences: the real ones'
     # decode time is in their waits, which the fit matches, but not their sub-agents' runs)
     "claude-code-fit": {
-        "prompt_p10",
+        # the fit's search traded the sub-agent away (a generated worker is small and
+        # frequent, the real one a long Explore run: p_spawn 0 scores less than any spawn)
         "subagents_per_session",
-        "dead_turn_end_share",
         "dead_close_share",
         "dead_one_shot_share",
-        "wait_user_p50_s",
-        "wait_user_p90_s",
         "wait_subagent_p50_s",
         "wait_subagent_p90_s",
-        "reuse_p50_ktok",
+        "wait_subagent_share",
+        # its user waits are a person's (the real logs' two are hook messages), and its
+        # sessions are shorter (untimed inferences: the real ones' decode time is in their
+        # waits, which the fit matches, but not their sub-agents' runs)
+        "wait_user_p50_s",
+        "wait_user_p90_s",
         "session_p50_s",
         "session_mean_s",
         # the two real sessions never overlapped; Poisson arrivals of eight at the fitted mean

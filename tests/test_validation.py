@@ -13,6 +13,7 @@ from kvmodel.studies.validation import (
     family_workloads,
     ranking,
     render_validation,
+    seed_means,
 )
 from kvmodel.workloads import PRESETS
 from kvmodel.workloads.realsets import FAMILIES, traces_root
@@ -67,18 +68,26 @@ def test_the_workloads_of_a_family_share_the_presets_tenancy() -> None:
     res = ws["validation, resampled"].header.meta
     assert res["sessions"] == 4
     assert res["session_gap_s"] == PRESETS["tau-bench-fit"].session_gap_s
+    # tau-bench logs no times: its sessions run on the preset's clock, and the header says so
+    assert res["retimed"]["tool_wait_median_s"] == PRESETS["tau-bench-fit"].tool_wait_median_s
+    assert "untimed_sessions" not in res
+    mini = family_workloads("mini-swe-agent", sessions=2)["validation, resampled"].header.meta
+    assert mini["arrival_batch"] == PRESETS["mini-swe-agent-fit"].arrival_batch > 1
     [cell] = cost_cells("t", ws["validation, resampled"], (0.5,), ("lru", "belady"))
     assert cell.cost["belady"] <= cell.cost["lru"]
     assert "validation, own times" in family_workloads("mini-swe-agent", sessions=2)
 
 
-#: measured 2026-12-07 at seed 0 (spec/metrics.md E9): the rankings differ
+#: measured 2026-12-08 on seeds 0-2 (spec/metrics.md E9): where the seed means' rankings differ
 _RANKINGS_DIFFER = {
-    "mini-swe-agent": "Belady saves 6.6% / 16.2% on the real sessions, 0.8% / 7.5% on the preset",
-    "tau-bench": "Belady saves 0.0% / 0.2% on the real sessions, 4.4% / 6.8% on the preset",
-    "claude-code": "at 0.5x the real session resampled has MORI +6.3%, Belady -5.5%; the preset "
-    "ties every policy",
+    "tau-bench": "at 0.5x KVTether costs 1.9% less than LRU on the preset, 1.4% more on the real "
+    "sessions (Belady 16.2% / 10.5% less)",
+    "claude-code": "at 0.5x the real session resampled has MORI +2.8% and Belady -2.3%, the "
+    "preset +0.6% and -0.5%: orders inside 3 points, apart by the 1% ties",
 }
+#: the draws a ranking is read over: one seed's Belady moves by several points with its draw
+#: of arrivals, so a headline is a seed mean (E9)
+_SEEDS = (0, 1, 2)
 
 
 @pytest.mark.slow
@@ -95,12 +104,24 @@ _RANKINGS_DIFFER = {
 def test_the_fitted_presets_ranking_is_the_real_validation_sessions(family: str) -> None:
     """Issue 58's rule: the order of lru, kvtether, mori and belady by cost on the fitted
     preset is the order on the validation half's real sessions (resampled into the preset's
-    tenancy), at each capacity (ties within 1% of LRU's cost)."""
-    ws = family_workloads(family)
-    pre = cost_cells("preset", ws["preset"], CAPACITIES)
-    real = cost_cells("real", ws["validation, resampled"], CAPACITIES)
-    for p, r in zip(pre, real, strict=True):
+    tenancy), at each capacity (ties within 1% of LRU's cost), each cost a mean over
+    :data:`_SEEDS` as a share of LRU's."""
+    cells: dict[str, list[Cell]] = {}
+    for seed in _SEEDS:
+        ws = family_workloads(family, seed=seed)
+        suffix = f" (seed {seed})" if seed else ""
+        cells["preset" + suffix] = cost_cells("preset", ws["preset"], CAPACITIES)
+        cells["real" + suffix] = cost_cells("real", ws["validation, resampled"], CAPACITIES)
+    means = seed_means(cells)
+    for p, r in zip(means["preset (seed mean)"], means["real (seed mean)"], strict=True):
         assert ranking(p) == ranking(r), (p.capacity, p.cost, r.cost)
+
+
+def test_seed_means_average_each_policys_share_of_lru() -> None:
+    a = Cell("w", 0.5, 10, {"lru": 10.0, "belady": 8.0})
+    b = Cell("w", 0.5, 10, {"lru": 20.0, "belady": 10.0})
+    [mean] = seed_means({"w": [a], "w (seed 1)": [b]})["w (seed mean)"]
+    assert mean.cost == {"lru": 1.0, "belady": pytest.approx(0.65)}
 
 
 def test_inference_time_is_prefill_and_decode_cut_to_the_logged_gap() -> None:

@@ -29,6 +29,7 @@ from kvmodel.workloads.agentic import PRESETS, generate_agentic
 from kvmodel.workloads.decode import with_inference_time
 from kvmodel.workloads.realsets import FAMILIES, family_trace
 from kvmodel.workloads.resample import ResampleParams, resample_sessions
+from kvmodel.workloads.retime import with_waits_of
 
 __all__ = [
     "CAPACITIES",
@@ -39,6 +40,7 @@ __all__ = [
     "family_workloads",
     "ranking",
     "render_validation",
+    "seed_means",
 ]
 
 CAPACITIES: tuple[float, ...] = (0.25, 0.5)
@@ -103,7 +105,9 @@ def family_workloads(
     fam = FAMILIES[family]
     sessions = fam.sessions if sessions is None else sessions
     preset = attrs.evolve(PRESETS[fam.preset], sessions=sessions, seed=seed)
-    real = family_trace(family, "validation")
+    # an untimed family's sessions take the preset's clock: neither side's times are measured,
+    # so the two then differ in what the logs record alone (E9, "untimed families")
+    real = with_waits_of(family_trace(family, "validation"), preset, seed=seed)
     if decode_tpot is not None:
         preset = attrs.evolve(preset, timed_inferences=True, tpot_s=decode_tpot)
         real = with_inference_time(real, tpot_s=decode_tpot)
@@ -111,12 +115,17 @@ def family_workloads(
         "preset": generate_agentic(preset),
         "validation, resampled": resample_sessions(
             [real],
-            ResampleParams(seed=seed, sessions=sessions, session_gap_s=preset.session_gap_s),
+            ResampleParams(
+                seed=seed,
+                sessions=sessions,
+                session_gap_s=preset.session_gap_s,
+                arrival_batch=preset.arrival_batch,
+            ),
             (f"{family}/validation",),
         ),
     }
 
-    if not real.header.meta.get("untimed_sessions"):
+    if "retimed" not in real.header.meta:
         out["validation, own times"] = real
     return out
 
@@ -142,3 +151,26 @@ def render_validation(cells: Mapping[str, Sequence[Cell]], policies: Sequence[st
                 same = "same" if ranking(cell) == ranking(ref) else "DIFFERENT"
                 lines.append(f"{'  gap to the preset':<44}{'':>6}{gaps}  {same}")
     return "\n".join(lines)
+
+
+def seed_means(cells: Mapping[str, Sequence[Cell]]) -> dict[str, list[Cell]]:
+    """Per workload drawn on several seeds (names ending `` (seed K)``; seed 0 has no suffix),
+    one row per capacity: each policy's cost as a share of LRU's, averaged over the seeds (a
+    workload of one draw -- own times -- as it is). Its name gains `` (seed mean)``. A
+    headline is read as a seed mean: one seed's Belady moves by several points with its draw
+    of arrivals (spec/metrics.md E9)."""
+    groups: dict[str, list[Sequence[Cell]]] = {}
+    for name, row in cells.items():
+        groups.setdefault(name.split(" (seed ")[0], []).append(row)
+    out = {}
+    for name, rows in groups.items():
+        out[f"{name} (seed mean)"] = [
+            Cell(
+                name,
+                col[0].capacity,
+                col[0].blocks,
+                {p: sum(c.cost[p] / c.cost["lru"] for c in col) / len(col) for p in col[0].cost},
+            )
+            for col in zip(*rows, strict=True)
+        ]
+    return out

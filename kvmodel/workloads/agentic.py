@@ -81,6 +81,20 @@ class AgenticParams:
     #: answers, reviews): the knobs a calibration to real traces turns (kvmodel stats --fit)
     observation_scale: float = 1.0
     output_scale: float = 1.0
+    #: the task: the first user message's median tokens (log-normal, sigma 0.5), its own to
+    #: each session. 0: 50-299 tokens like every later user message. A real harness's task
+    #: statement is most of its first prompt (mini-swe-agent: 1.7k tokens after a 140-token
+    #: system prompt); without it a fit grows the system prompt instead, which every session
+    #: shares -- a hot prefix the real sessions do not have (spec R8, shared reads)
+    task_tokens: int = 0
+    #: the log-normal sigma of the main agent's tool-call message (0: always its median): a
+    #: real agent's action is now a one-line command, now a whole file written out
+    tool_call_sigma: float = 0.0
+    #: the log-normal sigma of the main agent's tool observations (median 600 tokens x
+    #: ``observation_scale``): how heavy their tail is -- most tool results small, a few whole
+    #: files or test logs -- which sets how far apart in KV a context's reads fall (spec R8,
+    #: the reuse distance within a session)
+    observation_sigma: float = 0.8
     #: a further multiplier of the reasoning messages alone (the KV a ``turn_end`` kills): real
     #: harnesses of some families log little or none (spec R8, what decides a ranking)
     reasoning_scale: float = 1.0
@@ -124,23 +138,9 @@ PRESETS: dict[str, AgenticParams] = {
         sessions=24,
         turns=1,
         rounds=32,
-        session_gap_s=78.0,
-        system_tokens=2400,
-        p_spawn=0.0,
-        p_temporary=0.0,
-        compact_at_tokens=10**9,
-        pin_system=False,
-        timed_inferences=False,
-        p_fork=0.0,
-        output_scale=0.125,
-        reasoning_scale=0.1,
-        tool_call_scale=4.0,
-        tool_wait_sigma=1.0,
-    ),
-    "tau-bench-fit": AgenticParams(
-        sessions=24,
-        turns=3,
-        rounds=3,
+        rounds_sigma=0.25,
+        session_gap_s=110.0,
+        system_tokens=300,
         p_spawn=0.0,
         p_temporary=0.0,
         compact_at_tokens=10**9,
@@ -148,24 +148,47 @@ PRESETS: dict[str, AgenticParams] = {
         timed_inferences=False,
         p_fork=0.0,
         observation_scale=0.25,
-        output_scale=0.5,
+        output_scale=0.125,
+        observation_sigma=1.6,
+        reasoning_scale=0.1,
+        tool_call_scale=4.0,
+        tool_wait_median_s=4.0,
+        tool_wait_sigma=1.0,
+        arrival_batch=6,
+    ),
+    "tau-bench-fit": AgenticParams(
+        sessions=24,
+        turns=5,
+        rounds=1,
+        p_spawn=0.0,
+        p_temporary=0.0,
+        compact_at_tokens=10**9,
+        pin_system=False,
+        timed_inferences=False,
+        p_fork=0.0,
+        observation_scale=0.25,
+        output_scale=0.125,
+        task_tokens=250,
+        observation_sigma=0.4,
         reasoning_scale=0.0,
     ),
     "claude-code-fit": AgenticParams(
         sessions=24,
         rounds=48,
-        session_gap_s=7_800.0,
+        rounds_sigma=0.5,
+        session_gap_s=8_200.0,
         system_tokens=26_000,
-        p_spawn=0.01,
+        p_spawn=0.0,
         p_temporary=0.0,
-        compact_at_tokens=200_000,
+        compact_at_tokens=150_000,
         compact_in_turn=True,
         pin_system=False,
         timed_inferences=False,
         p_fork=0.0,
-        observation_scale=2.0,
+        observation_scale=0.5,
         output_scale=0.25,
-        tool_call_scale=4.0,
+        observation_sigma=2.0,
+        tool_call_scale=3.0,
         tool_wait_median_s=1.5,
         tool_wait_sigma=2.0,
     ),
@@ -347,7 +370,10 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
     for turn in range(p.turns):
         if turn:
             t += round(s.lognormal(p.user_delay_median_s, 1.0), 3)
-        user = s.msg(Role.USER, MessageKind.USER, 50 + int(rng.integers(0, 250)))
+        if turn == 0 and p.task_tokens:
+            user = s.msg(Role.USER, MessageKind.USER, s.lognormal(p.task_tokens, 0.5))
+        else:
+            user = s.msg(Role.USER, MessageKind.USER, 50 + int(rng.integers(0, 250)))
         history.append(user)
         s.ops.append(Append(t, main, (user,)))
         mean: float = max(p.rounds - 1, 0)
@@ -359,7 +385,13 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
                 s.ops.append(Append(t, main, (note,), temporary=True))
             out = [
                 *s.think(400),
-                s.msg(Role.ASSISTANT, MessageKind.TOOL_CALL, 60 * p.tool_call_scale),
+                s.msg(
+                    Role.ASSISTANT,
+                    MessageKind.TOOL_CALL,
+                    s.lognormal(60 * p.tool_call_scale, p.tool_call_sigma)
+                    if p.tool_call_sigma
+                    else 60 * p.tool_call_scale,
+                ),
             ]
             t = s.infer(t, main, sum(m.tokens for m in history), out)
             history.extend(out)
@@ -379,7 +411,9 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
             else:
                 t += round(s.lognormal(p.tool_wait_median_s, p.tool_wait_sigma), 3)
                 obs = s.msg(
-                    Role.TOOL, MessageKind.OBSERVATION, s.lognormal(600 * p.observation_scale)
+                    Role.TOOL,
+                    MessageKind.OBSERVATION,
+                    s.lognormal(600 * p.observation_scale, p.observation_sigma),
                 )
                 s.ops.append(Append(t, main, (obs,)))
                 history.append(obs)
@@ -416,6 +450,9 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
 #: knobs added after traces were first generated: a header names them only when they are set
 _LATER_KNOBS = (
     "observation_scale",
+    "observation_sigma",
+    "task_tokens",
+    "tool_call_sigma",
     "output_scale",
     "reasoning_scale",
     "tool_call_scale",

@@ -12,14 +12,18 @@ from kvmodel.workloads.agentic import AgenticParams, generate_agentic
 from kvmodel.workloads.stats import ROWS, WorkloadStats, workload_stats
 
 __all__ = [
+    "ARRIVAL_GRID",
+    "ARRIVAL_TARGETS",
     "COMPACTION_GRID",
     "FIT_COUNTS",
     "FIT_GRID",
+    "FIT_REUSE",
     "FIT_SHARES",
     "FIT_TARGETS",
     "SPAWN_GRID",
     "WAIT_GRID",
     "WAIT_TARGETS",
+    "arrival_error",
     "fit_error",
     "fit_generator",
     "session_gap_for",
@@ -33,11 +37,14 @@ FIT_TARGETS = ("prompt_p10", "prompt_p50", "prompt_p90", "input_output_ratio",
                "inferences_per_session", "session_inferences_spread")  # fmt: skip
 FIT_GRID: dict[str, tuple[float, ...]] = {
     # rounds first: it alone sets inferences per session, which the size knobs cannot mend
-    "rounds": (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
+    "rounds": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
     "observation_scale": (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0),
+    "observation_sigma": (0.4, 0.8, 1.2, 1.6, 2.0),
     "output_scale": (0.125, 0.25, 0.5, 1.0, 2.0),
-    "system_tokens": (600, 1200, 2400, 6000, 12000, 26000, 50000),
-    "turns": (1, 2, 3, 5, 8),
+    "system_tokens": (150, 300, 600, 1200, 2400, 6000, 12000, 26000, 50000),
+    "task_tokens": (0, 250, 500, 1000, 2000, 4000, 8000),
+    "tool_call_sigma": (0.0, 0.5, 1.0, 1.5),
+    "turns": (1, 2, 3, 5, 8, 12),
     # the reasoning the turn-end strips kill: real logs of some families carry almost none
     "reasoning_scale": (0.01, 0.03, 0.1, 0.3, 1.0, 2.0),
     "rounds_sigma": (0.0, 0.25, 0.5, 0.75, 1.0),
@@ -58,18 +65,33 @@ FIT_COUNTS = ("subagents_per_session", "compactions_per_session")
 #: the shares :func:`fit_error` scores too (each side plus :data:`_SHARE_SMOOTHING`, so that a
 #: real share of 0.8% is told from 23% and 0 is reachable): the structure that decides how a
 #: lifecycle policy ranks -- the KV a turn-end strip kills, the prompt an inference adds to
-#: what its context's last inference held, the waits that are on the user -- where the target
-#: has the statistic at all (an untimed trace has no waits)
-FIT_SHARES = ("reasoning_share", "new_share", "wait_user_share")
+#: what its context's last inference held, the waits that are on the user, the reads of KV
+#: another session holds too (a shared prefix is always hot) -- where the target has the
+#: statistic at all
+FIT_SHARES = ("reasoning_share", "new_share", "wait_user_share", "shared_read_share")
 _SHARE_SMOOTHING = 0.005
+#: the reuse distance within a session (p50, p90), where the target reads anything again: how
+#: much KV each step adds between two reads of a prompt, the session's shape alone -- what a
+#: recency cache must hold, and so what gives an offline optimum room over it (spec
+#: metrics.md E9: a preset with half the real distance left Belady a fraction of the real
+#: sessions' headroom). The distance across sessions adds what the others write, which the
+#: arrivals decide (the arrival stage, on the preset's own tenancy)
+FIT_REUSE = ("reuse_own_p50_ktok", "reuse_own_p90_ktok")
 #: what the fit's last stage matches where the target logged its times (:func:`wait_error`), and
 #: the grid it searches: the main agent's tool-call time. No other statistic reads a time, and
 #: these knobs draw nothing, so they move the waits alone and are searched last, jointly
-WAIT_TARGETS = ("wait_p50_s", "wait_p90_s")
+WAIT_TARGETS = ("wait_p50_s", "wait_p90_s", "wait_p99_s")
 WAIT_GRID: dict[str, tuple[float, ...]] = {
     "tool_wait_median_s": (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 8.0, 12.0),
     "tool_wait_sigma": (0.4, 0.6, 0.8, 1.0, 1.2, 1.6, 2.0),
 }
+
+
+#: what the fit's arrival stage matches where the target logged its times (:func:`arrival_error`)
+#: -- the mean number of sessions at once, its time-weighted p90 and its peak -- and the batch
+#: sizes it tries (:func:`_fit_arrivals`)
+ARRIVAL_TARGETS = ("concurrency", "concurrency_p90", "concurrency_peak")
+ARRIVAL_GRID: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
 
 
 def _share(st: WorkloadStats, f: str) -> float | None:
@@ -78,8 +100,8 @@ def _share(st: WorkloadStats, f: str) -> float | None:
 
 def fit_error(got: WorkloadStats, target: WorkloadStats) -> float:
     """Sum of squared log ratios over :data:`FIT_TARGETS`, over each of :data:`FIT_COUNTS`
-    (smoothed) that the target has, and over each of :data:`FIT_SHARES` (smoothed) the target
-    has a value for."""
+    (smoothed) that the target has, over each of :data:`FIT_SHARES` (smoothed) and of
+    :data:`FIT_REUSE` the target has a value for."""
     err = 0.0
     for f in FIT_SHARES:
         a, b = _share(got, f), _share(target, f)
@@ -90,6 +112,10 @@ def fit_error(got: WorkloadStats, target: WorkloadStats) -> float:
     for f in FIT_TARGETS:
         a, b = getattr(got, f), getattr(target, f)
         err += float(np.log(max(a, 1e-9) / max(b, 1e-9))) ** 2
+    for f in FIT_REUSE:
+        a, b = getattr(got, f), getattr(target, f)
+        if b is not None:
+            err += float(np.log(max(a or 0.0, 1e-3) / max(b, 1e-3))) ** 2
     for f in FIT_COUNTS:
         a, b = getattr(got, f), getattr(target, f)
         if b:
@@ -129,10 +155,11 @@ def unreached(
     return out
 
 
-def wait_error(got: WorkloadStats, target: WorkloadStats) -> float:
-    """Sum of squared log ratios over :data:`WAIT_TARGETS` the target has (0 if none)."""
+def _log_error(got: WorkloadStats, target: WorkloadStats, fields: tuple[str, ...]) -> float:
+    """Sum of squared log ratios over the ``fields`` the target has (0 if none; infinite where
+    the target has one the fit lacks)."""
     err = 0.0
-    for f in WAIT_TARGETS:
+    for f in fields:
         a, b = getattr(got, f), getattr(target, f)
         if b is None:
             continue
@@ -140,6 +167,11 @@ def wait_error(got: WorkloadStats, target: WorkloadStats) -> float:
             return float("inf")
         err += float(np.log(max(a, 1e-3) / max(b, 1e-3))) ** 2
     return err
+
+
+def wait_error(got: WorkloadStats, target: WorkloadStats) -> float:
+    """Sum of squared log ratios over :data:`WAIT_TARGETS` the target has (0 if none)."""
+    return _log_error(got, target, WAIT_TARGETS)
 
 
 def session_gap_for(concurrency: float, session_s: float, sessions: int) -> float:
@@ -197,21 +229,35 @@ def fit_generator(
         st = workload_stats(generate_agentic(q))
         return fit_error(st, target), st
 
-    # rounds and observation size trade off against each other (both grow prompts): search
-    # them jointly first, then every knob in turn
     best, best_stats = score(p)
-    start = p
-    joint = FIT_GRID["rounds"] if passes else ()
-    # an error of 0 is the target's very statistics: no candidate can score strictly less, so
-    # the search stops there (the same result, without scoring the rest of the grid)
-    for r in joint:
-        for o in FIT_GRID["observation_scale"]:
-            q = attrs.evolve(start, rounds=int(r), observation_scale=float(o))
-            if q == start or best == 0.0:
-                continue
-            e, st = score(q)
-            if e < best:
-                best, best_stats, p = e, st, q
+
+    def joint(a: str, b: str) -> bool:
+        """Every pair of ``a`` x ``b`` from the current parameters; whether the best moved.
+        An error of 0 is the target's very statistics: no candidate can score strictly less,
+        so the search stops there (the same result, without scoring the rest of the grid)."""
+        nonlocal best, best_stats, p
+        start, moved = p, False
+        for x in FIT_GRID[a]:
+            for y in FIT_GRID[b]:
+                knobs = {a: type(getattr(start, a))(x), b: type(getattr(start, b))(y)}
+                q = attrs.evolve(start, **knobs)
+                if q == start or best == 0.0:
+                    continue
+                e, st = score(q)
+                if e < best:
+                    best, best_stats, p, moved = e, st, q, True
+        return moved
+
+    # pairs of knobs that trade off against each other, searched jointly at the start of
+    # every pass, then every knob in turn: rounds and observation size (both grow prompts);
+    # the observations' size and tail (the median and the spread of a step's new KV: the
+    # reuse distance's p50 and p90);
+    # where the target waits on its user, turns and rounds (a user's message ends each turn
+    # but the last: one knob at a time, more turns add inferences the rounds must give back,
+    # so neither moves alone)
+    pairs = [("rounds", "observation_scale"), ("observation_scale", "observation_sigma")]
+    if target.wait_user_share:
+        pairs.append(("turns", "rounds"))
     grids = dict(FIT_GRID)
     if not p.reasoning_scale:
         del grids["reasoning_scale"]
@@ -219,8 +265,11 @@ def fit_generator(
         grids["compact_at_tokens"] = COMPACTION_GRID
     if target.subagents_per_session:
         grids["p_spawn"] = SPAWN_GRID
-    for _ in range(passes if best else 0):
-        moved = False
+    for _ in range(passes):
+        if not best:
+            break
+        # (every pair is searched, each from where the last left off)
+        moved = [joint(a, b) for a, b in pairs].count(True) > 0
         for knob, grid in grids.items():
             for v in grid:
                 q = attrs.evolve(p, **{knob: type(getattr(p, knob))(v)})
@@ -231,9 +280,12 @@ def fit_generator(
                     best, best_stats, p, moved = e, st, q, True
         if not moved:
             break
+    p = attrs.evolve(p, sessions=base.sessions)
     if target.wait_p50_s is not None and passes:
-        waited = wait_error(best_stats, target)
+        # on the preset's own tenancy: its tail (p99) needs more waits than four sessions have
         start = p
+        best_stats = workload_stats(generate_agentic(p))
+        waited = wait_error(best_stats, target)
         for m in WAIT_GRID["tool_wait_median_s"]:
             for sg in WAIT_GRID["tool_wait_sigma"]:
                 q = attrs.evolve(start, tool_wait_median_s=m, tool_wait_sigma=sg)
@@ -243,12 +295,35 @@ def fit_generator(
                 e = wait_error(st, target)
                 if e < waited:
                     waited, best_stats, p = e, st, q
-    p = attrs.evolve(p, sessions=base.sessions)
-    if target.concurrency is not None and best_stats.session_mean_s is not None and passes:
-        p = attrs.evolve(
-            p,
-            session_gap_s=session_gap_for(
-                target.concurrency, best_stats.session_mean_s, p.sessions
-            ),
-        )
-    return p, best_stats
+    if target.concurrency is None or not passes:
+        return p, best_stats
+    # the arrivals, on the preset's own tenancy (how sessions overlap depends on how many
+    # there are): the mean gap at which its sessions, at their length on that tenancy, run
+    # the target's mean number at once; then the batch size whose peaks come closest to the
+    # target's (runs launched by a pool of workers arrive together: spec/metrics.md E9)
+    full = workload_stats(generate_agentic(p))
+    if full.session_mean_s is None:
+        return p, full
+    p = attrs.evolve(
+        p, session_gap_s=session_gap_for(target.concurrency, full.session_mean_s, p.sessions)
+    )
+    return _fit_arrivals(p, target)
+
+
+def arrival_error(got: WorkloadStats, target: WorkloadStats) -> float:
+    """Sum of squared log ratios over :data:`ARRIVAL_TARGETS` the target has."""
+    return _log_error(got, target, ARRIVAL_TARGETS)
+
+
+def _fit_arrivals(p: AgenticParams, target: WorkloadStats) -> tuple[AgenticParams, WorkloadStats]:
+    """``p`` with the :data:`ARRIVAL_GRID` batch size of least :func:`arrival_error`, and its
+    statistics (the smallest batch of the least error: the grid in order, strictly less to
+    move). A batch draws nothing: the sessions are the same, only their starts move."""
+    best_p, best_st, best = p, workload_stats(generate_agentic(p)), float("inf")
+    for b in ARRIVAL_GRID:
+        q = attrs.evolve(p, arrival_batch=b)
+        st = workload_stats(generate_agentic(q))
+        e = arrival_error(st, target)
+        if e < best:
+            best_p, best_st, best = q, st, e
+    return best_p, best_st

@@ -100,6 +100,14 @@ def _copy(op: Op, k: int, shift: float) -> Op:
     return attrs.evolve(op, **changes)
 
 
+def _session_ids(pool: list[list[Op]], picks: np.ndarray) -> list[str]:
+    """The original session id of each copy (a session's open or end_session names it)."""
+    out = []
+    for i in picks.tolist():
+        out.append(next(str(op.session) for op in pool[i] if isinstance(op, Open | EndSession)))
+    return out
+
+
 def resample_sessions(
     traces: Sequence[Trace], p: ResampleParams, sources: Sequence[str] = ()
 ) -> Trace:
@@ -127,4 +135,15 @@ def resample_sessions(
     }
     if p.arrival_batch == 1:  # (the header of a trace resampled before batches, unchanged)
         del meta["arrival_batch"]
+    # what the sources assumed holds of the copies: made-up times stay made up (under the
+    # copies' names), an assumed clock or decode time is still assumed
+    untimed = {s for tr in traces for s in tr.header.meta.get("untimed_sessions", ())}
+    if untimed:
+        meta["untimed_sessions"] = [
+            f"r{k}.{sid}" for k, sid in enumerate(_session_ids(pool, picks)) if sid in untimed
+        ]
+    for key in ("retimed", "inference_time"):
+        said = [tr.header.meta[key] for tr in traces if key in tr.header.meta]
+        if said:
+            meta[key] = said[0] if len(traces) == 1 else said
     return Trace(TraceHeader(1, meta), tuple(merge_streams(streams)))

@@ -49,6 +49,7 @@ __all__ = [
     "TIME_FIELDS",
     "WorkloadStats",
     "render_side_by_side",
+    "waiting_on",
     "workload_stats",
 ]
 
@@ -68,6 +69,9 @@ class WorkloadStats:
     #: followed by an op of its context): a made-up time is no statistic
     wait_p50_s: float | None
     wait_p90_s: float | None
+    #: the tail: a wait of a slow tool (a test run, an install) -- what an MRU order within
+    #: Suspended bets against (spec/metrics.md E9)
+    wait_p99_s: float | None
     subagents_per_session: float
     reviewers_per_session: float
     compactions_per_session: float
@@ -93,14 +97,21 @@ class WorkloadStats:
     live_to_end_share: float
     #: reasoning messages' tokens over the KV written
     reasoning_share: float
+    #: prompt tokens read whose content another session's contexts hold too (at any time in
+    #: the trace: how the sessions interleave does not enter), over all prompt tokens read: a
+    #: prefix the sessions share (a common system prompt) is hot in any cache, a session's own
+    #: task statement is not
+    shared_read_share: float
     #: inferences that take time (a duration above 0) over all: 0 in a trace imported from a
     #: log, which times requests, not decode -- an inference's KV is Active only at its instant
     timed_inference_share: float
     forks_per_session: float
     pins_per_session: float
     #: waits split by what ended them: a tool's result (an append of no user message), the
-    #: user (an append holding a user message), a sub-agent (a return into the context); the
-    #: share of all waits each of the last two is. None as for the waits above
+    #: user (an append holding a user message), a sub-agent (a return into the context): their
+    #: times (None as for the waits above), and the share of all waits each of the last two
+    #: is -- counted in untimed sessions too, since what ends a wait is in the ops, not the
+    #: clock (None only where no inference is followed by its context's next input)
     wait_tool_p50_s: float | None
     wait_tool_p90_s: float | None
     wait_user_p50_s: float | None
@@ -116,6 +127,12 @@ class WorkloadStats:
     #: or a session's times are made up -- the interleaving of sessions decides the distance)
     reuse_p50_ktok: float | None
     reuse_p90_ktok: float | None
+    #: the same distance counting only the KV its own session wrote in between: the session's
+    #: shape alone (how much each step adds), whatever the other sessions do -- measured in
+    #: untimed sessions too, and what a fit on a few sessions can match (the distance above
+    #: adds the other sessions' writes, which the arrivals decide)
+    reuse_own_p50_ktok: float | None
+    reuse_own_p90_ktok: float | None
     #: a timed session's length (first op to end_session), p50; and the mean number of timed
     #: sessions running at once over the span from the first's start to the last's end (None
     #: as for the waits): with the reuse distance, how many tenants share the cache
@@ -140,6 +157,7 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("input_output_ratio", "input : output tokens", "{:.1f}"),
     ("wait_p50_s", "wait between inferences p50 s", "{:.1f}"),
     ("wait_p90_s", "wait between inferences p90 s", "{:.1f}"),
+    ("wait_p99_s", "wait between inferences p99 s", "{:.1f}"),
     ("subagents_per_session", "sub-agents / session", "{:.2f}"),
     ("reviewers_per_session", "reviewers / session", "{:.2f}"),
     ("compactions_per_session", "compactions / session", "{:.2f}"),
@@ -153,6 +171,7 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("dead_temporary_share", "KV dead as temporary", "{:.1%}"),
     ("live_to_end_share", "KV live until its session ends", "{:.1%}"),
     ("reasoning_share", "reasoning share of KV written", "{:.1%}"),
+    ("shared_read_share", "prompt read that other sessions hold", "{:.1%}"),
     ("timed_inference_share", "inferences that take time", "{:.1%}"),
     ("forks_per_session", "forks / session", "{:.2f}"),
     ("pins_per_session", "pins / session", "{:.2f}"),
@@ -166,6 +185,8 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("wait_subagent_share", "waits on a sub-agent", "{:.1%}"),
     ("reuse_p50_ktok", "reuse distance p50 (k tokens)", "{:.1f}"),
     ("reuse_p90_ktok", "reuse distance p90 (k tokens)", "{:.1f}"),
+    ("reuse_own_p50_ktok", "  within its session p50", "{:.1f}"),
+    ("reuse_own_p90_ktok", "  within its session p90", "{:.1f}"),
     ("session_p50_s", "session length p50 s", "{:.0f}"),
     ("session_mean_s", "session length mean s", "{:.0f}"),
     ("concurrency", "sessions running at once (mean)", "{:.2f}"),
@@ -199,7 +220,7 @@ class _Lifetimes:
     """Who holds each piece of KV (by content key, B1), after every op: what is written, what
     dies and by which op, and how far apart in KV written its reads are."""
 
-    def __init__(self, seqs: Sequences) -> None:
+    def __init__(self, seqs: Sequences, session_of: Mapping[str, str]) -> None:
         self.seqs = seqs
         self.held: dict[ContextId, dict[ContentKey, Message]] = {}  # ctx -> key -> message
         self.holders: dict[ContentKey, int] = {}
@@ -208,30 +229,65 @@ class _Lifetimes:
         self.dead = dict.fromkeys(_KILLERS, 0)
         self.last_read: dict[ContentKey, int] = {}  # key -> self.written when last read/written
         self.reuse: list[tuple[int, int]] = []  # (distance in tokens written, tokens)
+        # the same within a session: what each session wrote, and what it had written when it
+        # last read or wrote each key, with the key's birth (a key that died and was written
+        # again is a new one: an entry of an earlier birth is no reuse)
+        self.session_of = session_of
+        self.births = 0
+        self.born: dict[ContentKey, int] = {}
+        self.written_by: dict[str, int] = {}
+        self.last_read_by: dict[tuple[str, ContentKey], tuple[int, int]] = {}
+        self.reuse_own: list[tuple[int, int]] = []
+        self.writing: tuple[int, frozenset[ContentKey]] = (0, frozenset())
+        # key -> the sessions whose contexts ever held it, and the prompt tokens read of it
+        self.sessions_of_key: dict[ContentKey, set[str]] = {}
+        self.read_of_key: dict[ContentKey, int] = {}
 
     def read(self, ctx: ContextId, output: tuple[Message, ...]) -> None:
         """An inference of ``ctx``: its prompt read (a message read before is a reuse; the
         rest is read for the first time), its output written."""
+        sid = self.session_of[ctx]
+        own = self.written_by.get(sid, 0)
         for m in self.seqs.messages(ctx):
             k = m.content_key
+            self.read_of_key[k] = self.read_of_key.get(k, 0) + m.tokens
             was = self.last_read.get(k)
             if was is not None:
                 self.reuse.append((self.written - was, m.tokens))
+                mine = self.last_read_by.get((sid, k))
+                if mine is not None and mine[1] == self.born[k]:
+                    self.reuse_own.append((own - mine[0], m.tokens))
             self.last_read[k] = self.written
+            self.last_read_by[sid, k] = (own, self.born[k])
         for m in output:
             self.last_read[m.content_key] = self.written
+        # (the output is born when the op is applied, after this read: :meth:`after` marks it)
+        self.writing = (own, frozenset(m.content_key for m in output))
+
+    def shared_read_share(self) -> float:
+        """Of the prompt tokens read, the share whose content more than one session held."""
+        read = sum(self.read_of_key.values())
+        shared = sum(n for k, n in self.read_of_key.items() if len(self.sessions_of_key[k]) > 1)
+        return shared / read if read else 0.0
 
     def after(self, op: Op, contexts: list[ContextId]) -> None:
         """``op`` has been applied: what entered and left each of the ``contexts`` it touched."""
         for c in contexts:
             before = self.held.get(c, {})
             now = {m.content_key: m for m in self.seqs.messages(c)}
+            sid = self.session_of[c]
             for k, m in now.items():
                 if k not in before:
+                    self.sessions_of_key.setdefault(k, set()).add(sid)
                     n = self.holders.get(k, 0)
                     self.holders[k] = n + 1
                     if not n:
                         self.written += m.tokens
+                        self.births += 1
+                        self.born[k] = self.births
+                        self.written_by[sid] = self.written_by.get(sid, 0) + m.tokens
+                        if k in self.writing[1]:
+                            self.last_read_by[sid, k] = (self.writing[0], self.births)
                         if m.kind is MessageKind.REASONING:
                             self.reasoning += m.tokens
             killer = _killer(op, closed=not now)
@@ -245,6 +301,7 @@ class _Lifetimes:
                         self.last_read.pop(k, None)  # (written afresh if it ever returns)
                         self.dead[killer] += m.tokens
             self.held[c] = now
+        self.writing = (0, frozenset())
 
 
 def _touched(op: Op, of_session: dict[str, list[ContextId]]) -> list[ContextId]:
@@ -256,6 +313,17 @@ def _touched(op: Op, of_session: dict[str, list[ContextId]]) -> list[ContextId]:
     if isinstance(op, Pin):
         return []
     return [op.ctx]
+
+
+def waiting_on(op: Op) -> tuple[ContextId | None, str | None]:
+    """The context whose wait ``op`` may end (a return's parent, or the op's context; None for
+    an op of no context), and what that wait was on: ``tool``, ``user``, ``subagent`` or
+    ``other``, or None if ``op`` gives the context no input (a turn-end strip, a pin, ...: the
+    harness's bookkeeping, the context still waits). A wait exists only after the context's
+    inference: the caller keeps which contexts have one pending. One definition for the
+    statistics and for :func:`kvmodel.workloads.retime.with_waits_of`."""
+    ctx = op.into if isinstance(op, Return) else getattr(op, "ctx", None)
+    return ctx, None if ctx is None else _wait_kind(op, ctx)
 
 
 def _wait_kind(op: Op, ctx: ContextId) -> str | None:
@@ -276,7 +344,8 @@ def workload_stats(trace: Trace) -> WorkloadStats:
     the context's sequence at each ``infer``, from :class:`kvmodel.logical.Sequences` (the trace's
     meaning alone, no KV kept)."""
     seqs = Sequences(16)
-    life = _Lifetimes(seqs)
+    session_of: dict[str, str] = {}  # context -> its session (a fork's is its source's)
+    life = _Lifetimes(seqs, session_of)
     prompts: list[float] = []
     outputs = 0
     carried = 0
@@ -284,9 +353,11 @@ def workload_stats(trace: Trace) -> WorkloadStats:
     sessions: set[str] = set()
     kinds: dict[AgentKind, int] = {}
     waits: dict[str, list[float]] = {"tool": [], "user": [], "subagent": [], "other": []}
+    kind_counts = dict.fromkeys(waits, 0)  # every session's, timed or not: what ends a wait
     untimed = frozenset(trace.header.meta.get("untimed_sessions", ()))
-    ended: dict[str, float] = {}  # context -> end of its last inference, until its next input
-    session_of: dict[str, str] = {}  # context -> its session (a fork's is its source's)
+    # context -> end of its last inference (None if its session's times are made up), until
+    # its next input
+    ended: dict[str, float | None] = {}
     of_session: dict[str, list[ContextId]] = {}
     in_turn: set[str] = set()  # contexts with an inference since their last turn_end
     compactions_in_turn = 0
@@ -296,11 +367,13 @@ def workload_stats(trace: Trace) -> WorkloadStats:
     timed_infers = 0
     for op in trace.ops:
         ctx = getattr(op, "ctx", None)
-        waiting = op.into if isinstance(op, Return) else ctx
+        waiting, kind = waiting_on(op)
         if waiting is not None and waiting in ended:
-            kind = _wait_kind(op, waiting)
             if kind is not None:
-                waits[kind].append(max(0.0, op.t - ended.pop(waiting)))
+                kind_counts[kind] += 1
+                began = ended.pop(waiting)
+                if began is not None:
+                    waits[kind].append(max(0.0, op.t - began))
             elif isinstance(op, Close):
                 del ended[waiting]
         if isinstance(op, Open):
@@ -331,8 +404,7 @@ def workload_stats(trace: Trace) -> WorkloadStats:
             prompts.append(float(prompt))
             outputs += out
             life.read(op.ctx, op.output)
-            if session_of.get(op.ctx) not in untimed:
-                ended[op.ctx] = op.t + op.duration
+            ended[op.ctx] = None if session_of.get(op.ctx) in untimed else op.t + op.duration
         seqs.apply(op)
         life.after(op, _touched(op, of_session))
         sid = op.session if isinstance(op, EndSession) else session_of.get(ctx or "")
@@ -346,11 +418,14 @@ def workload_stats(trace: Trace) -> WorkloadStats:
     def pct(kind: str, q: float) -> float | None:
         return _pct(waits[kind], q) if waits[kind] else None
 
+    waited = sum(kind_counts.values())
+
     def share(kind: str) -> float | None:
-        return len(waits[kind]) / len(timed) if timed else None
+        return kind_counts[kind] / waited if waited else None
 
     # (how sessions interleave on one timeline: made-up times make a made-up distance)
     reuse = None if untimed else _weighted_pcts(life.reuse, (50, 90))
+    reuse_own = _weighted_pcts(life.reuse_own, (50, 90))
     per_session = [float(v) for v in infers_of.values()]
     lengths = [b - a for a, b in spans.values()]
     window = max((b for _, b in spans.values()), default=0.0) - min(
@@ -370,6 +445,7 @@ def workload_stats(trace: Trace) -> WorkloadStats:
         input_output_ratio=sum(prompts) / outputs if outputs else float("inf"),
         wait_p50_s=_pct(timed, 50) if timed else None,
         wait_p90_s=_pct(timed, 90) if timed else None,
+        wait_p99_s=_pct(timed, 99) if timed else None,
         subagents_per_session=kinds.get(AgentKind.WORKER, 0) / n,
         reviewers_per_session=kinds.get(AgentKind.REVIEWER, 0) / n,
         compactions_per_session=kinds.get(AgentKind.COMPACTOR, 0) / n,
@@ -385,6 +461,7 @@ def workload_stats(trace: Trace) -> WorkloadStats:
         if life.written
         else 0.0,
         reasoning_share=life.reasoning / written,
+        shared_read_share=life.shared_read_share(),
         timed_inference_share=timed_infers / len(prompts) if prompts else 0.0,
         forks_per_session=forks / n,
         pins_per_session=pins / n,
@@ -398,6 +475,8 @@ def workload_stats(trace: Trace) -> WorkloadStats:
         wait_subagent_share=share("subagent"),
         reuse_p50_ktok=None if reuse is None else reuse[0] / 1000,
         reuse_p90_ktok=None if reuse is None else reuse[1] / 1000,
+        reuse_own_p50_ktok=None if reuse_own is None else reuse_own[0] / 1000,
+        reuse_own_p90_ktok=None if reuse_own is None else reuse_own[1] / 1000,
         session_p50_s=_pct(lengths, 50) if lengths else None,
         session_mean_s=sum(lengths) / len(lengths) if lengths else None,
         concurrency=sum(lengths) / window if window > 0 else None,
@@ -455,5 +534,6 @@ def render_side_by_side(columns: Mapping[str, WorkloadStats]) -> str:
 TIME_FIELDS = tuple(
     f
     for f, _, _ in ROWS
-    if f.startswith(("wait_", "session_p", "session_mean", "reuse_", "concurrency"))
+    if f.startswith(("wait_", "session_p", "session_mean", "reuse_p", "concurrency"))
+    and not f.endswith("_share")
 )
