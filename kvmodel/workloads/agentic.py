@@ -113,6 +113,11 @@ class AgenticParams:
     arrival_batch: int = attrs.field(default=1, validator=attrs.validators.ge(1))
 
 
+#: the log-normal sigma of the user's think time between turns (median ``user_delay_median_s``),
+#: read too where a log's untimed sessions are put on a generator's clock (``retime``)
+USER_WAIT_SIGMA = 1.0
+
+
 #: Calibrated presets (tests/test_workloads.py measures them against these ranges):
 #:
 #: * ``single-agent`` -- multi-turn ReAct with reasoning and turn-end strips; the
@@ -369,7 +374,7 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
 
     for turn in range(p.turns):
         if turn:
-            t += round(s.lognormal(p.user_delay_median_s, 1.0), 3)
+            t += round(s.lognormal(p.user_delay_median_s, USER_WAIT_SIGMA), 3)
         if turn == 0 and p.task_tokens:
             user = s.msg(Role.USER, MessageKind.USER, s.lognormal(p.task_tokens, 0.5))
         else:

@@ -26,16 +26,12 @@ import numpy as np
 
 from kvmodel.ids import ContextId
 from kvmodel.io.trace import Infer, Op, Trace, TraceHeader
-from kvmodel.workloads.agentic import AgenticParams
+from kvmodel.workloads.agentic import USER_WAIT_SIGMA, AgenticParams
 from kvmodel.workloads.resample import sessions_of
 from kvmodel.workloads.stats import waiting_on
 from kvmodel.workloads.timeline import merge_streams
 
-__all__ = ["USER_WAIT_SIGMA", "with_waits_of"]
-
-#: the sigma of the generator's user think time (``agentic._session_ops``: ``lognormal(
-#: user_delay_median_s, 1.0)``)
-USER_WAIT_SIGMA = 1.0
+__all__ = ["with_waits_of"]
 
 
 def _lognormal(rng: np.random.Generator, median: float, sigma: float) -> float:
