@@ -3,8 +3,10 @@ saw (spec/metrics.md E9, kvmodel/studies/validation.py): per family, the cost of
 and Belady against LRU at each capacity (one tier of C x the workload's footprint, E8) on the
 fitted preset, on the validation half resampled into the preset's tenancy, and on the
 validation half's own timestamps; each real row's gap to the preset in percentage points, and
-whether the rankings (by cost; within 1% of LRU's cost a tie) agree. Then the statistics that
-decide a ranking (R8) for the preset and the two halves side by side. Asserts nothing.
+whether the rankings agree (no pair of policies ordered opposite ways; a pair is ordered where
+its costs are more than 1% of LRU's apart, and over seeds where every seed orders it alike).
+Then the statistics that decide a ranking (R8) for the preset and the two halves side by side.
+Asserts nothing.
 
     python benchmarks/bench_real_validation.py [--families mini-swe-agent,tau-bench,claude-code]
         [--capacity 0.25,0.5] [--sessions N] [--seeds 0] [--quick]

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from checkers.search.report import PolicyReport, check_policies
     from checkers.symbolic.bmc import Answer, prove
 
-__version__ = "0.6.0"
+__version__ = "0.7.0"
 
 # name -> the checkers module that defines it (read on first use; see the module docstring)
 _FROM_CHECKERS = {

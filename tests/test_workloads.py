@@ -204,3 +204,49 @@ def test_a_task_statement_and_varied_actions_are_knobs_that_draw_only_when_set()
     calls = {m.tokens for op in tr.ops if isinstance(op, Infer) for m in op.output
              if m.kind is MessageKind.TOOL_CALL}  # fmt: skip
     assert len(calls) > 10
+
+
+#: sha256 of each preset's trace of three sessions, written as 0.6.0 wrote it: a knob added since
+#: draws nothing at its default, so these stay (a change here changes every figure on the preset)
+_DIGESTS_0_6 = {
+    "single-agent": "b08c0beb258074af6150774559cf54e480d5a6d7ff51e82ac67cb43f5a0618d7",
+    "multi-agent-review": "e3a7260073698a0831f2522077f35cc17233c1830f4a05b5f3f041b93607618e",
+    "mini-swe-agent-fit": "6ff04fc68254047b586b4dc21be29e5765a9832170da060cf86964b9ba69e11c",
+    "claude-code-fit": "62cb9d81156ddc9063c68e32738edef242a4aadfaa6753258c6f27d173431b02",
+}
+
+
+@pytest.mark.parametrize("preset", sorted(_DIGESTS_0_6))
+def test_the_knobs_added_since_leave_the_presets_traces_byte_for_byte(preset: str) -> None:
+    import hashlib
+
+    from kvmodel.io.trace import iter_trace_lines
+
+    text = "".join(iter_trace_lines(generate_agentic(attrs.evolve(PRESETS[preset], sessions=3))))
+    assert hashlib.sha256(text.encode()).hexdigest() == _DIGESTS_0_6[preset]
+
+
+def test_turns_answered_at_once_and_a_spread_of_turns_make_sessions_of_varied_length() -> None:
+    """``p_direct``, ``turns_sigma``, ``user_tokens`` (spec R8, the fit's third revision): a
+    conversational agent answers some turns without a tool, its user ends the conversation when
+    done, and its user's replies are short."""
+    from kvmodel.io.trace import Append, Infer
+    from kvmodel.messages import MessageKind
+
+    base = attrs.evolve(
+        PRESETS["single-agent"], sessions=12, turns=6, rounds=1, p_fork=0.0, compact_at_tokens=10**9
+    )
+    plain = workload_stats(generate_agentic(base))
+    assert plain.inferences_per_session == 12.0  # six turns, each a tool round and an answer
+    assert plain.session_inferences_spread == 1.0
+    direct = generate_agentic(attrs.evolve(base, p_direct=0.5))
+    assert direct.header.meta["p_direct"] == 0.5
+    assert 6 < workload_stats(direct).inferences_per_session < 12
+    spread = workload_stats(generate_agentic(attrs.evolve(base, turns_sigma=0.75)))
+    assert spread.session_inferences_spread > 1.3
+    short = generate_agentic(attrs.evolve(base, user_tokens=25))
+    users = [m.tokens for op in short.ops if isinstance(op, Append) for m in op.messages
+             if m.kind is MessageKind.USER]  # fmt: skip
+    assert len(users) == 72
+    assert sorted(users)[36] < 50  # (50-299 at the default)
+    assert sum(isinstance(op, Infer) for op in short.ops) == 144

@@ -14,7 +14,10 @@ each policy against LRU's, at each capacity, on three workloads --
 
 The gap between the preset's delta and the real ones is the claim a preset's figure cannot make
 on its own. Rankings: the policies ordered by cost, two costs within :data:`TIE` of LRU's
-counted as a tie (a difference smaller than that is below what a fit can promise).
+counted as a tie (a difference smaller than that is below what a fit can promise); over several
+draws, a pair is ordered only where every draw orders it the same way (:func:`orders`). Two
+rankings agree when neither orders a pair the other orders the opposite way (:func:`opposed`):
+the magnitudes are the gaps' to judge, the ranking says only which way each pair goes.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ __all__ = [
     "Cell",
     "cost_cells",
     "family_workloads",
+    "opposed",
+    "orders",
     "ranking",
     "render_validation",
     "seed_means",
@@ -57,6 +62,9 @@ class Cell:
     capacity: float
     blocks: int
     cost: Mapping[str, float]
+    #: a seed mean's draws (:func:`seed_means`): each draw's cost of every policy as a share of
+    #: LRU's; empty for one draw
+    draws: tuple[Mapping[str, float], ...] = ()
 
     def delta(self, policy: str) -> float:
         """The policy's cost against LRU's (-0.3: 30% cheaper)."""
@@ -76,6 +84,27 @@ def ranking(cell: Cell) -> tuple[frozenset[str], ...]:
             groups.append({p})
             lead = cell.cost[p]
     return tuple(frozenset(g) for g in groups)
+
+
+def orders(cell: Cell) -> frozenset[tuple[str, str]]:
+    """The pairs ``(a, b)`` the cell shows ``a`` cheaper than ``b``: by more than :data:`TIE`
+    of LRU's cost and, for a seed mean, in every one of its draws -- a pair the draws order
+    both ways is not ordered, whatever their mean (one seed's arrivals move a policy's cost by
+    several points: E9)."""
+    share = {p: cell.cost[p] / cell.cost["lru"] for p in cell.cost}
+    return frozenset(
+        (a, b)
+        for a in share
+        for b in share
+        if share[b] - share[a] > TIE and all(d[a] < d[b] for d in cell.draws)
+    )
+
+
+def opposed(one: Cell, other: Cell) -> list[tuple[str, str]]:
+    """The pairs ``one`` orders ``(a, b)`` that ``other`` orders ``(b, a)``, sorted: empty when
+    the two rankings agree (a pair ordered on one side and tied on the other agrees)."""
+    theirs = orders(other)
+    return sorted((a, b) for a, b in orders(one) if (b, a) in theirs)
 
 
 def cost_cells(
@@ -133,7 +162,8 @@ def family_workloads(
 def render_validation(cells: Mapping[str, Sequence[Cell]], policies: Sequence[str]) -> str:
     """One row per (family/workload, capacity): each policy's delta against LRU, the gap of
     each real row to its family's preset row of the same seed (a name's `` (seed K)``
-    suffix), and whether the rankings agree."""
+    suffix), and whether the rankings agree (:func:`opposed`: the pairs the preset orders one
+    way and the real row the other, if any)."""
     others = [p for p in policies if p != "lru"]
     head = f"{'workload':<44}{'C':>6}" + "".join(f"{p:>12}" for p in others) + "  ranking"
     lines = [head]
@@ -148,7 +178,12 @@ def render_validation(cells: Mapping[str, Sequence[Cell]], policies: Sequence[st
             if base is not None and workload != "preset":
                 ref = base[k]
                 gaps = "".join(f"{100 * (cell.delta(p) - ref.delta(p)):>+10.1f}pp" for p in others)
-                same = "same" if ranking(cell) == ranking(ref) else "DIFFERENT"
+                against = opposed(ref, cell)
+                same = (
+                    "agree"
+                    if not against
+                    else "OPPOSED: " + ", ".join(f"{a} < {b} on the preset" for a, b in against)
+                )
                 lines.append(f"{'  gap to the preset':<44}{'':>6}{gaps}  {same}")
     return "\n".join(lines)
 
@@ -156,7 +191,8 @@ def render_validation(cells: Mapping[str, Sequence[Cell]], policies: Sequence[st
 def seed_means(cells: Mapping[str, Sequence[Cell]]) -> dict[str, list[Cell]]:
     """Per workload drawn on several seeds (names ending `` (seed K)``; seed 0 has no suffix),
     one row per capacity: each policy's cost as a share of LRU's, averaged over the seeds (a
-    workload of one draw -- own times -- as it is). Its name gains `` (seed mean)``. A
+    workload of one draw -- own times -- as it is), each draw's shares kept for
+    :func:`orders`. Its name gains `` (seed mean)``. A
     headline is read as a seed mean: one seed's Belady moves by several points with its draw
     of arrivals (spec/metrics.md E9)."""
     groups: dict[str, list[Sequence[Cell]]] = {}
@@ -170,6 +206,7 @@ def seed_means(cells: Mapping[str, Sequence[Cell]]) -> dict[str, list[Cell]]:
                 col[0].capacity,
                 col[0].blocks,
                 {p: sum(c.cost[p] / c.cost["lru"] for c in col) / len(col) for p in col[0].cost},
+                tuple({p: c.cost[p] / c.cost["lru"] for p in c.cost} for c in col),
             )
             for col in zip(*rows, strict=True)
         ]

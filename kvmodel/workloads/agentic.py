@@ -44,12 +44,23 @@ class AgenticParams:
     seed: int = 0
     sessions: int = 4
     turns: int = 3
+    #: spread of the number of turns across sessions: ``turns`` times a mean-one log-normal of
+    #: this sigma, rounded, at least 1 (0: every session has ``turns``). A simulated user ends
+    #: the conversation when the task is done: tau-bench's sessions run 1.7x longer at p90
+    #: than at p50, most of it in the number of turns
+    turns_sigma: float = 0.0
     rounds: int = 4  # mean tool rounds per turn (Poisson, at least 1)
     #: spread of a turn's mean rounds across turns: the Poisson mean is ``rounds - 1`` times a
     #: mean-one log-normal of this sigma, drawn per turn (0: no draw, every turn alike). Real
     #: sessions of one family differ several-fold in length (mini-swe-agent: 23 to 65
     #: inferences, p10 to p90), which a Poisson of one mean cannot make
     rounds_sigma: float = 0.0
+    #: chance the agent answers a user's turn at once, without calling a tool (0: every turn
+    #: calls at least one). A conversational agent answers many of its user's messages directly
+    #: -- a question back, a confirmation asked for (tau-bench: about as many user turns as
+    #: tool calls) -- which a turn of one or more tool rounds cannot make: its sessions all
+    #: alike in length (spec R8, the fit's third revision)
+    p_direct: float = 0.0
     session_gap_s: float = 30.0  # mean gap between session starts
     system_tokens: int = 1200
     worker_system_tokens: int = 600
@@ -87,6 +98,10 @@ class AgenticParams:
     #: system prompt); without it a fit grows the system prompt instead, which every session
     #: shares -- a hot prefix the real sessions do not have (spec R8, shared reads)
     task_tokens: int = 0
+    #: every later user message's median tokens (log-normal, sigma 0.5). 0: 50-299 tokens,
+    #: uniform, as before the knob. A simulated customer's replies (tau-bench) are a line or
+    #: two; a developer's next instruction a paragraph
+    user_tokens: int = 0
     #: the log-normal sigma of the main agent's tool-call message (0: always its median): a
     #: real agent's action is now a one-line command, now a whole file written out
     tool_call_sigma: float = 0.0
@@ -163,8 +178,10 @@ PRESETS: dict[str, AgenticParams] = {
     ),
     "tau-bench-fit": AgenticParams(
         sessions=24,
-        turns=5,
+        turns=8,
+        turns_sigma=0.5,
         rounds=1,
+        p_direct=0.25,
         p_spawn=0.0,
         p_temporary=0.0,
         compact_at_tokens=10**9,
@@ -172,8 +189,8 @@ PRESETS: dict[str, AgenticParams] = {
         timed_inferences=False,
         p_fork=0.0,
         observation_scale=0.25,
-        output_scale=0.125,
-        task_tokens=250,
+        output_scale=0.25,
+        user_tokens=25,
         observation_sigma=0.4,
         reasoning_scale=0.0,
     ),
@@ -372,19 +389,31 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
         s.ops.append(Append(t, main, (summary,)))
         return t, [sys_m, summary]
 
-    for turn in range(p.turns):
+    n_turns = p.turns
+    if p.turns_sigma:  # (drawn only where set: the other presets keep their draws)
+        z = float(rng.standard_normal())
+        n_turns = max(1, round(p.turns * np.exp(p.turns_sigma * z - p.turns_sigma**2 / 2)))
+    for turn in range(n_turns):
         if turn:
             t += round(s.lognormal(p.user_delay_median_s, USER_WAIT_SIGMA), 3)
         if turn == 0 and p.task_tokens:
             user = s.msg(Role.USER, MessageKind.USER, s.lognormal(p.task_tokens, 0.5))
         else:
-            user = s.msg(Role.USER, MessageKind.USER, 50 + int(rng.integers(0, 250)))
+            size = s.lognormal(p.user_tokens, 0.5) if p.user_tokens else 50 + rng.integers(0, 250)
+            user = s.msg(Role.USER, MessageKind.USER, float(size))
         history.append(user)
         s.ops.append(Append(t, main, (user,)))
-        mean: float = max(p.rounds - 1, 0)
-        if p.rounds_sigma:
-            mean *= float(np.exp(p.rounds_sigma * rng.standard_normal() - p.rounds_sigma**2 / 2))
-        for _ in range(1 + int(rng.poisson(mean))):
+        # (drawn only where turns may go without a tool: the other presets keep their draws)
+        if p.p_direct and rng.random() < p.p_direct:
+            n_rounds = 0
+        else:
+            mean: float = max(p.rounds - 1, 0)
+            if p.rounds_sigma:
+                mean *= float(
+                    np.exp(p.rounds_sigma * rng.standard_normal() - p.rounds_sigma**2 / 2)
+                )
+            n_rounds = 1 + int(rng.poisson(mean))
+        for _ in range(n_rounds):
             if rng.random() < p.p_temporary:
                 note = s.msg(Role.SYSTEM, MessageKind.INSTRUCTION, 30 + int(rng.integers(0, 60)))
                 s.ops.append(Append(t, main, (note,), temporary=True))
@@ -457,11 +486,14 @@ _LATER_KNOBS = (
     "observation_scale",
     "observation_sigma",
     "task_tokens",
+    "user_tokens",
     "tool_call_sigma",
     "output_scale",
     "reasoning_scale",
     "tool_call_scale",
     "rounds_sigma",
+    "turns_sigma",
+    "p_direct",
     "timed_inferences",
     "compact_in_turn",
     "tool_wait_median_s",

@@ -43,13 +43,19 @@ FIT_GRID: dict[str, tuple[float, ...]] = {
     "output_scale": (0.125, 0.25, 0.5, 1.0, 2.0),
     "system_tokens": (150, 300, 600, 1200, 2400, 6000, 12000, 26000, 50000),
     "task_tokens": (0, 250, 500, 1000, 2000, 4000, 8000),
+    "user_tokens": (0, 25, 50, 100, 200),
     "tool_call_sigma": (0.0, 0.5, 1.0, 1.5),
     "turns": (1, 2, 3, 5, 8, 12),
     # the reasoning the turn-end strips kill: real logs of some families carry almost none
     "reasoning_scale": (0.01, 0.03, 0.1, 0.3, 1.0, 2.0),
     "rounds_sigma": (0.0, 0.25, 0.5, 0.75, 1.0),
+    "p_direct": (0.0, 0.25, 0.5, 0.75),
+    "turns_sigma": (0.0, 0.25, 0.5, 0.75, 1.0),
     "tool_call_scale": (0.5, 1.0, 2.0, 3.0, 4.0, 8.0),
 }
+#: the knobs of the user's turns after the first, searched only where the target waits on its
+#: user (spec R8, the fit's third revision)
+_USER_TURN_KNOBS = ("p_direct", "turns_sigma", "user_tokens")
 #: searched as well when the target compacts (otherwise compaction is switched off)
 COMPACTION_GRID: tuple[int, ...] = (12_000, 25_000, 50_000, 100_000, 150_000, 200_000)
 #: ``p_spawn``, searched as well when the target has sub-agents (otherwise spawning is off):
@@ -254,13 +260,17 @@ def fit_generator(
     # reuse distance's p50 and p90);
     # where the target waits on its user, turns and rounds (a user's message ends each turn
     # but the last: one knob at a time, more turns add inferences the rounds must give back,
-    # so neither moves alone)
+    # so neither moves alone), and turns and the share of them answered without a tool
     pairs = [("rounds", "observation_scale"), ("observation_scale", "observation_sigma")]
     if target.wait_user_share:
-        pairs.append(("turns", "rounds"))
+        pairs += [("turns", "rounds"), ("turns", "p_direct")]
     grids = dict(FIT_GRID)
     if not p.reasoning_scale:
         del grids["reasoning_scale"]
+    if not target.wait_user_share:
+        # no user's message after the task: the knobs of later user turns have nothing to fit
+        for knob in _USER_TURN_KNOBS:
+            del grids[knob]
     if target.compactions_per_session:
         grids["compact_at_tokens"] = COMPACTION_GRID
     if target.subagents_per_session:
