@@ -301,7 +301,8 @@ def test_an_inferences_evictions_are_judged_as_a_scan_would(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # within one inference the model keeps the evictable blocks and their terms, computing a
-    # block's terms again only when a drop cut its holders (spec/invariants.md, Where it runs):
+    # block's terms again only when a drop cut its holders, and across inferences the terms
+    # whose stamps did not move (spec/invariants.md, Where it runs):
     # each eviction's summary equals one made from a scan of every resident block, every
     # block's terms computed afresh at the same moment
     judge = Candidates.eviction
@@ -333,10 +334,24 @@ def test_an_inferences_evictions_are_judged_as_a_scan_would(
             for k, t in was.items()
         )
 
+    terms = Candidates._terms
+    kept = 0
+
+    def remembered(self: Candidates, key: BlockKey, fresh: bool) -> EvictionTerms:
+        nonlocal kept
+        was = self.shadow.kept.get(key)
+        got = terms(self, key, fresh)
+        kept += was is not None and was[1] is got
+        return got
+
     monkeypatch.setattr(Candidates, "eviction", both)
     monkeypatch.setattr(Candidates, "cut", counted)
+    monkeypatch.setattr(Candidates, "_terms", remembered)
     # (hbm-first's evictions cut chains below other candidates; these seeds' lru's do not)
     _follow_under_pressure(("lru", "kvtether", "hbm-first", "hbm-first-static"), 40)
+    # terms an earlier inference found were taken again where their stamps had not moved
+    # (shadow_candidates.Candidates._terms), and every summary still equals the scan's
+    assert kept > 500, kept
     # the kept blocks were judged on again, a candidate's holders were cut under them (its terms
     # computed again, its class changed), the rank's first was named, and evictions chose among
     # several classes
@@ -346,6 +361,49 @@ def test_an_inferences_evictions_are_judged_as_a_scan_would(
     assert moved > 0, moved  # (a cut changed a kept block's class: its old entries are stale)
     assert ranked > 100, ranked
     assert several > 50, several
+
+
+def test_terms_kept_across_inferences_follow_a_pin_that_changes_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pin changes its context's message states and nothing else (no message, chain or
+    phase): the terms an earlier eviction found for its blocks (Suspended) must not be taken
+    again once the pin makes them Pinned (ShadowContext.stamp counts every state change). Each
+    eviction's summary is compared with a scan's."""
+    judge = Candidates.eviction
+    judged = []
+
+    def both(self: Candidates, victim: BlockKey, tiers: Sequence[str]) -> Eviction:
+        want = _scanned(self.shadow, victim, tiers, self.flight, self.memo.pins, self.rank)
+        got = judge(self, victim, tiers)
+        assert got == want
+        judged.append(got)
+        return got
+
+    monkeypatch.setattr(Candidates, "eviction", both)
+    ops: list[Op] = []
+    for t, ctx in ((0.0, "b"), (1.0, "a")):  # b's blocks the least recently used
+        ops += [
+            Open(t, ctx, f"s{ctx}", "main"),  # type: ignore[arg-type]
+            Append(t, ctx, (msg(f"{ctx}0", 8),)),  # type: ignore[arg-type]
+            Infer(t, ctx),  # type: ignore[arg-type]
+        ]
+    ops += [
+        Open(2.0, "c", "sc", "main"),  # type: ignore[arg-type]
+        Append(2.0, "c", (msg("c0", 4),)),  # type: ignore[arg-type]
+        Infer(2.0, "c"),  # type: ignore[arg-type]  # evicts one of b's: a's terms are kept
+        Pin(3.0, "a", 0, 1),  # type: ignore[arg-type]
+        Open(4.0, "d", "sd", "main"),  # type: ignore[arg-type]
+        Append(4.0, "d", (msg("d0", 8),)),  # type: ignore[arg-type]
+        Infer(4.0, "d"),  # type: ignore[arg-type]  # a's blocks are Pinned now: no candidates
+    ]
+    cfg = EngineConfig(4, (TierConfig(TierName("hbm"), 4),))
+    run = check_ops(ops, "lru", cfg, INVARIANTS)
+    assert not [v for v in run.violations if v.invariant == "engine-contract"]
+    assert len(judged) == 3
+    # the last eviction chose among the blocks of b and c alone: a's two are pinned
+    assert {h for e in judged[1:] for r in e.representatives for h in r.holders} <= {"b", "c"}
+    assert judged[0].count > judged[-1].count
 
 
 @pytest.mark.parametrize("mutant", sorted(ENGINE_MUTANTS))

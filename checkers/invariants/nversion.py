@@ -465,6 +465,7 @@ class Shadow(FollowsCopies, ShadowState):
                 self._used[tier] -= 1
         self.born.pop(key, None)
         self.touch_op.pop(key, None)
+        self.kept.pop(key, None)
 
     def _drop(self, key: BlockKey) -> list[tuple[BlockKey, ShadowContext]]:
         """A block leaves memory; every chain holding it is cut there (M4.3). Returns what the

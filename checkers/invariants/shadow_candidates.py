@@ -100,15 +100,42 @@ class Candidates:
         self._key = key_function(rank) if rank is not None else None
         self.tiers: dict[str, TierCandidates] = {}
         self._entries = itertools.count()
+        #: each holder's stamp now (:meth:`~ShadowContext.stamp`), for the terms kept from
+        #: earlier inferences (``shadow.kept``)
+        self._stamps = {c.id: c.stamp() for c in shadow.ctxs.values() if c.open}
         for key in shadow.resident:
             if key not in flight:
                 self._enter(key)
 
-    def _enter(self, key: BlockKey) -> None:
+    def _terms(self, key: BlockKey, fresh: bool) -> EvictionTerms:
+        """``key``'s terms: those an earlier inference found, if nothing they read has changed
+        since -- its holders (each by its stamp), when it was used, written and where it is --
+        else computed. ``fresh``: computed (a cut within this inference changed holders after
+        the stamps were taken), and not kept."""
+        memo, shadow = self.memo, self.shadow
+        if fresh:
+            return shadow.evictable(key, memo.holders, memo.pins)
+        stamps = self._stamps
+        stamp = (
+            tuple(stamps[h.id] for h in memo.holders.get(key, ())),
+            shadow.touch[key],
+            shadow.touch_op[key],
+            shadow.born[key],
+            shadow.slot[key],
+            shadow.tier[key],
+        )
+        kept = shadow.kept.get(key)
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
+        info = shadow.evictable(key, memo.holders, memo.pins)
+        shadow.kept[key] = (stamp, info)
+        return info
+
+    def _enter(self, key: BlockKey, fresh: bool = False) -> None:
         memo = self.memo
         info = memo.terms.get(key)
         if info is None:
-            info = memo.terms[key] = self.shadow.evictable(key, memo.holders, memo.pins)
+            info = memo.terms[key] = self._terms(key, fresh)
         if info.state is BlockClass.PINNED:
             return
         t = self.tiers.get(tier := self.shadow.tier[key])
@@ -138,7 +165,7 @@ class Candidates:
         for key in dict.fromkeys(k for k, _ in lost):
             self.leave(key)
             if key in self.shadow.resident and key not in self.flight:
-                self._enter(key)
+                self._enter(key, fresh=True)
 
     def eviction(self, victim: BlockKey, tiers: Sequence[str]) -> Eviction:
         """The eviction of ``victim`` from ``tiers``, summarised; the victim's terms computed

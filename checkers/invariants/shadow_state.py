@@ -39,6 +39,10 @@ class ShadowState:
         #: following the engine's log: each written block's tier and slot, as its record says
         self.tier: dict[BlockKey, str] = {}
         self.slot: dict[BlockKey, BlockId] = {}
+        #: each resident block's eviction terms as an inference that evicted found them, with
+        #: the stamp of what they read (:class:`~checkers.invariants.shadow_candidates.
+        #: Candidates`): the next such inference finds again only the blocks whose stamp moved
+        self.kept: dict[BlockKey, tuple[tuple[object, ...], EvictionTerms]] = {}
 
     def held(self) -> set[BlockKey]:
         return {k for c in self.ctxs.values() if c.open for k, _ in c.chain}

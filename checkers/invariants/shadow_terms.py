@@ -6,8 +6,9 @@ the decision rules it predicts with, and the figures it reports for comparison w
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -28,6 +29,7 @@ __all__ = [
     "Rules",
     "ShadowContext",
     "ShadowMessage",
+    "StateMap",
     "highest",
 ]
 
@@ -119,6 +121,56 @@ class ShadowMessage:
     kind: MessageKind
 
 
+class StateMap(dict[int, MsgState]):
+    """A context's message states, counting every change (``version``): what a block's class
+    reads of its holder changes only with a change here or in the holder's chain, valid count,
+    phase or suspension (:meth:`ShadowContext.stamp`)."""
+
+    #: (a class default, not set in ``__init__``: a copy -- ``copy.deepcopy`` of a shadow, as
+    #: the discovery search makes -- builds the map without calling it)
+    version = 0
+
+    def __setitem__(self, key: int, value: MsgState) -> None:
+        self.version += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: int) -> None:
+        self.version += 1
+        super().__delitem__(key)
+
+    def _changed(self) -> None:
+        self.version += 1
+
+    def pop(self, *args: Any) -> Any:
+        self._changed()
+        return super().pop(*args)
+
+    def popitem(self) -> tuple[int, MsgState]:
+        self._changed()
+        return super().popitem()
+
+    def clear(self) -> None:
+        self._changed()
+        super().clear()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._changed()
+        super().update(*args, **kwargs)
+
+    def setdefault(self, key: int, default: Any = None) -> Any:
+        self._changed()
+        return super().setdefault(key, default)
+
+    def __ior__(self, other: Any) -> StateMap:  # type: ignore[misc,override]
+        self._changed()
+        super().update(other)
+        return self
+
+
+#: each context's serial number, in order of creation (a stamp tells two contexts apart)
+_SERIALS = itertools.count()
+
+
 @attrs.define
 class ShadowContext:
     id: ContextId
@@ -127,7 +179,7 @@ class ShadowContext:
     open: bool = True
     runnable: bool = True  # L4: runnable from creation and every run until infer_end
     seq: list[ShadowMessage] = attrs.Factory(list)
-    state: dict[int, MsgState] = attrs.Factory(dict)  # every instance ever admitted
+    state: StateMap = attrs.Factory(StateMap)  # every instance ever admitted
     #: exactly the Pinned instances, each with when its pin ends (None: no TTL): a pin sets the
     #: entry, and whatever ends the pin (unpin, expiry, an edit or strip, close) drops it
     deadline: dict[int, float | None] = attrs.Factory(dict)
@@ -139,6 +191,17 @@ class ShadowContext:
     next_uid: int = 0
     suspended_at: float | None = None
     last_infer: float | None = None
+    serial: int = attrs.Factory(lambda: next(_SERIALS))
+
+    def stamp(self) -> tuple[object, ...]:
+        """Everything :meth:`block_class` and a block's suspension read of this context, in a
+        form that changes whenever they may: its phase, suspension, valid count, message
+        states (each change counted) and sequence length, and its chain by length and last key
+        (a key names its whole prefix; the messages each block covers change only with a
+        state). Equal stamps of one context: each of its blocks has the class it had."""
+        last = self.chain[-1][0] if self.chain else None
+        return (self.serial, self.open, self.runnable, self.suspended_at, self.valid,
+                len(self.seq), len(self.chain), last, self.state.version)  # fmt: skip
 
     def starts(self) -> list[int]:
         out, pos = [], 0
