@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 import attrs
 
@@ -229,10 +230,23 @@ class Memory:
 
     def accounting(self) -> Mapping[TierName, tuple[int, int, int]]:
         """Per tier (free, used, capacity), recomputed from the slots (spec I-accounting)."""
-        used: dict[TierName, int] = {t.name: 0 for t in self.tiers}
-        for b in self._used:
-            used[self.tier_of(b)] += 1
+        used = self.count_by_tier(self._used)
         return {t.name: (self.free_count(t.name), used[t.name], t.blocks) for t in self.tiers}
+
+    def count_by_tier(self, blocks: Collection[BlockId]) -> dict[TierName, int]:
+        """How many of ``blocks`` each tier's slot range holds (by :meth:`tier_of`, every tier
+        named). With one tier, every slot id is that tier's: counted without a lookup each."""
+        if len(self.names) == 1:
+            return {self.names[0]: len(blocks)}
+        used: dict[TierName, int] = dict.fromkeys(self.names, 0)
+        for b in blocks:
+            used[self.tier_of(b)] += 1
+        return used
+
+    def used_slots(self) -> AbstractSet[BlockId]:
+        """The slots in use (a read-only view: spec I-accounting compares it with the resident
+        blocks)."""
+        return self._used
 
     def device_years(self, tier: TierName, seconds: float) -> float | None:
         c = self.config(tier)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -147,3 +147,37 @@ def test_config_derives_bytes_per_block_and_validates(tmp_path) -> None:  # type
     p.write_text("block_size = \n")
     with pytest.raises(ConfigError, match=r"bad\.toml: invalid TOML"):
         load_config(p)
+
+
+@pytest.mark.parametrize("tiers", [(("hbm", 4),), (("hbm", 2), ("hbf", 3))])
+def test_the_accounting_checks_count_by_tier_and_name_what_breaks_it(
+    tiers: tuple[tuple[str, int], ...],
+) -> None:
+    """spec I-accounting and I-prefix-closed-residency, on one tier (counted without a lookup
+    each) and on two (by slot range): a clean engine has no finding; a resident block whose slot
+    went back to a free list, and a block whose parent left, are named."""
+    from checkers.invariants.structural import check_accounting, check_prefix_closed
+    from kvmodel import EngineConfig
+    from kvmodel.engine import Engine
+    from kvmodel.io.trace import Append, Infer, Open
+    from kvmodel.messages import Message, MessageKind, Role
+    from policies.lru import LRU
+
+    mem = Memory(tuple(TierConfig(TierName(n), b) for n, b in tiers))
+    taken = [mem.alloc(TierName(n)) for n, _ in tiers]
+    assert mem.count_by_tier(taken) == {TierName(n): 1 for n, _ in tiers}
+    assert mem.used_slots() == set(taken)
+    engine = Engine(EngineConfig(4, tuple(TierConfig(TierName(n), b) for n, b in tiers)), LRU())
+    engine.apply(Open(0.0, "a", "s", "main"))  # type: ignore[arg-type]
+    engine.apply(Append(0.0, "a", (Message("m", Role.USER, MessageKind.USER, 8),)))  # type: ignore[arg-type]
+    engine.apply(Infer(1.0, "a"))  # type: ignore[arg-type]
+    assert check_accounting(engine) == []
+    assert check_prefix_closed(engine) == []
+    first, second = sorted(engine.blocks)
+    engine.memory.free(first)  # the slot back on a free list, the block still resident
+    found = [v.message for v in check_accounting(engine)]
+    assert "resident block on a free list" in found
+    assert any("slots used but 2 resident blocks" in m for m in found)
+    # the chain's first block gone (the resident table's own dict): the second is an orphan
+    del cast("dict[BlockId, object]", engine.blocks)[first]
+    assert [v.block for v in check_prefix_closed(engine)] == [second]

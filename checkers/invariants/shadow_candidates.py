@@ -116,8 +116,11 @@ class Candidates:
         if fresh:
             return shadow.evictable(key, memo.holders, memo.pins)
         stamps = self._stamps
+        hs = memo.holders.get(key)
+        # (one holder, most blocks: its stamp alone -- never equal to a tuple of stamps)
+        held = stamps[hs[0].id] if hs and len(hs) == 1 else tuple(stamps[h.id] for h in hs or ())
         stamp = (
-            tuple(stamps[h.id] for h in memo.holders.get(key, ())),
+            held,
             shadow.touch[key],
             shadow.touch_op[key],
             shadow.born[key],

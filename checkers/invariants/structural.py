@@ -7,8 +7,6 @@ Each check is a plain function from an :class:`~kvmodel.engine.Engine` to a list
 
 from __future__ import annotations
 
-from collections import Counter
-
 import attrs
 
 from kvmodel.blocks import ROOT_KEY
@@ -40,7 +38,7 @@ def check_accounting(engine: Engine) -> list[Violation]:
     """spec I-accounting: per tier free + used = capacity; slots and resident blocks agree."""
     out = []
     resident = engine.blocks.keys()
-    per_tier = Counter(engine.memory.tier_of(b) for b in resident)
+    per_tier = engine.memory.count_by_tier(resident)
     for tier, (free, used, cap) in engine.memory.accounting().items():
         if free + used != cap:
             out.append(Violation("accounting", f"tier {tier}: free {free} + used {used} != {cap}"))
@@ -51,7 +49,7 @@ def check_accounting(engine: Engine) -> list[Violation]:
                     "accounting", f"tier {tier}: {used} slots used but {in_tier} resident blocks"
                 )
             )
-    for b in sorted(b for b in resident if not engine.memory.is_used(b)):
+    for b in sorted(resident - engine.memory.used_slots()):
         out.append(Violation("accounting", "resident block on a free list", block=b))
     return out
 
@@ -94,13 +92,16 @@ def check_prefix_closed(engine: Engine) -> list[Violation]:
     """spec I-prefix-closed-residency: every resident full block's parent is resident."""
     # the resident table read directly: a view snapshot per block only to read its key cost
     # this check more than every other structural check together
-    blocks = sorted(engine.blocks.items())
-    keys = {b.spec.key for _, b in blocks}
-    out = []
-    for bid, b in blocks:
-        parent = b.spec.parent
-        if b.spec.key is not None and parent != ROOT_KEY and parent not in keys:
-            out.append(
-                Violation("prefix-closed-residency", "orphan: parent block not resident", block=bid)
-            )
-    return out
+    # (sorted are the orphans alone, in block order: a sort of every resident block each op
+    # was most of this check)
+    blocks = engine.blocks
+    keys = {b.spec.key for b in blocks.values()}
+    orphans = [
+        bid
+        for bid, b in blocks.items()
+        if b.spec.key is not None and b.spec.parent != ROOT_KEY and b.spec.parent not in keys
+    ]
+    return [
+        Violation("prefix-closed-residency", "orphan: parent block not resident", block=bid)
+        for bid in sorted(orphans)
+    ]
