@@ -27,7 +27,7 @@ from checkers.invariants.contract import (
 from checkers.invariants.monitor import READS_CONTRACT, Monitor
 from checkers.invariants.nversion import Shadow
 from checkers.invariants.replay import check_ops, engine_for
-from checkers.invariants.shadow_candidates import Candidates
+from checkers.invariants.shadow_candidates import Candidates, Pool
 from checkers.invariants.shadow_state import ShadowState
 from checkers.invariants.shadow_terms import (
     KEEP,
@@ -301,8 +301,8 @@ def test_an_inferences_evictions_are_judged_as_a_scan_would(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # within one inference the model keeps the evictable blocks and their terms, computing a
-    # block's terms again only when a drop cut its holders, and across inferences the terms
-    # whose stamps did not move (spec/invariants.md, Where it runs):
+    # block's terms again only when a drop cut its holders, and across inferences the blocks
+    # no op touched and no context whose stamp moved holds (spec/invariants.md, Where it runs):
     # each eviction's summary equals one made from a scan of every resident block, every
     # block's terms computed afresh at the same moment
     judge = Candidates.eviction
@@ -334,24 +334,28 @@ def test_an_inferences_evictions_are_judged_as_a_scan_would(
             for k, t in was.items()
         )
 
-    terms = Candidates._terms
-    kept = 0
+    affected = Pool.affected
+    carried = 0
 
-    def remembered(self: Candidates, key: BlockKey, fresh: bool) -> EvictionTerms:
-        nonlocal kept
-        was = self.shadow.kept.get(key)
-        got = terms(self, key, fresh)
-        kept += was is not None and was[1] is got
-        return got
+    def synced(
+        self: Pool,
+        shadow: ShadowState,
+        stamps: dict[ContextId, tuple[object, ...]],
+        flight: set[BlockKey],
+    ) -> set[BlockKey]:
+        nonlocal carried
+        out = affected(self, shadow, stamps, flight)
+        carried += len(shadow.resident - out)
+        return out
 
     monkeypatch.setattr(Candidates, "eviction", both)
     monkeypatch.setattr(Candidates, "cut", counted)
-    monkeypatch.setattr(Candidates, "_terms", remembered)
+    monkeypatch.setattr(Pool, "affected", synced)
     # (hbm-first's evictions cut chains below other candidates; these seeds' lru's do not)
     _follow_under_pressure(("lru", "kvtether", "hbm-first", "hbm-first-static"), 40)
-    # terms an earlier inference found were taken again where their stamps had not moved
-    # (shadow_candidates.Candidates._terms), and every summary still equals the scan's
-    assert kept > 500, kept
+    # candidates an earlier inference found were carried to the next without being looked at
+    # again (shadow_candidates.Pool), and every summary still equals the scan's
+    assert carried > 500, carried
     # the kept blocks were judged on again, a candidate's holders were cut under them (its terms
     # computed again, its class changed), the rank's first was named, and evictions chose among
     # several classes
@@ -367,9 +371,9 @@ def test_terms_kept_across_inferences_follow_a_pin_that_changes_nothing_else(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A pin changes its context's message states and nothing else (no message, chain or
-    phase): the terms an earlier eviction found for its blocks (Suspended) must not be taken
-    again once the pin makes them Pinned (ShadowContext.stamp counts every state change). Each
-    eviction's summary is compared with a scan's."""
+    phase): the candidates an earlier eviction found among its blocks (Suspended) must not be
+    carried over once the pin makes them Pinned (ShadowContext.stamp counts every state change,
+    shadow_candidates.Pool). Each eviction's summary is compared with a scan's."""
     judge = Candidates.eviction
     judged = []
 

@@ -456,16 +456,19 @@ class Shadow(FollowsCopies, ShadowState):
         """An inference uses ``key`` now (hit, kept, written or rewritten: PP3 recency)."""
         self.touch[key] = self.now
         self.touch_op[key] = self.op_index
+        if self.pool is not None:  # (its terms read the use: found again at the next sync)
+            self.pool.dirty.add(key)
 
     def _leave(self, key: BlockKey) -> None:
         """``key`` is no longer resident: what a resident block has, it has no more."""
+        if self.pool is not None:
+            self.pool.dirty.add(key)
         if key in self.resident:
             self.resident.discard(key)
             if (tier := self.tier.get(key)) is not None:
                 self._used[tier] -= 1
         self.born.pop(key, None)
         self.touch_op.pop(key, None)
-        self.kept.pop(key, None)
 
     def _drop(self, key: BlockKey) -> list[tuple[BlockKey, ShadowContext]]:
         """A block leaves memory; every chain holding it is cut there (M4.3). Returns what the

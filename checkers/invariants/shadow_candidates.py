@@ -19,7 +19,7 @@ from kvmodel.ids import BlockKey, ContextId
 from kvmodel.lifecycle import BlockClass
 from kvmodel.policy import RankTerm, key_function
 
-__all__ = ["Candidates", "KeptTerms", "TierCandidates"]
+__all__ = ["Candidates", "KeptTerms", "Pool", "TierCandidates"]
 
 
 class KeptTerms:
@@ -77,6 +77,82 @@ class TierCandidates:
         return (heap[0][0], heap[0][3]) if heap else None
 
 
+class Pool:
+    """The evictable blocks kept from one inference that evicts to the next (the contract
+    model's, ``ShadowState.pool``): by tier, as :class:`Candidates` keeps them within one. At
+    each such inference it is brought up to date on the blocks whose terms can have changed
+    since (:meth:`affected`) -- those of every context whose stamp moved (its chain then and
+    now), those an op used, wrote or dropped (``dirty``, marked by the model as it does), and
+    those going into or out of flight -- instead of every resident block."""
+
+    __slots__ = ("chains", "dirty", "entries", "flight", "stamps", "synced", "tiers", "where")
+
+    def __init__(self) -> None:
+        self.tiers: dict[str, TierCandidates] = {}
+        #: each member's tier (a block that left and was written again may be elsewhere)
+        self.where: dict[BlockKey, str] = {}
+        #: the open contexts' stamps and chain keys at the last sync, and its blocks in flight
+        self.stamps: dict[ContextId, tuple[object, ...]] = {}
+        self.chains: dict[ContextId, list[BlockKey]] = {}
+        self.flight: set[BlockKey] = set()
+        #: blocks used, written, indexed or dropped since the last sync
+        self.dirty: set[BlockKey] = set()
+        self.entries = itertools.count()
+        self.synced = False
+
+    def affected(
+        self,
+        shadow: ShadowState,
+        stamps: dict[ContextId, tuple[object, ...]],
+        flight: set[BlockKey],
+    ) -> set[BlockKey]:
+        """The blocks whose membership or terms can have changed since the last sync (every
+        resident block at the first), and the sync's record of the contexts as they are now."""
+        if not self.synced:
+            out = set(shadow.resident) | set(self.where)
+        else:
+            out = self.dirty | self.flight | flight
+            old = self.chains
+            for cid, st in stamps.items():
+                if self.stamps.get(cid) != st:
+                    out.update(k for k, _ in shadow.ctxs[cid].chain)
+                    out.update(old.get(cid, ()))
+            for cid in self.stamps.keys() - stamps.keys():  # (closed since)
+                out.update(old.get(cid, ()))
+        chains = {}
+        for cid, st in stamps.items():
+            same = self.synced and self.stamps.get(cid) == st
+            chains[cid] = self.chains[cid] if same else [k for k, _ in shadow.ctxs[cid].chain]
+        self.stamps, self.chains, self.flight = stamps, chains, flight
+        self.dirty = set()
+        self.synced = True
+        return out
+
+    def leave(self, key: BlockKey) -> None:
+        tier = self.where.pop(key, None)
+        t = self.tiers.get(tier) if tier is not None else None
+        info = t.members.pop(key, None) if t is not None else None
+        if t is not None and info is not None:
+            term = (info.state, info.suspend_time)
+            t.count[term] -= 1
+            if not t.count[term]:
+                del t.count[term]
+                t.by_term.pop(term, None)
+
+    def compact(self) -> None:
+        """Rebuild a heap whose stale entries outnumber its live ones (kept across inferences,
+        entries pruned lazily would otherwise grow with the run)."""
+        for t in self.tiers.values():
+            if len(t.ranked) > 2 * len(t.members) + 64:
+                t.ranked = [e for e in t.ranked if t.members.get(e[1]) is e[3]]
+                heapq.heapify(t.ranked)
+            for term, heap in t.by_term.items():
+                if len(heap) > 2 * t.count[term] + 64:
+                    live = [e for e in heap if t.members.get(e[0]) is e[2]]
+                    heapq.heapify(live)
+                    t.by_term[term] = live
+
+
 class Candidates:
     """One inference's evictable blocks (resident, not in flight, not Pinned), by tier, kept
     from its first eviction to its last: computed once, then changed by what changes them --
@@ -98,69 +174,42 @@ class Candidates:
         self.shadow, self.memo, self.flight = shadow, memo, flight
         self.rank = rank
         self._key = key_function(rank) if rank is not None else None
-        self.tiers: dict[str, TierCandidates] = {}
-        self._entries = itertools.count()
-        #: each holder's stamp now (:meth:`~ShadowContext.stamp`), for the terms kept from
-        #: earlier inferences (``shadow.kept``)
-        self._stamps = {c.id: c.stamp() for c in shadow.ctxs.values() if c.open}
-        for key in shadow.resident:
-            if key not in flight:
+        pool = shadow.pool
+        if pool is None:
+            pool = shadow.pool = Pool()
+        self.pool = pool
+        self.tiers = pool.tiers
+        # (each context's stamp now, :meth:`~ShadowContext.stamp`: which changed since the
+        # last sync)
+        stamps = {c.id: c.stamp() for c in shadow.ctxs.values() if c.open}
+        for key in pool.affected(shadow, stamps, flight):
+            self.leave(key)
+            if key in shadow.resident and key not in flight:
                 self._enter(key)
+        pool.compact()
 
-    def _terms(self, key: BlockKey, fresh: bool) -> EvictionTerms:
-        """``key``'s terms: those an earlier inference found, if nothing they read has changed
-        since -- its holders (each by its stamp), when it was used, written and where it is --
-        else computed. ``fresh``: computed (a cut within this inference changed holders after
-        the stamps were taken), and not kept."""
-        memo, shadow = self.memo, self.shadow
-        if fresh:
-            return shadow.evictable(key, memo.holders, memo.pins)
-        stamps = self._stamps
-        hs = memo.holders.get(key)
-        # (one holder, most blocks: its stamp alone -- never equal to a tuple of stamps)
-        held = stamps[hs[0].id] if hs and len(hs) == 1 else tuple(stamps[h.id] for h in hs or ())
-        stamp = (
-            held,
-            shadow.touch[key],
-            shadow.touch_op[key],
-            shadow.born[key],
-            shadow.slot[key],
-            shadow.tier[key],
-        )
-        kept = shadow.kept.get(key)
-        if kept is not None and kept[0] == stamp:
-            return kept[1]
-        info = shadow.evictable(key, memo.holders, memo.pins)
-        shadow.kept[key] = (stamp, info)
-        return info
-
-    def _enter(self, key: BlockKey, fresh: bool = False) -> None:
+    def _enter(self, key: BlockKey) -> None:
         memo = self.memo
         info = memo.terms.get(key)
         if info is None:
-            info = memo.terms[key] = self._terms(key, fresh)
+            info = memo.terms[key] = self.shadow.evictable(key, memo.holders, memo.pins)
         if info.state is BlockClass.PINNED:
             return
         t = self.tiers.get(tier := self.shadow.tier[key])
         if t is None:
             t = self.tiers[tier] = TierCandidates()
         t.members[key] = info
+        self.pool.where[key] = tier
         term = (info.state, info.suspend_time)
         t.count[term] += 1
-        n = next(self._entries)
+        n = next(self.pool.entries)
         heapq.heappush(t.by_term.setdefault(term, []), (key, n, info))
         if self._key is not None:
             heapq.heappush(t.ranked, (self._key(info), key, n, info))
 
     def leave(self, key: BlockKey) -> None:
         """``key`` is no candidate any more (evicted, gone into flight, or its terms changed)."""
-        t = self.tiers.get(self.shadow.tier.get(key, ""))
-        info = t.members.pop(key, None) if t is not None else None
-        if t is not None and info is not None:
-            term = (info.state, info.suspend_time)
-            t.count[term] -= 1
-            if not t.count[term]:
-                del t.count[term]
+        self.pool.leave(key)
 
     def cut(self, victim: BlockKey, lost: list[tuple[BlockKey, ShadowContext]]) -> None:
         """``victim`` left memory and the chains holding it lost ``lost`` (after the drop)."""
@@ -168,7 +217,7 @@ class Candidates:
         for key in dict.fromkeys(k for k, _ in lost):
             self.leave(key)
             if key in self.shadow.resident and key not in self.flight:
-                self._enter(key, fresh=True)
+                self._enter(key)
 
     def eviction(self, victim: BlockKey, tiers: Sequence[str]) -> Eviction:
         """The eviction of ``victim`` from ``tiers``, summarised; the victim's terms computed

@@ -8,6 +8,7 @@ it is :mod:`checkers.invariants.nversion`'s.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from checkers.invariants.shadow_terms import (
     BlockFigures,
@@ -18,6 +19,9 @@ from checkers.invariants.shadow_terms import (
 )
 from kvmodel.ids import BlockId, BlockKey, ContextId
 from kvmodel.lifecycle import BlockClass
+
+if TYPE_CHECKING:
+    from checkers.invariants.shadow_candidates import Pool
 
 __all__ = ["ShadowState"]
 
@@ -39,10 +43,8 @@ class ShadowState:
         #: following the engine's log: each written block's tier and slot, as its record says
         self.tier: dict[BlockKey, str] = {}
         self.slot: dict[BlockKey, BlockId] = {}
-        #: each resident block's eviction terms as an inference that evicted found them, with
-        #: the stamp of what they read (:class:`~checkers.invariants.shadow_candidates.
-        #: Candidates`): the next such inference finds again only the blocks whose stamp moved
-        self.kept: dict[BlockKey, tuple[tuple[object, ...], EvictionTerms]] = {}
+        #: the evictable blocks kept from one evicting inference to the next (None: none yet)
+        self.pool: Pool | None = None
 
     def held(self) -> set[BlockKey]:
         return {k for c in self.ctxs.values() if c.open for k, _ in c.chain}

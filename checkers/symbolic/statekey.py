@@ -75,10 +75,10 @@ _SKIP: dict[str, frozenset[str]] = {
             "_inductive",
         }
     ),
-    # rank: the policy's declared rank, a constant (its floats are no time stamps); kept: the
-    # eviction terms found at an earlier inference, a cache of the state (stamped)
+    # rank: the policy's declared rank, a constant (its floats are no time stamps); pool: the
+    # candidates kept from an earlier inference, a cache of the state (stamped)
     "Shadow": frozenset(
-        {"problems", "evictions", "last_infer", "last_prompt_keys", "rank", "kept"}
+        {"problems", "evictions", "last_infer", "last_prompt_keys", "rank", "pool"}
     ),
     # serial: the order the run created its contexts in, which the stamps of kept terms read
     "ShadowContext": frozenset({"serial"}),
