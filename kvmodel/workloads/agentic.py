@@ -346,6 +346,11 @@ def _run_worker(
     return t, result, tokens + final[0].tokens, part
 
 
+def _mean_one(rng: np.random.Generator, sigma: float) -> float:
+    """A draw of the log-normal of mean one and this sigma (the spread of turns and rounds)."""
+    return float(np.exp(sigma * rng.standard_normal() - sigma**2 / 2))
+
+
 def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: float) -> list[Op]:
     s = _Session(p, rng, f"s{index}", t0)
     main = ContextId(f"s{index}.main")
@@ -391,8 +396,7 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
 
     n_turns = p.turns
     if p.turns_sigma:  # (drawn only where set: the other presets keep their draws)
-        z = float(rng.standard_normal())
-        n_turns = max(1, round(p.turns * np.exp(p.turns_sigma * z - p.turns_sigma**2 / 2)))
+        n_turns = max(1, round(p.turns * _mean_one(rng, p.turns_sigma)))
     for turn in range(n_turns):
         if turn:
             t += round(s.lognormal(p.user_delay_median_s, USER_WAIT_SIGMA), 3)
@@ -409,9 +413,7 @@ def _session_ops(p: AgenticParams, rng: np.random.Generator, index: int, t0: flo
         else:
             mean: float = max(p.rounds - 1, 0)
             if p.rounds_sigma:
-                mean *= float(
-                    np.exp(p.rounds_sigma * rng.standard_normal() - p.rounds_sigma**2 / 2)
-                )
+                mean *= _mean_one(rng, p.rounds_sigma)
             n_rounds = 1 + int(rng.poisson(mean))
         for _ in range(n_rounds):
             if rng.random() < p.p_temporary:
